@@ -1,0 +1,26 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Named steps of an install where the crash-safety tests kill the process:
+/// with `OFFLINE_AGENT_CRASH_AT=<name>` set, reaching that step sends SIGKILL to
+/// ourselves, exactly like a power cut or an OOM kill at that instant.
+enum CrashPoint: String, CaseIterable {
+    case afterManifest = "after-manifest"
+    case afterDownload = "after-download"
+    case afterPatch = "after-patch"
+    case duringExtract = "during-extract"
+    case afterExtract = "after-extract"
+    case afterKeepPackage = "after-keep-package"
+    case afterRecord = "after-record"
+    case afterLinkCreated = "after-link-created"
+    case afterSwap = "after-swap"
+    case afterGarbageCollection = "after-gc"
+
+    private static let armed = ProcessInfo.processInfo.environment["OFFLINE_AGENT_CRASH_AT"].flatMap(CrashPoint.init(rawValue:))
+
+    func hit() {
+        if Self.armed == self { kill(getpid(), SIGKILL) }
+    }
+}

@@ -1,0 +1,259 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A file the manifest names: where it is, its exact size and SHA-256.
+struct DownloadTarget: Sendable, Equatable {
+    var url: URL
+    var size: Int64
+    var sha256: String
+}
+
+/// Streams a file to `<directory>/<sha256>`, hashing on the fly and never writing
+/// past the declared size. An interrupted download stays as `<sha256>.part` and is
+/// resumed by the next run with `Range` + `If-Range`.
+struct Downloader: Sendable {
+    let fetcher: HTTPFetcher
+    let directory: String
+
+    /// Resume information kept beside a partial download.
+    private struct PartialInfo: Codable {
+        var url: String
+        var validator: String?
+    }
+
+    func path(for target: DownloadTarget) -> String { "\(directory)/\(target.sha256)" }
+
+    /// Downloads `target` (or reuses a complete verified copy) and returns its path and the bytes transferred.
+    func fetch(_ target: DownloadTarget, progress: @escaping @Sendable (Int64, Int64) -> Void) async throws -> (path: String, transferred: Int64) {
+        let final = path(for: target)
+        if FileSystem.fileSize(final) == target.size, (try? FileHasher.sha256(of: final)) == target.sha256 {
+            return (final, 0)
+        }
+        FileSystem.remove(final)
+        let part = final + ".part"
+        let infoPath = part + ".json"
+        var transferred: Int64 = 0
+        var digest: String?
+        // Two rounds at most: a resume the server can't honour restarts from 0 once.
+        for attempt in 0..<2 {
+            var existing = FileSystem.fileSize(part) ?? 0
+            let info = (try? Data(contentsOf: URL(fileURLWithPath: infoPath))).flatMap { try? JSONDecoder().decode(PartialInfo.self, from: $0) }
+            // Resume only a prefix of the same URL's file; a full-length part already failed its check.
+            if attempt > 0 || existing >= target.size || info?.url != target.url.absoluteString { existing = 0 }
+            var headers: [(String, String)] = []
+            if existing > 0 {
+                headers.append(("Range", "bytes=\(existing)-"))
+                if let validator = info?.validator { headers.append(("If-Range", validator)) }
+            }
+            let (response, _) = try await fetcher.get(target.url, headers: headers, phase: .download)
+            let offset: Int64
+            switch response.status.code {
+            case 200:
+                offset = 0
+                if let length = response.headers.first(name: "Content-Length").flatMap(Int64.init), length != target.size {
+                    throw OfflineAgentError(.download, "server announces \(length) bytes, manifest says \(target.size)", path: target.url.absoluteString)
+                }
+            case 206 where existing > 0:
+                guard let range = ContentRange(response.headers.first(name: "Content-Range")),
+                      range.start == existing, range.total == nil || range.total == target.size else {
+                    FileSystem.remove(part)
+                    if attempt == 0 { continue }
+                    throw OfflineAgentError(.download, "server sent a mismatched Content-Range", path: target.url.absoluteString)
+                }
+                offset = existing
+            case 416 where attempt == 0:
+                FileSystem.remove(part)
+                continue
+            default:
+                throw OfflineAgentError(.download, "server answered \(response.status.code)", path: target.url.absoluteString)
+            }
+            let validator = response.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : $0 }
+                ?? response.headers.first(name: "Last-Modified")
+            try FileSystem.writeAtomically(
+                JSONEncoder().encode(PartialInfo(url: target.url.absoluteString, validator: validator)), to: infoPath)
+            let (count, hash) = try await stream(response, to: part, offset: offset, target: target, progress: progress)
+            transferred += count
+            digest = hash
+            break
+        }
+        guard let digest, FileSystem.fileSize(part) == target.size else {
+            throw OfflineAgentError(.download, "download incomplete", path: target.url.absoluteString)
+        }
+        guard digest == target.sha256 else {
+            FileSystem.remove(part)
+            FileSystem.remove(infoPath)
+            throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(target.sha256)", path: target.url.absoluteString)
+        }
+        try FileSystem.sync(part)
+        try FileSystem.renameDurably(part, to: final)
+        FileSystem.remove(infoPath)
+        return (final, transferred)
+    }
+
+    /// Writes the body at `offset` of `part`, cutting it at `target.size`, under the minimum-speed watchdog.
+    private func stream(
+        _ response: HTTPClientResponse, to part: String, offset: Int64, target: DownloadTarget,
+        progress: @escaping @Sendable (Int64, Int64) -> Void
+    ) async throws -> (transferred: Int64, sha256: String) {
+        // The hash covers the kept prefix too, so a resumed file is checked whole.
+        var seed = SHA256()
+        if offset > 0 { try FileHasher.update(&seed, with: part, upTo: offset) }
+        let fd = open(part, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        guard fd >= 0 else {
+            throw OfflineAgentError(.download, "cannot open partial file", path: part, underlying: POSIXFailure("open"))
+        }
+        defer { close(fd) }
+        guard ftruncate(fd, off_t(offset)) == 0, lseek(fd, off_t(offset), SEEK_SET) == off_t(offset) else {
+            throw OfflineAgentError(.download, "cannot prepare partial file", path: part, underlying: POSIXFailure("ftruncate"))
+        }
+        let meter = TransferMeter()
+        let settings = fetcher.settings
+        let url = target.url.absoluteString
+        let prefixHash = seed
+        return try await withThrowingTaskGroup(of: (Int64, String)?.self) { group in
+            group.addTask {
+                var hasher = prefixHash
+                var written = offset
+                do {
+                    for try await chunk in response.body {
+                        let allowed = target.size - written
+                        let count = Int64(chunk.readableBytes)
+                        try chunk.withUnsafeReadableBytes { raw in
+                            let kept = UnsafeRawBufferPointer(rebasing: raw[0..<Int(min(count, allowed))])
+                            try Self.writeAll(fd, kept.baseAddress!, kept.count, path: part)
+                            hasher.update(bufferPointer: kept)
+                        }
+                        written += min(count, allowed)
+                        meter.add(min(count, allowed))
+                        progress(written, target.size)
+                        if count > allowed {
+                            // Never write more than `size`: the body is cut and the file refused.
+                            ftruncate(fd, 0)
+                            throw OfflineAgentError(.download, "server sent more than the \(target.size) bytes announced", path: url)
+                        }
+                    }
+                } catch let error as OfflineAgentError {
+                    throw error
+                } catch {
+                    throw OfflineAgentError(.download, "transfer failed after \(written) of \(target.size) bytes: \(HTTPFetcher.describe(error))", path: url)
+                }
+                if written < target.size {
+                    throw OfflineAgentError(.download, "truncated body: \(written) of \(target.size) bytes", path: url)
+                }
+                meter.finish()
+                return (written - offset, hasher.finalize().hex)
+            }
+            group.addTask {
+                try await meter.watch(minimum: settings.minimumBytesPerSecond, window: settings.speedWindow, url: url)
+                return nil
+            }
+            while let value = try await group.next() {
+                if let value {
+                    group.cancelAll()
+                    return value
+                }
+            }
+            throw OfflineAgentError(.download, "transfer ended without a result", path: url)
+        }
+    }
+
+    private static func writeAll(_ fd: Int32, _ base: UnsafeRawPointer, _ count: Int, path: String) throws {
+        var done = 0
+        while done < count {
+            let n = write(fd, base + done, count - done)
+            if n < 0 {
+                if errno == EINTR { continue }
+                let failure = POSIXFailure("write")
+                let reason = failure.errno == ENOSPC ? "disk full while downloading" : "cannot write download"
+                throw OfflineAgentError(.download, reason, path: path, underlying: failure)
+            }
+            done += n
+        }
+    }
+}
+
+/// `Content-Range: bytes START-END/TOTAL`.
+struct ContentRange: Equatable {
+    var start: Int64
+    var end: Int64
+    var total: Int64?
+
+    init?(_ header: String?) {
+        guard let header, header.hasPrefix("bytes ") else { return nil }
+        let parts = header.dropFirst(6).split(separator: "/", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let bounds = parts[0].split(separator: "-")
+        guard bounds.count == 2, let start = Int64(bounds[0]), let end = Int64(bounds[1]), start <= end else { return nil }
+        self.start = start
+        self.end = end
+        self.total = parts[1] == "*" ? nil : Int64(parts[1])
+    }
+}
+
+/// Counts transferred bytes and aborts a transfer slower than a minimum speed.
+final class TransferMeter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var bytes: Int64 = 0
+    private var done = false
+
+    func add(_ count: Int64) { lock.withLock { bytes += count } }
+    func finish() { lock.withLock { done = true } }
+
+    /// Returns when the transfer finishes; throws when fewer than `minimum` bytes/s arrived over `window`.
+    func watch(minimum: Int64, window: Duration, url: String) async throws {
+        let step = Duration.milliseconds(250)
+        var samples: [Int64] = []
+        let needed = Int(window / step)
+        while true {
+            try await Task.sleep(for: step)
+            let (count, finished) = lock.withLock { (bytes, done) }
+            if finished { return }
+            samples.append(count)
+            if samples.count > needed {
+                samples.removeFirst(samples.count - needed - 1)
+                let seconds = Double(window.components.seconds) + Double(window.components.attoseconds) / 1e18
+                if Double(count - samples[0]) < Double(minimum) * seconds {
+                    throw OfflineAgentError(.download, "transfer slower than \(minimum) bytes/s over \(window)", path: url)
+                }
+            }
+        }
+    }
+}
+
+/// Streaming SHA-256 of files, in blocks so memory stays flat.
+enum FileHasher {
+    static func sha256(of path: String) throws -> String {
+        var hasher = SHA256()
+        try update(&hasher, with: path, upTo: .max)
+        return hasher.finalize().hex
+    }
+
+    /// Feeds the first `limit` bytes of a file to `hasher`.
+    static func update(_ hasher: inout SHA256, with path: String, upTo limit: Int64) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw POSIXFailure("open \(path)") }
+        defer { close(fd) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        var remaining = limit
+        while remaining > 0 {
+            let n = read(fd, buffer.baseAddress!, Int(min(Int64(buffer.count), remaining)))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw POSIXFailure("read \(path)")
+            }
+            if n == 0 { break }
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            remaining -= Int64(n)
+        }
+    }
+}
+
+extension Digest {
+    var hex: String { map { String(format: "%02x", $0) }.joined() }
+}

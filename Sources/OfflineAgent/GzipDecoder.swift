@@ -1,0 +1,88 @@
+import CZlib
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Decodes a gzip file (`compression: gzip` full packages) with zlib, streaming in
+/// blocks, hashing the output and refusing output past a cap.
+enum GzipDecoder {
+    /// Decodes `source` into `destination` (written via a temp file, renamed on success)
+    /// and returns the SHA-256 of the decoded bytes.
+    static func decode(_ source: String, to destination: String, maxOutputBytes: Int64) throws -> String {
+        func fail(_ reason: String, _ underlying: POSIXFailure? = nil) -> OfflineAgentError {
+            OfflineAgentError(.download, reason, path: source, underlying: underlying)
+        }
+        let input = open(source, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw fail("cannot open compressed package", POSIXFailure("open")) }
+        defer { close(input) }
+        let (output, temp) = try FileSystem.makeTemporaryFile(in: FileSystem.parent(of: destination), prefix: ".gunzip-")
+        var outputOpen = true
+        defer { if outputOpen { close(output) } }
+        var stream = z_stream()
+        guard inflateInit2_(&stream, 15 + 16, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
+            unlink(temp)
+            throw fail("cannot initialise zlib")
+        }
+        defer { inflateEnd(&stream) }
+        let chunk = 256 << 10
+        let inBuffer = UnsafeMutablePointer<UInt8>.allocate(capacity: chunk)
+        let outBuffer = UnsafeMutablePointer<UInt8>.allocate(capacity: chunk)
+        defer { inBuffer.deallocate(); outBuffer.deallocate() }
+        var hasher = SHA256()
+        var produced: Int64 = 0
+        var finished = false
+        do {
+            while !finished {
+                let n = read(input, inBuffer, chunk)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw fail("cannot read compressed package", POSIXFailure("read"))
+                }
+                if n == 0 { throw fail("compressed package is truncated") }
+                stream.next_in = inBuffer
+                stream.avail_in = UInt32(n)
+                repeat {
+                    stream.next_out = outBuffer
+                    stream.avail_out = UInt32(chunk)
+                    let status = inflate(&stream, Z_NO_FLUSH)
+                    guard status == Z_OK || status == Z_STREAM_END || status == Z_BUF_ERROR else {
+                        throw fail("corrupt gzip data (zlib status \(status))")
+                    }
+                    let count = chunk - Int(stream.avail_out)
+                    produced += Int64(count)
+                    guard produced <= maxOutputBytes else {
+                        throw fail("decompressed package exceeds \(maxOutputBytes) bytes")
+                    }
+                    hasher.update(bufferPointer: UnsafeRawBufferPointer(start: outBuffer, count: count))
+                    var written = 0
+                    while written < count {
+                        let w = write(output, outBuffer + written, count - written)
+                        if w < 0 {
+                            if errno == EINTR { continue }
+                            throw fail(errno == ENOSPC ? "disk full while decompressing" : "cannot write package", POSIXFailure("write"))
+                        }
+                        written += w
+                    }
+                    if status == Z_STREAM_END {
+                        // Only one member is expected; trailing bytes mean a different file.
+                        guard stream.avail_in == 0, read(input, inBuffer, 1) == 0 else {
+                            throw fail("unexpected data after the gzip stream")
+                        }
+                        finished = true
+                        break
+                    }
+                } while stream.avail_out == 0 || stream.avail_in > 0
+            }
+            guard fsync(output) == 0 else { throw fail("cannot sync package", POSIXFailure("fsync")) }
+            close(output)
+            outputOpen = false
+            try FileSystem.renameDurably(temp, to: destination)
+        } catch {
+            unlink(temp)
+            throw error
+        }
+        return hasher.finalize().hex
+    }
+}

@@ -1,0 +1,105 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// Timeouts and limits for every request the agent makes.
+public struct NetworkSettings: Sendable, Equatable {
+    /// Time allowed to establish a connection.
+    public var connectTimeout: Duration = .seconds(20)
+    /// Longest silence allowed between two reads of a response.
+    public var readTimeout: Duration = .seconds(30)
+    /// A download is aborted when it averages fewer bytes per second than this over `speedWindow`.
+    public var minimumBytesPerSecond: Int64 = 1024
+    /// The window over which `minimumBytesPerSecond` is measured.
+    public var speedWindow: Duration = .seconds(30)
+    /// Redirects followed at most per request; https → http is never followed.
+    public var maxRedirects = 10
+    /// The whole manifest exchange must finish within this time.
+    public var manifestTimeout: Duration = .seconds(60)
+
+    public init() {}
+}
+
+/// A GET with the agent's rules for redirects: at most `maxRedirects`, and never from
+/// https to http (AsyncHTTPClient's own redirect handling allows that downgrade).
+struct HTTPFetcher: Sendable {
+    let client: HTTPClient
+    let settings: NetworkSettings
+
+    init(settings: NetworkSettings) {
+        var configuration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .init(settings.connectTimeout), read: .init(settings.readTimeout)))
+        configuration.httpVersion = .http1Only
+        self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+        self.settings = settings
+    }
+
+    func shutdown() async {
+        try? await client.shutdown()
+    }
+
+    /// Sends a GET, following redirects; returns the final response (body not yet read) and its URL.
+    func get(_ url: URL, headers: [(String, String)], phase: OfflineAgentError.Code, timeout: Duration = .seconds(86_400))
+        async throws -> (response: HTTPClientResponse, url: URL)
+    {
+        var current = url
+        let deadline = NIODeadline.now() + .init(timeout)
+        for _ in 0...settings.maxRedirects {
+            guard let scheme = current.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+                throw OfflineAgentError(phase, "unsupported URL scheme", path: current.absoluteString)
+            }
+            var request = HTTPClientRequest(url: current.absoluteString)
+            request.method = .GET
+            request.headers.add(name: "User-Agent", value: AgentVersion.userAgent)
+            for (name, value) in headers { request.headers.add(name: name, value: value) }
+            let response: HTTPClientResponse
+            do {
+                response = try await client.execute(request, deadline: deadline)
+            } catch {
+                throw OfflineAgentError(phase, "request failed: \(Self.describe(error))", path: current.absoluteString)
+            }
+            guard [301, 302, 303, 307, 308].contains(response.status.code) else { return (response, current) }
+            current = try Self.redirectTarget(from: current, location: response.headers.first(name: "Location"), phase: phase)
+        }
+        throw OfflineAgentError(phase, "more than \(settings.maxRedirects) redirects", path: url.absoluteString)
+    }
+
+    /// Where a redirect leads; throws for a missing Location or an https → http downgrade.
+    static func redirectTarget(from current: URL, location: String?, phase: OfflineAgentError.Code) throws -> URL {
+        guard let location, let next = URL(string: location, relativeTo: current)?.absoluteURL else {
+            throw OfflineAgentError(phase, "redirect without a usable Location", path: current.absoluteString)
+        }
+        if current.scheme?.lowercased() == "https", next.scheme?.lowercased() != "https" {
+            throw OfflineAgentError(phase, "refusing redirect from https to \(next.scheme ?? "?")", path: next.absoluteString)
+        }
+        return next
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .readTimeout: return "read timed out"
+            case .connectTimeout: return "connect timed out"
+            case .deadlineExceeded: return "deadline exceeded"
+            case .remoteConnectionClosed: return "connection closed by server"
+            default: return "\(error)"
+            }
+        }
+        return "\(error)"
+    }
+}
+
+extension HTTPHeaders {
+    /// Seconds or an HTTP date, as `Retry-After` carries it.
+    func retryAfter(now: Date) -> Date? {
+        guard let value = first(name: "Retry-After")?.trimmingCharacters(in: .whitespaces) else { return nil }
+        if let seconds = Int64(value), seconds >= 0 { return now.addingTimeInterval(TimeInterval(Swift.min(seconds, 86_400 * 366))) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter.date(from: value)
+    }
+}

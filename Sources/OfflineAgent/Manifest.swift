@@ -1,0 +1,189 @@
+import Foundation
+
+/// The update description a server returns for one app (PROTOCOL.md, "The manifest").
+public struct Manifest: Sendable, Equatable, Codable {
+    /// Whether the network allows the download (`wifi` waits for an unmetered network).
+    public enum NetworkType: String, Sendable, Codable { case any, wifi }
+    /// Transport compression of the full-package file.
+    public enum Compression: String, Sendable, Codable { case none, gzip }
+
+    public var app: String
+    public var version: Version
+    public var miniVersion: Version
+    public var isPatch: Bool
+    public var baseVersion: Version?
+    public var url: String
+    public var size: Int64
+    public var sha256: String
+    public var packageSha256: String
+    public var fullUrl: String?
+    public var fullSize: Int64?
+    public var fullSha256: String?
+    public var whitelist: [String]
+    public var networkType: NetworkType
+    public var rollout: Int
+    public var expires: Date?
+    public var compression: Compression
+
+    public init(
+        app: String, version: Version, miniVersion: Version, isPatch: Bool, baseVersion: Version? = nil,
+        url: String, size: Int64, sha256: String, packageSha256: String,
+        fullUrl: String? = nil, fullSize: Int64? = nil, fullSha256: String? = nil,
+        whitelist: [String], networkType: NetworkType = .any, rollout: Int = 100,
+        expires: Date? = nil, compression: Compression = .none
+    ) {
+        self.app = app
+        self.version = version
+        self.miniVersion = miniVersion
+        self.isPatch = isPatch
+        self.baseVersion = baseVersion
+        self.url = url
+        self.size = size
+        self.sha256 = sha256
+        self.packageSha256 = packageSha256
+        self.fullUrl = fullUrl
+        self.fullSize = fullSize
+        self.fullSha256 = fullSha256
+        self.whitelist = whitelist
+        self.networkType = networkType
+        self.rollout = rollout
+        self.expires = expires
+        self.compression = compression
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case app, version, miniVersion, isPatch, baseVersion, url, size, sha256, packageSha256
+        case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        app = try c.decode(String.self, forKey: .app)
+        version = try c.decode(Version.self, forKey: .version)
+        miniVersion = try c.decode(Version.self, forKey: .miniVersion)
+        isPatch = try c.decode(Bool.self, forKey: .isPatch)
+        baseVersion = try c.decodeIfPresent(Version.self, forKey: .baseVersion)
+        url = try c.decode(String.self, forKey: .url)
+        size = try c.decode(Int64.self, forKey: .size)
+        sha256 = try c.decode(String.self, forKey: .sha256)
+        packageSha256 = try c.decode(String.self, forKey: .packageSha256)
+        fullUrl = try c.decodeIfPresent(String.self, forKey: .fullUrl)
+        fullSize = try c.decodeIfPresent(Int64.self, forKey: .fullSize)
+        fullSha256 = try c.decodeIfPresent(String.self, forKey: .fullSha256)
+        whitelist = try c.decode([String].self, forKey: .whitelist)
+        networkType = try c.decodeIfPresent(NetworkType.self, forKey: .networkType) ?? .any
+        rollout = try c.decodeIfPresent(Int.self, forKey: .rollout) ?? 100
+        compression = try c.decodeIfPresent(Compression.self, forKey: .compression) ?? .none
+        if let text = try c.decodeIfPresent(String.self, forKey: .expires) {
+            guard let date = RFC3339.date(from: text) else {
+                throw DecodingError.dataCorruptedError(forKey: .expires, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
+            }
+            expires = date
+        } else {
+            expires = nil
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(app, forKey: .app)
+        try c.encode(version, forKey: .version)
+        try c.encode(miniVersion, forKey: .miniVersion)
+        try c.encode(isPatch, forKey: .isPatch)
+        try c.encodeIfPresent(baseVersion, forKey: .baseVersion)
+        try c.encode(url, forKey: .url)
+        try c.encode(size, forKey: .size)
+        try c.encode(sha256, forKey: .sha256)
+        try c.encode(packageSha256, forKey: .packageSha256)
+        try c.encodeIfPresent(fullUrl, forKey: .fullUrl)
+        try c.encodeIfPresent(fullSize, forKey: .fullSize)
+        try c.encodeIfPresent(fullSha256, forKey: .fullSha256)
+        try c.encode(whitelist, forKey: .whitelist)
+        try c.encode(networkType, forKey: .networkType)
+        try c.encode(rollout, forKey: .rollout)
+        try c.encodeIfPresent(expires.map(RFC3339.string(from:)), forKey: .expires)
+        if compression != .none { try c.encode(compression, forKey: .compression) }
+    }
+
+    /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
+    /// `validate(forApp:installed:now:)` adds the rules that depend on the device.
+    public static func decode(_ body: Data) throws -> Manifest {
+        let manifest: Manifest
+        do {
+            manifest = try JSONDecoder().decode(Manifest.self, from: body)
+        } catch let error as DecodingError {
+            throw OfflineAgentError(.manifest, "invalid manifest: \(Self.describe(error))")
+        } catch {
+            throw OfflineAgentError(.manifest, "invalid manifest JSON")
+        }
+        try manifest.checkFields()
+        return manifest
+    }
+
+    func checkFields() throws {
+        func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.manifest, reason) }
+        guard AppName.isValid(app) else { throw fail("invalid app name '\(app)'") }
+        guard miniVersion <= version else { throw fail("miniVersion \(miniVersion) is above version \(version)") }
+        guard size >= 0 else { throw fail("negative size") }
+        guard SHA256Hex.isValid(sha256) else { throw fail("sha256 is not 64 lowercase hex digits") }
+        guard SHA256Hex.isValid(packageSha256) else { throw fail("packageSha256 is not 64 lowercase hex digits") }
+        guard (0...100).contains(rollout) else { throw fail("rollout \(rollout) is outside 0…100") }
+        if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail("fullSha256 is not 64 lowercase hex digits") }
+        if isPatch {
+            guard let baseVersion else { throw fail("patch manifest without baseVersion") }
+            guard baseVersion < version else { throw fail("baseVersion \(baseVersion) is not below version \(version)") }
+            guard fullUrl != nil, let fullSize, fullSize >= 0 else { throw fail("patch manifest without fullUrl/fullSize") }
+        } else if compression == .none, sha256 != packageSha256 {
+            throw fail("sha256 differs from packageSha256 for an uncompressed full package")
+        }
+    }
+
+    /// The device-dependent rules: right app, not expired, strictly newer than what is installed.
+    public func validate(forApp expected: String, installed: Version?, now: Date = Date()) throws {
+        guard app == expected else {
+            throw OfflineAgentError(.manifest, "manifest is for app '\(app)', not '\(expected)'")
+        }
+        if let expires, expires <= now {
+            throw OfflineAgentError(.manifest, "manifest expired at \(RFC3339.string(from: expires))")
+        }
+        if let installed, version <= installed {
+            throw OfflineAgentError(.manifest, "manifest offers \(version), not newer than installed \(installed)")
+        }
+    }
+
+    private static func describe(_ error: DecodingError) -> String {
+        switch error {
+        case .keyNotFound(let key, _): "missing field '\(key.stringValue)'"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+            context.codingPath.isEmpty
+                ? context.debugDescription
+                : "field '\(context.codingPath.map(\.stringValue).joined(separator: "."))': \(context.debugDescription)"
+        @unknown default: "\(error)"
+        }
+    }
+}
+
+/// Lowercase hex SHA-256 digests as used on the wire.
+public enum SHA256Hex {
+    public static func isValid(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
+    }
+}
+
+/// RFC 3339 timestamps (`2026-12-31T00:00:00Z`, fractional seconds and offsets allowed).
+public enum RFC3339 {
+    public static func date(from text: String) -> Date? {
+        let plain = ISO8601DateFormatter()
+        plain.formatOptions = [.withInternetDateTime]
+        if let date = plain.date(from: text) { return date }
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return fractional.date(from: text)
+    }
+
+    public static func string(from date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: date)
+    }
+}

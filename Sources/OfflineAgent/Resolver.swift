@@ -1,0 +1,169 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a URL is not served offline.
+public enum FallbackReason: String, Sendable, Codable, CaseIterable {
+    /// No whitelist entry of any app with an active version matches the URL.
+    case notWhitelisted = "not-whitelisted"
+    /// The active version is below the last known `miniVersion`.
+    case belowMiniVersion = "below-mini-version"
+    /// This device's rollout bucket is above the app's `rollout`.
+    case outsideRollout = "outside-rollout"
+    /// The path names no regular file inside the version, or tries to leave it.
+    case missingFile = "missing-file"
+}
+
+/// A URL served from an active package: the file, and what it belongs to.
+public struct ResolvedFile: Sendable, Equatable {
+    public var app: String
+    public var version: Version
+    /// Absolute path of the file inside the version directory.
+    public var path: String
+    /// The version directory the path lives in (pinned for the whole request).
+    public var versionDirectory: String
+    /// The percent-encoded path relative to the app root (the whitelist prefix removed).
+    public var relativePath: String
+}
+
+/// The outcome of resolving one URL.
+public enum Resolution: Sendable, Equatable {
+    case file(ResolvedFile)
+    case network(FallbackReason, app: String?)
+}
+
+/// Maps whitelisted URLs to files of active versions (PROTOCOL.md, "Using a package").
+public struct Resolver: Sendable {
+    public let store: Store
+    public let deviceID: String
+
+    public init(store: Store, deviceID: String) {
+        self.store = store
+        self.deviceID = deviceID
+    }
+
+    /// `1 + (first 4 bytes of SHA-256("<device id>:<app>") as big-endian) mod 100`.
+    public static func rolloutBucket(deviceID: String, app: String) -> Int {
+        let digest = Array(SHA256.hash(data: Data("\(deviceID):\(app)".utf8)))
+        let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
+        return 1 + Int(value % 100)
+    }
+
+    /// Resolves `url` against every app of the store; the longest matching whitelist prefix wins.
+    public func resolve(_ url: URL) -> Resolution {
+        guard let target = ParsedURL(url) else { return .network(.notWhitelisted, app: nil) }
+        var best: (app: String, installed: InstalledVersion, rest: String, length: Int)?
+        for app in store.apps() {
+            guard let installed = store.active(app) else { continue }
+            for entry in installed.whitelist {
+                guard let prefix = ParsedURL(string: entry), let rest = target.rest(after: prefix) else { continue }
+                if best == nil || prefix.path.count > best!.length {
+                    best = (app, installed, rest, prefix.path.count)
+                }
+            }
+        }
+        guard let best else { return .network(.notWhitelisted, app: nil) }
+        let app = best.app, installed = best.installed
+        let miniVersion = store.effectiveMiniVersion(app, record: installed)
+        guard installed.version >= miniVersion else { return .network(.belowMiniVersion, app: app) }
+        guard Self.rolloutBucket(deviceID: deviceID, app: app) <= installed.rollout else {
+            return .network(.outsideRollout, app: app)
+        }
+        let directory = store.versionDirectory(app, installed.version)
+        guard let path = Self.file(at: best.rest, in: directory) else { return .network(.missingFile, app: app) }
+        return .file(ResolvedFile(app: app, version: installed.version, path: path, versionDirectory: directory, relativePath: best.rest))
+    }
+
+    /// The regular file a percent-encoded relative path names inside `directory`, or nil when
+    /// it does not exist or would leave the directory (`..`, NUL, symlinks).
+    public static func file(at encodedRest: String, in directory: String) -> String? {
+        guard let decoded = encodedRest.removingPercentEncoding else { return nil }
+        var rest = decoded
+        if rest.isEmpty || rest.hasSuffix("/") { rest += "index.html" }
+        guard !rest.contains("\0"), !rest.contains("\\"), !rest.hasPrefix("/") else { return nil }
+        let components = rest.split(separator: "/", omittingEmptySubsequences: false)
+        guard components.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." }) else { return nil }
+        // lstat every component: the extractor never makes symlinks, so any found is hostile.
+        var path = directory
+        for component in components {
+            path += "/\(component)"
+            var st = stat()
+            guard lstat(path, &st) == 0 else { return nil }
+            let type = st.st_mode & S_IFMT
+            if type == S_IFLNK { return nil }
+            if component == components.last! { guard type == S_IFREG else { return nil } }
+        }
+        return path
+    }
+}
+
+/// The parts of a URL the whitelist compares: scheme, host, effective port, raw path.
+struct ParsedURL: Equatable {
+    var scheme: String
+    var host: String
+    var port: Int
+    /// Percent-encoded path.
+    var path: String
+
+    init?(_ url: URL) {
+        guard let components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return nil }
+        self.init(components)
+    }
+
+    init?(string: String) {
+        guard let components = URLComponents(string: string) else { return nil }
+        self.init(components)
+    }
+
+    private init?(_ components: URLComponents) {
+        guard let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = components.host?.lowercased(), !host.isEmpty else { return nil }
+        self.scheme = scheme
+        self.host = host
+        self.port = components.port ?? (scheme == "https" ? 443 : 80)
+        self.path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+    }
+
+    /// The rest of this URL's path after `prefix`, when `prefix` matches at a `/` boundary.
+    func rest(after prefix: ParsedURL) -> String? {
+        guard scheme == prefix.scheme, host == prefix.host, port == prefix.port else { return nil }
+        if prefix.path.hasSuffix("/") {
+            guard path.hasPrefix(prefix.path) else { return nil }
+            return String(path.dropFirst(prefix.path.count))
+        }
+        if path == prefix.path { return "" }
+        guard path.hasPrefix(prefix.path + "/") else { return nil }
+        return String(path.dropFirst(prefix.path.count + 1))
+    }
+}
+
+/// The stable random device id kept in `<root>/device-id`.
+public enum DeviceID {
+    /// Reads the root's id, creating it on first use.
+    public static func load(root: String) throws -> String {
+        let path = "\(FileSystem.absolute(root))/device-id"
+        if let data = FileManager.default.contents(atPath: path),
+           let text = String(data: data, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty {
+            return text
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: FileSystem.absolute(root), withIntermediateDirectories: true)
+            let id = UUID().uuidString.lowercased()
+            // link() refuses to replace: two first uses agree on whichever id won.
+            let (fd, temp) = try FileSystem.makeTemporaryFile(in: FileSystem.absolute(root), prefix: ".device-id.")
+            _ = id.withCString { write(fd, $0, strlen($0)) }
+            fsync(fd)
+            close(fd)
+            _ = link(temp, path)
+            unlink(temp)
+        } catch {
+            throw OfflineAgentError(.install, "cannot create device id", path: path, underlying: error as? POSIXFailure)
+        }
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+            throw OfflineAgentError(.install, "cannot read device id", path: path)
+        }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+
+/// The kind of network the device is on, for `networkType: wifi` manifests.
+public enum NetworkKind: String, Sendable, Codable {
+    case metered, unmetered
+}
+
+/// Settings of one agent, shared by all its syncs.
+public struct AgentConfiguration: Sendable {
+    /// Timeouts and redirect limits.
+    public var network = NetworkSettings()
+    /// Throttle interval between manifest checks.
+    public var throttle = Throttle()
+    /// Largest file a manifest may name, and largest package extracted (default 1 GiB).
+    public var maxPackageBytes: Int64 = 1 << 30
+    /// Entry-count cap for extraction.
+    public var maxEntries = 100_000
+    /// Free space kept on top of what a plan needs, so an update never fills the disk.
+    public var diskReserveBytes: Int64 = 1 << 20
+
+    public init() {}
+
+    var extractionLimits: ExtractionLimits { ExtractionLimits(maxTotalBytes: maxPackageBytes, maxEntries: maxEntries) }
+}
+
+/// Per-call options of `Agent.sync`.
+public struct SyncOptions: Sendable {
+    /// Skip the 5-minute throttle (a server's Retry-After still holds).
+    public var force = false
+    /// Base64 Ed25519 public key; when set, every manifest must carry a valid signature.
+    public var publicKey: String?
+    /// The device's network; `wifi` manifests are deferred on `.metered`.
+    public var network: NetworkKind = .unmetered
+
+    public init(force: Bool = false, publicKey: String? = nil, network: NetworkKind = .unmetered) {
+        self.force = force
+        self.publicKey = publicKey
+        self.network = network
+    }
+}
+
+/// How a sync ended.
+public enum SyncResult: String, Sendable, Codable {
+    case updated
+    case upToDate = "up-to-date"
+    case throttled
+    case deferred
+    case failed
+}
+
+/// What one sync of one app did.
+public struct SyncReport: Sendable {
+    public var app: String
+    public var result: SyncResult
+    /// The active version after the run.
+    public var version: Version?
+    /// The active version before the run.
+    public var previousVersion: Version?
+    /// How the new version arrived, when one did.
+    public var via: UpdateMethod?
+    public var bytesDownloaded: Int64 = 0
+    /// Why the sync failed, when it did; nothing installed changed.
+    public var error: OfflineAgentError?
+    /// For `throttled`: when the next check may happen.
+    public var nextCheck: Date?
+    /// Set when the patch could not be used and the full package was fetched instead.
+    public var patchFallbackReason: String?
+}
+
+/// A step of a sync, for progress display.
+public struct ProgressEvent: Sendable, Equatable {
+    public enum Phase: String, Sendable {
+        case checking, downloading, patching, extracting, installing, done
+    }
+
+    public var app: String
+    public var phase: Phase
+    /// Bytes done and expected, for downloads; 0 otherwise.
+    public var completed: Int64
+    public var total: Int64
+}
+
+/// What `Agent.status` reports for one app.
+public struct AppStatus: Sendable {
+    public var app: String
+    public var installed: InstalledVersion?
+    /// The miniVersion in force (the higher of the installed record and the last manifest).
+    public var miniVersion: Version?
+    /// Whether the active version may be used offline (≥ miniVersion, rollout > 0 for this device).
+    public var usable: Bool
+    public var path: String?
+    public var lastCheck: Date?
+}

@@ -1,0 +1,162 @@
+import Foundation
+import Logging
+
+/// One update of one app from a validated manifest: plan (patch or full, disk
+/// budget), download, patch with fallback to the full package, verify, install.
+/// Runs under the root lock; any failure leaves the active version as it was.
+struct Updater {
+    let store: Store
+    let app: String
+    let manifest: Manifest
+    let manifestURL: URL
+    let installed: InstalledVersion?
+    let fetcher: HTTPFetcher
+    let configuration: AgentConfiguration
+    let logger: Logger
+    let continuation: AsyncStream<ProgressEvent>.Continuation
+
+    struct Outcome {
+        var installed: InstalledVersion
+        var bytesDownloaded: Int64
+        var patchFallbackReason: String?
+    }
+
+    private var downloader: Downloader { Downloader(fetcher: fetcher, directory: store.downloadsDirectory(app)) }
+
+    func run() async throws -> Outcome {
+        var downloaded: Int64 = 0
+        var fallbackReason: String?
+        if manifest.isPatch {
+            do {
+                let package = try await viaPatch(downloaded: &downloaded)
+                let record = try install(package, via: .patch)
+                return Outcome(installed: record, bytesDownloaded: downloaded, patchFallbackReason: nil)
+            } catch let error as OfflineAgentError where error.code == .patch || error.code == .download {
+                // Corrupt bytes, a wrong base, a 404: the full package still gets us there.
+                logger.warning("\(app): patch unusable (\(error)); falling back to the full package")
+                fallbackReason = error.description
+            }
+        }
+        let package = try await viaFull(downloaded: &downloaded)
+        let record = try install(package, via: .full)
+        return Outcome(installed: record, bytesDownloaded: downloaded, patchFallbackReason: fallbackReason)
+    }
+
+    // MARK: - Patch
+
+    private func viaPatch(downloaded: inout Int64) async throws -> String {
+        guard let installed, let base = manifest.baseVersion, base == installed.version else {
+            throw OfflineAgentError(.patch, "patch is from \(manifest.baseVersion?.description ?? "?"), installed is \(installed?.version.description ?? "nothing")")
+        }
+        guard let old = store.verifiedPackage(of: installed, app: app) else {
+            throw OfflineAgentError(.patch, "kept package of \(installed.version) is missing or altered")
+        }
+        let oldSize = FileSystem.fileSize(old) ?? 0
+        // Patch + the new package (about the old one's size) + its extraction.
+        try checkDiskSpace(needed: manifest.size + 2 * max(oldSize, manifest.compression == .none ? manifest.fullSize ?? 0 : 0))
+        let target = try self.target(url: manifest.url, size: manifest.size, sha256: manifest.sha256)
+        let patch = try await download(target, downloaded: &downloaded)
+        continuation.yield(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
+        let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
+        let expected: Int64? = manifest.compression == .none ? manifest.fullSize : nil
+        do {
+            try Patcher.apply(old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: patch),
+                              to: URL(fileURLWithPath: output), expectedSize: expected)
+        } catch {
+            FileSystem.remove(patch)
+            throw error
+        }
+        FileSystem.remove(patch)
+        CrashPoint.afterPatch.hit()
+        let digest = try FileHasher.sha256(of: output)
+        guard digest == manifest.packageSha256 else {
+            FileSystem.remove(output)
+            throw OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)")
+        }
+        return output
+    }
+
+    // MARK: - Full
+
+    private func viaFull(downloaded: inout Int64) async throws -> String {
+        let (url, size, sha256) = manifest.isPatch
+            ? (manifest.fullUrl ?? "", manifest.fullSize ?? 0, manifest.fullSha256)
+            : (manifest.url, manifest.size, manifest.sha256)
+        let compressed = manifest.compression == .gzip
+        // A gzip package expands: budget the cap's worth only when we can't know better.
+        let packageEstimate = compressed ? max(size * 4, installed.flatMap { FileSystem.fileSize(store.packagePath(app, $0.version)) } ?? 0) : size
+        try checkDiskSpace(needed: size + (compressed ? packageEstimate : 0) + packageEstimate)
+        if let sha256 {
+            let file = try await download(try target(url: url, size: size, sha256: sha256), downloaded: &downloaded)
+            return try unpackIfNeeded(file)
+        }
+        // No hash of the file itself: an uncompressed package is checked by packageSha256,
+        // a compressed one after decoding.
+        guard compressed else {
+            return try await download(try target(url: url, size: size, sha256: manifest.packageSha256), downloaded: &downloaded)
+        }
+        throw OfflineAgentError(.manifest, "compressed full package without fullSha256 cannot be verified before decoding")
+    }
+
+    private func unpackIfNeeded(_ file: String) throws -> String {
+        guard manifest.compression == .gzip else {
+            let digest = try FileHasher.sha256(of: file)
+            guard digest == manifest.packageSha256 else {
+                FileSystem.remove(file)
+                throw OfflineAgentError(.download, "package hashes to \(digest), expected packageSha256 \(manifest.packageSha256)")
+            }
+            return file
+        }
+        let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
+        let digest = try GzipDecoder.decode(file, to: output, maxOutputBytes: configuration.maxPackageBytes)
+        FileSystem.remove(file)
+        guard digest == manifest.packageSha256 else {
+            FileSystem.remove(output)
+            throw OfflineAgentError(.download, "decompressed package hashes to \(digest), expected \(manifest.packageSha256)")
+        }
+        return output
+    }
+
+    // MARK: - Shared steps
+
+    private func target(url: String, size: Int64, sha256: String) throws -> DownloadTarget {
+        guard let resolved = URL(string: url, relativeTo: manifestURL)?.absoluteURL,
+              let scheme = resolved.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+            throw OfflineAgentError(.manifest, "invalid file URL '\(url)'")
+        }
+        guard size >= 0, size <= configuration.maxPackageBytes else {
+            throw OfflineAgentError(.download, "file of \(size) bytes exceeds the cap of \(configuration.maxPackageBytes)", path: resolved.absoluteString)
+        }
+        return DownloadTarget(url: resolved, size: size, sha256: sha256)
+    }
+
+    private func download(_ target: DownloadTarget, downloaded: inout Int64) async throws -> String {
+        let app = self.app
+        let continuation = self.continuation
+        continuation.yield(ProgressEvent(app: app, phase: .downloading, completed: 0, total: target.size))
+        let (path, transferred) = try await downloader.fetch(target) { done, total in
+            continuation.yield(ProgressEvent(app: app, phase: .downloading, completed: done, total: total))
+        }
+        downloaded += transferred
+        CrashPoint.afterDownload.hit()
+        return path
+    }
+
+    private func checkDiskSpace(needed: Int64) throws {
+        let dir = store.downloadsDirectory(app)
+        guard let available = FileSystem.availableBytes(at: dir) else { return }
+        let required = needed + configuration.diskReserveBytes
+        guard available >= required else {
+            throw OfflineAgentError(.install, "not enough disk space: the update needs \(required) bytes, \(available) are free", path: dir)
+        }
+    }
+
+    private func install(_ package: String, via: UpdateMethod) throws -> InstalledVersion {
+        continuation.yield(ProgressEvent(app: app, phase: .extracting, completed: 0, total: 0))
+        let record = try store.install(
+            app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
+            limits: configuration.extractionLimits)
+        continuation.yield(ProgressEvent(app: app, phase: .installing, completed: 1, total: 1))
+        return record
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import Hummingbird
+import Logging
+import OfflineAgent
+import ServiceLifecycle
+
+/// The loopback web server that puts offline packages in front of a web view
+/// (`offline-agent serve`), over the same `Resolver` as the library.
+///
+/// - `GET|HEAD /<app>/<path>` — a file of the app's active version: Content-Type by
+///   extension, `ETag` / `Last-Modified` with 304 (`If-None-Match`, else
+///   `If-Modified-Since`), `Range` → 206 / 416 (with `If-Range`), `index.html` for
+///   `/<app>/` and `/<app>/dir/`, a 301 to add the slash for `/<app>` and `/<app>/dir`,
+///   404 for anything else; `..`, NUL, backslashes and symlinks never leave the
+///   version directory (404; 400 for invalid percent-encoding). `X-Offline-Version`
+///   names the version a response came from; `Cache-Control: no-cache` makes the
+///   browser revalidate, so the load after a swap sees the new version.
+/// - `GET /open?url=<percent-encoded URL>` — 302 to `/<app>/<rest>` (the URL's query
+///   and fragment kept) when PROTOCOL.md's whitelist rules serve the URL offline,
+///   otherwise 302 to the URL itself. Apps named `open` or `metrics` are still served
+///   under `/open/…` and `/metrics/…`.
+/// - `GET /metrics` — Prometheus text (see `LocalServerMetrics`).
+///
+/// Requests whose `Host` header is not a loopback name (`localhost`, `127.x.x.x`,
+/// `[::1]`, any port) get 403 unless `allowRemote` is set (DNS-rebinding defence).
+///
+/// Each file response pins the version it reads (the shared lock of `Store.pin`) and opens the file once:
+/// the pin and the descriptor live until the body is written, so an install or a
+/// garbage collection during the response never mixes versions or cuts a file short.
+public struct LocalServer: Sendable {
+    /// Where to listen and what to serve.
+    public struct Configuration: Sendable {
+        /// The agent's root directory.
+        public var root: String
+        /// Address to bind: a loopback address unless `allowRemote`.
+        public var host: String
+        /// Port to bind; 0 picks a free one (see `start()` / `run(onListening:)`).
+        public var port: Int
+        /// The device id for the rollout bucket; the root's stable id when nil.
+        public var deviceID: String?
+        /// Allows a non-loopback bind and turns the `Host` header check off.
+        public var allowRemote: Bool
+
+        public init(root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false) {
+            self.root = root
+            self.host = host
+            self.port = port
+            self.deviceID = deviceID
+            self.allowRemote = allowRemote
+        }
+    }
+
+    public let configuration: Configuration
+    /// The server's counters, also served at `/metrics`.
+    public let metrics: LocalServerMetrics
+    /// Receives Hummingbird's messages and, at `debug`, one line per request.
+    public let logger: Logger
+    private let resolver: Resolver
+
+    /// Checks the configuration and reads (or creates) the root's device id.
+    ///
+    /// - Throws: `OfflineAgentError(.usage)` for a non-loopback host without
+    ///   `allowRemote` or a port outside 0…65535.
+    public init(configuration: Configuration, logger: Logger = Logger(label: "offline-agent.serve")) throws {
+        guard (0...65535).contains(configuration.port) else {
+            throw OfflineAgentError(.usage, "port \(configuration.port) is outside 0...65535")
+        }
+        guard configuration.allowRemote || LocalHost.isLoopback(host: configuration.host) else {
+            throw OfflineAgentError(
+                .usage, "refusing to listen on non-loopback address '\(configuration.host)' (use --allow-remote to allow it)")
+        }
+        let store = Store(root: configuration.root)
+        let deviceID = try configuration.deviceID ?? DeviceID.load(root: store.root)
+        self.configuration = configuration
+        self.logger = logger
+        self.metrics = LocalServerMetrics()
+        self.resolver = Resolver(store: store, deviceID: deviceID)
+    }
+
+    /// Runs until the task is cancelled or, with `stopOnSignals`, SIGTERM/SIGINT
+    /// arrives; in-flight responses finish first (graceful shutdown).
+    ///
+    /// - Parameter onListening: called once with the bound host and port.
+    public func run(
+        stopOnSignals: Bool = false,
+        onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
+    ) async throws {
+        let group = ServiceGroup(configuration: .init(
+            services: [makeApplication(onListening: onListening)],
+            gracefulShutdownSignals: stopOnSignals ? [.sigterm, .sigint] : [], logger: logger))
+        try await group.run()
+    }
+
+    /// Starts the server in the background and returns once it listens: the
+    /// in-process form for tests (use port 0 and read `port`).
+    public func start() async throws -> RunningLocalServer {
+        let (bound, continuation) = AsyncStream<Int>.makeStream()
+        let group = ServiceGroup(configuration: .init(
+            services: [makeApplication { _, port in continuation.yield(port); continuation.finish() }],
+            logger: logger))
+        let task = Task {
+            defer { continuation.finish() }
+            try await group.run()
+        }
+        var ports = bound.makeAsyncIterator()
+        guard let port = await ports.next() else {
+            try await task.value
+            throw OfflineAgentError(.usage, "server stopped before it was listening")
+        }
+        return RunningLocalServer(host: configuration.host, port: port, metrics: metrics, group: group, task: task)
+    }
+
+    private func makeApplication(onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
+        let host = configuration.host
+        let responder = LocalServerResponder(
+            versions: LocalVersions(store: resolver.store), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote, logger: logger)
+        return Application(
+            responder: responder,
+            configuration: .init(address: .hostname(host, port: configuration.port)),
+            onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
+            logger: logger)
+    }
+}
+
+/// A package server started with `LocalServer.start()`.
+public final class RunningLocalServer: Sendable {
+    public let host: String
+    public let port: Int
+    public let metrics: LocalServerMetrics
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    init(host: String, port: Int, metrics: LocalServerMetrics, group: ServiceGroup, task: Task<Void, any Error>) {
+        self.host = host
+        self.port = port
+        self.metrics = metrics
+        self.group = group
+        self.task = task
+    }
+
+    /// `http://HOST:PORT`, without a trailing slash.
+    public var baseURL: String { "http://\(LocalHost.urlHost(host)):\(port)" }
+
+    /// Shuts the server down gracefully and waits until it has stopped.
+    public func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+    }
+}

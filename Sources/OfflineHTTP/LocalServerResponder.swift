@@ -1,0 +1,238 @@
+import Foundation
+import Hummingbird
+import Logging
+import OfflineAgent
+
+/// Answers the loopback package server's requests (see `LocalServer`).
+struct LocalServerResponder: HTTPResponder {
+    typealias Context = BasicRequestContext
+
+    let versions: LocalVersions
+    let resolver: Resolver
+    let metrics: LocalServerMetrics
+    /// Refuse requests whose `Host` is not a loopback name (off with `--allow-remote`).
+    let checkHost: Bool
+    let logger: Logger
+
+    /// Files up to this size are read whole before the response is returned; larger
+    /// ones (and ranges) stream in chunks of this size from the open descriptor.
+    static let chunkSize = ProcessInfo.processInfo.environment["XCHUNK"].flatMap { Int($0) } ?? 64 * 1024
+    static let wholeLimit = 64 * 1024
+    static let allocator = ByteBufferAllocator()
+
+    func respond(to request: Request, context: Context) async throws -> Response {
+        let response = route(request)
+        logger.debug("\(request.method) \(request.uri) \(response.status.code)")
+        return response
+    }
+
+    private func route(_ request: Request) -> Response {
+        if checkHost, !LocalHost.isLoopback(authority: request.head.authority) {
+            metrics.recordForbiddenHost()
+            return Self.text(.forbidden, "forbidden: Host is not a loopback name\n")
+        }
+        guard request.method == .get || request.method == .head else {
+            var response = Self.text(.methodNotAllowed, "only GET and HEAD\n")
+            response.headers[.allow] = "GET, HEAD"
+            return response
+        }
+        let head = request.method == .head
+        let path = request.uri.path
+        switch path {
+        case "/open":
+            return open(request)
+        case "/metrics":
+            var response = Self.text(.ok, metrics.prometheusText(), head: head)
+            response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+            return response
+        case "/":
+            return Self.text(.notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /metrics\n", head: head)
+        default:
+            break
+        }
+        // /<app>[/<rest>]
+        let afterSlash = path.dropFirst()
+        let slash = afterSlash.firstIndex(of: "/")
+        let app = String(afterSlash[..<(slash ?? afterSlash.endIndex)])
+        guard AppName.isValid(app) else {
+            metrics.recordFile(app: "", code: 404)
+            return Self.text(.notFound, "not found\n", head: head)
+        }
+        guard let slash else {
+            // `/<app>`: the app root is a directory; relative links need the slash.
+            guard versions.pin(app) != nil else {
+                metrics.recordFile(app: "", code: 404)
+                return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
+            }
+            return Self.redirect(.movedPermanently, to: "/\(app)/" + Self.query(of: request))
+        }
+        let rest = String(afterSlash[afterSlash.index(after: slash)...])
+        return file(request, app: app, rest: rest, head: head)
+    }
+
+    // MARK: /open
+
+    /// Redirects to the local copy of `url` when it is served offline, else to `url` itself.
+    private func open(_ request: Request) -> Response {
+        guard let raw = request.uri.queryParameters[values: "url"].last, !raw.isEmpty else {
+            return Self.text(.badRequest, "missing query parameter 'url' (the percent-encoded URL to open)\n")
+        }
+        guard let url = URL(string: String(raw)), let scheme = url.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            return Self.text(.badRequest, "'url' must be an absolute http or https URL\n")
+        }
+        let resolution = resolver.resolve(url)
+        metrics.recordOpen(resolution)
+        switch resolution {
+        case .file(let file):
+            // Query and fragment don't select the file, but the page may read them.
+            var location = "/\(file.app)/\(file.relativePath)"
+            let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+            if let query = components?.percentEncodedQuery { location += "?\(query)" }
+            if let fragment = components?.percentEncodedFragment { location += "#\(fragment)" }
+            return Self.redirect(.found, to: location)
+        case .network:
+            return Self.redirect(.found, to: url.absoluteString)
+        }
+    }
+
+    // MARK: Files
+
+    private func file(_ request: Request, app: String, rest: String, head: Bool) -> Response {
+        // The pin holds the version's directory until the response is fully written.
+        guard let pinned = versions.pin(app) else {
+            metrics.recordFile(app: "", code: 404)
+            return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
+        }
+        guard let path = Resolver.file(at: rest, in: pinned.directory) else {
+            if rest.removingPercentEncoding == nil {
+                metrics.recordFile(app: app, code: 400)
+                return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
+            }
+            // A directory asked for without its slash: send the browser to it.
+            if !rest.isEmpty, !rest.hasSuffix("/"), Resolver.file(at: rest + "/", in: pinned.directory) != nil {
+                return Self.redirect(.movedPermanently, to: "/\(app)/\(rest)/" + Self.query(of: request))
+            }
+            metrics.recordFile(app: app, code: 404)
+            return Self.text(.notFound, "not found\n", head: head)
+        }
+        guard let file = LocalOpenFile(path: path) else {
+            metrics.recordFile(app: app, code: 404)
+            return Self.text(.notFound, "not found\n", head: head)
+        }
+        let version = pinned.version.description
+        let size = file.size
+        // Version + identity + size + time: a new install extracts new files, a rollback
+        // brings back the old ones with their old tags.
+        let etag = "\"\(version)-\(String(file.inode, radix: 16))-\(String(size, radix: 16))-"
+            + "\(String(file.modifiedSeconds, radix: 16)).\(String(file.modifiedNanoseconds, radix: 16))\""
+        // The later of the file's time and its version record's: a rollback rewrites the
+        // record, so `If-Modified-Since` from the newer version doesn't match the older files.
+        let modified = max(file.modifiedSeconds, pinned.recordModified)
+        let lastModified = HTTPValidators.httpDate(secondsSince1970: modified)
+        var headers: HTTPFields = [
+            .contentType: LocalContentType.of(path: path),
+            .eTag: etag,
+            .lastModified: lastModified,
+            .acceptRanges: "bytes",
+            // Revalidate every time: the next load after a swap must see the new version.
+            .cacheControl: "no-cache",
+        ]
+        headers[Self.versionHeader] = version
+
+        // Conditional GET (RFC 9110 §13.2.2): If-None-Match wins over If-Modified-Since.
+        let notModified: Bool
+        if let noneMatch = request.headers[.ifNoneMatch] {
+            notModified = HTTPValidators.noneMatchHits(noneMatch, etag: etag)
+        } else if let since = request.headers[.ifModifiedSince], let sinceSeconds = LocalHTTPDate.parse(since) {
+            notModified = modified <= sinceSeconds
+        } else {
+            notModified = false
+        }
+        if notModified {
+            metrics.recordFile(app: app, code: 304)
+            return Response(status: .notModified, headers: headers)
+        }
+
+        var range = HTTPRange(header: request.headers[.range], size: size)
+        if range != .full, !HTTPValidators.ifRangeHolds(request.headers[.ifRange], etag: etag, lastModified: lastModified) {
+            range = .full
+        }
+        let status: HTTPResponse.Status
+        let bytes: ClosedRange<Int64>?
+        switch range {
+        case .unsatisfiable:
+            metrics.recordFile(app: app, code: 416)
+            headers[.contentRange] = "bytes */\(size)"
+            headers[.contentType] = "text/plain; charset=utf-8"
+            let text = "range not satisfiable\n"
+            headers[.contentLength] = String(text.utf8.count)
+            return Response(status: .rangeNotSatisfiable, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: ByteBuffer(string: text)))
+        case .partial(let partial):
+            status = .partialContent
+            bytes = partial
+            headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"
+        case .full:
+            status = .ok
+            bytes = size > 0 ? 0...(size - 1) : nil
+        }
+        metrics.recordFile(app: app, code: Int(status.code))
+        let count = bytes.map { Int($0.upperBound - $0.lowerBound + 1) } ?? 0
+        headers[.contentLength] = String(count)
+        guard !head, let bytes, count > 0 else { return Response(status: status, headers: headers) }
+
+        if count <= Self.wholeLimit {
+            // Small files (most of a web app): one read now, one write with the headers.
+            do {
+                let buffer = try file.read(offset: bytes.lowerBound, count: count, allocator: Self.allocator)
+                return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: buffer))
+            } catch {
+                logger.error("reading \(path): \(error)")
+                return Self.text(.internalServerError, "cannot read file\n")
+            }
+        }
+        let body = ResponseBody(contentLength: count) { writer in
+            // `pinned` keeps the version's directory from collection and `file` keeps the
+            // descriptor open until the last byte is written (or the client goes away).
+            withExtendedLifetime(pinned) {}
+            var offset = bytes.lowerBound
+            var remaining = count
+            // Two buffers in turn: by the time one is refilled the channel has usually
+            // written and released it, so its storage is reused instead of reallocated.
+            var buffers = [Self.allocator.buffer(capacity: Self.chunkSize), Self.allocator.buffer(capacity: Self.chunkSize)]
+            var turn = 0
+            while remaining > 0 {
+                let length = min(remaining, Self.chunkSize)
+                buffers[turn].clear()
+                try file.read(offset: offset, count: length, into: &buffers[turn])
+                try await writer.write(buffers[turn])
+                offset += Int64(length)
+                remaining -= length
+                turn ^= 1
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    static let versionHeader = HTTPFields.Element.Name("X-Offline-Version")!
+
+    // MARK: Responses
+
+    private static func query(of request: Request) -> String {
+        request.uri.query.map { "?\($0)" } ?? ""
+    }
+
+    static func redirect(_ status: HTTPResponse.Status, to location: String) -> Response {
+        Response(status: status, headers: [.location: location, .cacheControl: "no-store", .contentLength: "0"])
+    }
+
+    static func text(_ status: HTTPResponse.Status, _ text: String, head: Bool = false) -> Response {
+        var buffer = allocator.buffer(capacity: text.utf8.count)
+        buffer.writeString(text)
+        let headers: HTTPFields = [
+            .contentType: "text/plain; charset=utf-8", .contentLength: String(buffer.readableBytes), .cacheControl: "no-store",
+        ]
+        return Response(status: status, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: buffer))
+    }
+}

@@ -1,0 +1,41 @@
+import Foundation
+import OfflineAgent
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Shows sync progress on stderr: a redrawn bar on a terminal, plain lines otherwise
+/// (so cron mail and journald get readable logs).
+final class ProgressDisplay: Sendable {
+    private let task: Task<Void, Never>
+
+    init(events: AsyncStream<ProgressEvent>) {
+        let terminal = isatty(STDERR_FILENO) == 1
+        task = Task {
+            var lastPhase: ProgressEvent.Phase?
+            var lastDraw = Date.distantPast
+            for await event in events {
+                if event.phase == .done { break }
+                if terminal, event.phase == .downloading, event.total > 0 {
+                    guard Date().timeIntervalSince(lastDraw) > 0.1 || event.completed == event.total else { continue }
+                    lastDraw = Date()
+                    let fraction = Double(event.completed) / Double(event.total)
+                    let width = 30
+                    let filled = Int(fraction * Double(width))
+                    let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+                    let line = "\r\(event.app): downloading [\(bar)] \(Int(fraction * 100))% \(event.completed)/\(event.total) bytes"
+                    FileHandle.standardError.write(Data(line.utf8))
+                    if event.completed == event.total { FileHandle.standardError.write(Data("\n".utf8)) }
+                } else if event.phase != lastPhase {
+                    let detail = event.total > 0 ? " (\(event.total) bytes)" : ""
+                    FileHandle.standardError.write(Data("\(event.app): \(event.phase.rawValue)\(detail)\n".utf8))
+                }
+                lastPhase = event.phase
+            }
+        }
+    }
+
+    func finish() async {
+        await task.value
+    }
+}

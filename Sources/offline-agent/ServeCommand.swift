@@ -1,0 +1,48 @@
+import ArgumentParser
+import Foundation
+import Logging
+import OfflineAgent
+import OfflineHTTP
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Serve the active offline packages to a web view on a loopback HTTP server.",
+        discussion: """
+            GET /<app>/<path> serves a file of the app's active version; GET /open?url=<percent-encoded URL> \
+            redirects to the local copy when the URL is served offline, else to the URL itself; \
+            GET /metrics gives Prometheus counters. Prints "listening on http://HOST:PORT" on stdout once \
+            bound (useful with --port 0). Stops gracefully on SIGTERM or SIGINT.
+            Exit status: 0 stopped by a signal; 1 failed (e.g. the port is taken); 64 usage.
+            """
+    )
+
+    @Option(help: "The agent's root directory.") var root: String
+    @Option(help: "The port to listen on; 0 picks a free one.") var port: Int = 8421
+    @Option(help: "The address to listen on (loopback unless --allow-remote).") var host: String = "127.0.0.1"
+    @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
+    @Flag(help: "Allow a non-loopback --host and accept any Host header (turns off the DNS-rebinding check).")
+    var allowRemote = false
+    @Flag(help: "Log one line per request on stderr.") var verbose = false
+
+    func run() async throws {
+        var logger = Logger(label: "offline-agent.serve") { StreamLogHandler.standardError(label: $0) }
+        logger.logLevel = verbose ? .debug : .notice
+        try await reportingFailures {
+            let server = try LocalServer(
+                configuration: .init(root: root, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote),
+                logger: logger)
+            do {
+                try await server.run(stopOnSignals: true) { host, port in
+                    let shown = host.contains(":") ? "[\(host)]" : host
+                    // Unbuffered: a parent reading the pipe sees the line at once.
+                    FileHandle.standardOutput.write(Data("listening on http://\(shown):\(port)\n".utf8))
+                }
+            } catch let error as OfflineAgentError {
+                throw error
+            } catch {
+                throw OfflineAgentError(.install, "cannot serve on \(host):\(port): \(error)")
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import ArgumentParser
+import Foundation
+import OfflineAgent
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show the installed version of one app or of every app."
+    )
+
+    @Option(help: "The agent's root directory.") var root: String
+    @Option(help: "Only this app.") var app: String?
+    @Flag(help: "Print JSON: an object for one app, {\"apps\": [...]} for all.") var json = false
+    @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
+
+    func run() async throws {
+        try await reportingFailures {
+            let agent = Agent(root: URL(fileURLWithPath: root))
+            let statuses = try await agent.status(app: app, deviceID: deviceId)
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                let data = app == nil
+                    ? try encoder.encode(["apps": statuses.map(StatusJSON.init)])
+                    : try encoder.encode(StatusJSON(statuses[0]))
+                print(String(decoding: data, as: UTF8.self))
+                return
+            }
+            if statuses.isEmpty { print("no apps in \(root)") }
+            for status in statuses {
+                let version = status.installed?.version.description ?? "none"
+                let usable = status.usable ? "usable offline" : "not usable offline"
+                let checked = status.lastCheck.map(RFC3339.string(from:)) ?? "never"
+                print("\(status.app) \(version) (\(usable); miniVersion \(status.miniVersion?.description ?? "-"); last check \(checked))")
+                if let path = status.path { print("  path: \(path)") }
+                for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
+            }
+        }
+    }
+}
+
+/// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist.
+struct StatusJSON: Encodable {
+    var status: AppStatus
+
+    init(_ status: AppStatus) { self.status = status }
+
+    private enum CodingKeys: String, CodingKey {
+        case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(status.app, forKey: .app)
+        try c.encode(status.installed?.version.description, forKey: .version)
+        try c.encode(status.miniVersion?.description, forKey: .miniVersion)
+        try c.encode(status.usable, forKey: .usable)
+        try c.encode(status.path, forKey: .path)
+        try c.encode(status.lastCheck.map(RFC3339.string(from:)), forKey: .lastCheck)
+        try c.encode(status.installed?.whitelist ?? [], forKey: .whitelist)
+        try c.encode(status.installed?.rollout, forKey: .rollout)
+        try c.encode(status.installed?.previousVersion?.description, forKey: .previousVersion)
+    }
+}

@@ -1,0 +1,55 @@
+import ArgumentParser
+import Foundation
+import Logging
+import OfflineAgent
+import OfflineHTTP
+
+/// `offline-server`: serves a publish directory over HTTP (see `ReferenceServer`).
+@main
+struct OfflineServerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "offline-server",
+        abstract: "Serve a publish directory to offline-agent per PROTOCOL.md.",
+        discussion: """
+            GET /manifest?app=NAME&current=VERSION (or /NAME/manifest?current=VERSION) answers a \
+            patch manifest when the latest version has a patch from VERSION, else the full package; \
+            GET /NAME/FILE serves the published files with Range support. Prints \
+            'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
+            request on stderr. Stops on SIGINT/SIGTERM.
+            """
+    )
+
+    @Option(help: "The publish directory (written by `offline-agent publish`).") var dir: String
+    @Option(help: "Address to bind.") var host = "127.0.0.1"
+    @Option(help: "Port to bind; 0 picks a free one.") var port = 8080
+    @Option(help: "Ed25519 private key file: sign every manifest (X-Offline-Signature).") var key: String?
+    @Option(help: "How full packages are offered: gzip (the .zip.gz) or none (the .zip).") var compression = "gzip"
+    @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+
+    func run() async throws {
+        guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level '\(logLevel)'") }
+        guard let fullCompression = Manifest.Compression(rawValue: compression) else {
+            throw ValidationError("compression must be 'gzip' or 'none'")
+        }
+        guard FileManager.default.fileExists(atPath: dir) else { throw ValidationError("no such directory: \(dir)") }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let signingKey: SigningKey?
+        do {
+            signingKey = try key.map(SigningKey.init(contentsOfFile:))
+        } catch {
+            FileHandle.standardError.write(Data("offline-server: \(error)\n".utf8))
+            throw ExitCode(64)
+        }
+        let server = ReferenceServer(
+            configuration: .init(directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression),
+            logger: Logger(label: "offline-server"))
+        try await server.run(stopOnSignals: true) { host, port in
+            // Written unbuffered: a parent process waits for this line to learn the port.
+            FileHandle.standardOutput.write(Data("listening on \(host):\(port)\n".utf8))
+        }
+    }
+}

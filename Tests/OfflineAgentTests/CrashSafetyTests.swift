@@ -1,0 +1,210 @@
+import Foundation
+import Testing
+@testable import OfflineAgent
+
+/// `kill -9` at every step of an install, two runs at once, a full disk, a
+/// read-only root: afterwards the active version is entirely old or entirely new,
+/// and the next sync completes.
+@Suite("Crash safety", .serialized)
+struct CrashSafetyTests {
+    static let points = CrashPoint.allCases.map(\.rawValue)
+
+    @Test("kill -9 at each install step leaves old or new, and the next sync completes", arguments: points)
+    func killAt(_ point: String) async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
+        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let crashed = try CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
+        #expect(crashed.signaled && crashed.status == SIGKILL, "the process should die at \(point): \(crashed.stderr)")
+        #expect(h.activeMatches("1.0.0") || h.activeMatches("1.1.0"), "active version is whole after a crash at \(point)")
+        // Readers see a whole version the whole time.
+        let index = try await h.served("index.html")
+        let whole = index == h.expected("1.0.0", "index.html") || index == h.expected("1.1.0", "index.html")
+        #expect(whole)
+
+        let next = try CLI.run(args)
+        #expect(next.status == 0, "\(next.stderr)")
+        let json = try #require(CLI.json(next.stdout))
+        #expect(json["version"] as? String == "1.1.0")
+        #expect(h.activeMatches("1.1.0"))
+        // No leftovers of the crashed run.
+        let versions = try FileManager.default.contentsOfDirectory(atPath: h.store.versionsDirectory("mall"))
+        #expect(versions.filter { $0.hasPrefix(".") }.isEmpty, "\(versions)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: h.store.appDirectory("mall")).filter { $0.hasPrefix(".") }.isEmpty)
+    }
+
+    @Test("kill -9 at random moments of slow syncs, then a clean finish")
+    func killAtRandomMoments() async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        h.origin.override("1.3.0.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .drip(chunk: 4096, pause: 0.01)
+            return reply
+        }
+        h.origin.setManifest(h.full("1.3.0"))
+        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"]
+        var generator = SplitMix64(seed: 42)
+        for _ in 0..<6 {
+            let running = try CLI.start(args)
+            usleep(UInt32(Double.random(in: 0.05...0.6, using: &generator) * 1_000_000))
+            kill(running.process.processIdentifier, SIGKILL)
+            _ = CLI.finish(running)
+            #expect(h.activeMatches("1.0.0") || h.activeMatches("1.3.0"))
+        }
+        h.origin.clearOverrides()
+        let last = try CLI.run(args)
+        #expect(last.status == 0, "\(last.stderr)")
+        #expect(h.activeMatches("1.3.0"))
+    }
+
+    @Test("two syncs at once: one installs, the other exits 75")
+    func concurrentSyncs() async throws {
+        let h = try SyncHarness()
+        h.origin.override("1.0.0.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .drip(chunk: 8192, pause: 0.02)
+            return reply
+        }
+        h.origin.setManifest(h.full("1.0.0"))
+        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let first = try CLI.start(args)
+        // Wait until the first one is downloading (it holds the lock by then).
+        for _ in 0..<200 where h.origin.requests(for: "/files/1.0.0.zip").isEmpty {
+            usleep(20_000)
+        }
+        let second = try CLI.run(args)
+        #expect(second.status == 75, "\(second.stderr)")
+        #expect(CLI.json(second.stdout)?["result"] as? String == "failed")
+        let done = CLI.finish(first)
+        #expect(done.status == 0, "\(done.stderr)")
+        #expect(h.activeMatches("1.0.0"))
+    }
+
+    @Test("two agents in one process: the second finds the root busy")
+    func busyInProcess() async throws {
+        let h = try SyncHarness()
+        h.origin.override("1.0.0.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .drip(chunk: 8192, pause: 0.02)
+            return reply
+        }
+        h.origin.setManifest(h.full("1.0.0"))
+        async let first = h.sync()
+        for _ in 0..<200 where h.origin.requests(for: "/files/1.0.0.zip").isEmpty {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let second = await h.sync()
+        #expect(second.result == .failed)
+        #expect(second.error?.code == .busy)
+        #expect(await first.result == .updated)
+    }
+
+    /// Mounts a small tmpfs for disk-full tests; nil (with a reason) where mounting is not allowed.
+    final class SmallDisk: Sendable {
+        let path: String
+        init?(megabytes: Int) {
+            let dir = TemporaryDirectory("tmpfs")
+            path = dir.path + "-mnt"
+            try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            guard (try? run("mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", path]))?.status == 0 else { return nil }
+        }
+        func remount(readOnly: Bool) -> Bool {
+            (try? run("mount", ["-o", "remount,\(readOnly ? "ro" : "rw")", path]))?.status == 0
+        }
+        deinit {
+            _ = try? run("umount", ["-l", path])
+            try? FileManager.default.removeItem(atPath: path)
+        }
+    }
+
+    @Test("disk full during download, then during extraction: clear errors, old version intact, recovery")
+    func diskFull() async throws {
+        guard let disk = SmallDisk(megabytes: 2) else {
+            Issue.record("cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN)")
+            return
+        }
+        let h = try SyncHarness()
+        let root = "\(disk.path)/root"
+        let agent = { Agent(root: URL(fileURLWithPath: root), configuration: h.configuration) }
+        h.origin.setManifest(h.full("1.0.0"))
+        #expect(await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)).result == .updated)
+        let filler = "\(disk.path)/filler"
+        let package = h.fixture.bytes("1.1.0")
+        // The disk fills up after the budget check, while the file is being written.
+        h.origin.override("1.1.0.zip") { request, bytes in
+            let free = FileSystem.availableBytes(at: disk.path) ?? 0
+            _ = try? run("fallocate", ["-l", "\(max(free - Int64(bytes.count) / 2, 4096))", filler])
+            return Origin.serve(bytes, request: request)
+        }
+        h.origin.setManifest(h.full("1.1.0"))
+        let during = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
+        #expect(during.result == .failed)
+        #expect(during.error?.code == .download)
+        #expect(during.error?.description.contains("disk full") == true, "\(during.error?.description ?? "")")
+        #expect(Store(root: root).active("mall")?.version.description == "1.0.0")
+
+        // Room for the download but not for the extraction.
+        FileSystem.remove(filler)
+        FileSystem.remove(Store(root: root).downloadsDirectory("mall"))
+        try FileManager.default.createDirectory(atPath: Store(root: root).downloadsDirectory("mall"), withIntermediateDirectories: true)
+        h.origin.override("1.1.0.zip") { request, bytes in
+            let free = FileSystem.availableBytes(at: disk.path) ?? 0
+            _ = try? run("fallocate", ["-l", "\(max(free - Int64(bytes.count) - 16 * 1024, 4096))", filler])
+            return Origin.serve(bytes, request: request)
+        }
+        let extracting = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
+        #expect(extracting.result == .failed)
+        #expect([.extract, .install, .download].contains(extracting.error?.code), "\(extracting.error?.description ?? "")")
+        #expect(Store(root: root).active("mall")?.version.description == "1.0.0")
+        let index = FileManager.default.contents(atPath: "\(root)/apps/mall/current/index.html").map { [UInt8]($0) }
+        #expect(index == h.expected("1.0.0", "index.html") ? true : false)
+
+        FileSystem.remove(filler)
+        h.origin.clearOverrides()
+        let healed = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
+        #expect(healed.result == .updated, "\(healed.error?.description ?? "")")
+        _ = package
+    }
+
+    @Test("not enough space for the plan: refused before downloading")
+    func diskBudget() async throws {
+        guard let disk = SmallDisk(megabytes: 1) else {
+            Issue.record("cannot mount a tmpfs here")
+            return
+        }
+        let h = try SyncHarness()
+        let big = [UInt8](repeating: 7, count: 900_000)
+        var zip = ZipBuilder()
+        zip.file("big.bin", big)
+        let bytes = zip.build()
+        h.origin.put("big.zip", bytes)
+        h.origin.setManifest(h.full("1.0.0", ["url": "files/big.zip", "size": bytes.count,
+                                               "sha256": PackageFixture.sha256(bytes), "packageSha256": PackageFixture.sha256(bytes)]))
+        let report = await Agent(root: URL(fileURLWithPath: "\(disk.path)/root"), configuration: h.configuration)
+            .sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
+        #expect(report.result == .failed)
+        #expect(report.error?.reason.contains("not enough disk space") == true, "\(report.error?.description ?? "")")
+        #expect(h.origin.requests(for: "/files/big.zip").isEmpty)
+    }
+
+    @Test("a read-only root fails clearly and keeps the installed version")
+    func readOnlyRoot() async throws {
+        guard let disk = SmallDisk(megabytes: 4) else {
+            Issue.record("cannot mount a tmpfs here")
+            return
+        }
+        let h = try SyncHarness()
+        let root = URL(fileURLWithPath: "\(disk.path)/root")
+        h.origin.setManifest(h.full("1.0.0"))
+        #expect(await Agent(root: root, configuration: h.configuration).sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)).result == .updated)
+        #expect(disk.remount(readOnly: true))
+        h.origin.setManifest(h.full("1.1.0"))
+        let report = await Agent(root: root, configuration: h.configuration).sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
+        #expect(report.result == .failed)
+        #expect(report.error?.description.contains("Read-only file system") == true, "\(report.error?.description ?? "")")
+        #expect(Store(root: root.path).active("mall")?.version.description == "1.0.0")
+        #expect(disk.remount(readOnly: false))
+    }
+}

@@ -1,0 +1,463 @@
+#!/usr/bin/env bash
+# offline-agent benchmark: `offline-agent patch` vs Debian bspatch, `offline-agent
+# extract` vs Info-ZIP unzip, on real web front ends (streamlit + bokeh static
+# dirs from PyPI wheels).  See bench/README.md.
+#
+#   bench/run.sh [all|prepare|patch|extract]...     (default: all)
+#
+# Environment:
+#   OURS=/path/to/offline-agent   binary under test (default .build/release/offline-agent;
+#                                 bench/standin-ours.sh is a bspatch/unzip stand-in for dry runs)
+#   BUILD=auto|1|0                build release first (auto: only when OURS is the default)
+#   RUNS=5                        timed runs per tool and case (after 1 untimed warm-up)
+#   WORK=bench/work               scratch dir (downloads, packages, patches, outputs)
+#   STREAMLIT_V1/STREAMLIT_V2     streamlit versions (default 1.65.0 -> 1.66.0)
+#   BOKEH_V1/BOKEH_V2             bokeh versions for the large package (default 3.9.1 -> 3.9.2)
+#   SMALL_MB=5                    size of the small package (subset of the streamlit files)
+#   VERBOSE=1                     also print every run's time and RSS
+#
+# Adding a section (e.g. `sync`): write `section_sync() { ... }` using measure /
+# median / summary below, and add `sync` to SECTIONS.
+set -euo pipefail
+export LC_ALL=C
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DEFAULT_OURS="$ROOT/.build/release/offline-agent"
+OURS=${OURS:-$DEFAULT_OURS}
+BUILD=${BUILD:-auto}
+RUNS=${RUNS:-5}
+WORK=${WORK:-$ROOT/bench/work}
+RESULTS=${RESULTS:-$ROOT/bench/results.txt}
+STREAMLIT_V1=${STREAMLIT_V1:-1.65.0}
+STREAMLIT_V2=${STREAMLIT_V2:-1.66.0}
+BOKEH_V1=${BOKEH_V1:-3.9.1}
+BOKEH_V2=${BOKEH_V2:-3.9.2}
+SMALL_MB=${SMALL_MB:-5}
+FIXED_MTIME='2020-01-01T00:00:00Z'   # packages are built reproducibly (PROTOCOL.md)
+
+# Targets (bench/README.md).
+T_PATCH_TIME=0.7        # ours/bspatch wall time
+T_PATCH_RSS_MB=40       # our peak RSS, small and large package
+T_PATCH_FLAT_MB=4       # |RSS(large) - RSS(small)|
+T_EXTRACT_TIME=0.8      # ours/unzip wall time
+T_EXTRACT_RSS_MB=32     # our peak RSS
+
+SECTIONS=(patch extract)   # what `all` runs, in order (after build + prepare)
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+log() { printf '\n== %s\n' "$*" >&2; }
+die() { printf 'run.sh: error: %s\n' "$*" >&2; exit 1; }
+need() { command -v "$1" >/dev/null 2>&1 || die "missing tool '$1' (apt-get install ${2:-$1})"; }
+
+SUMMARY=()    # "key=value" lines
+VERDICTS=()   # "# PASS ..." / "# FAIL ..." lines
+summary() { SUMMARY+=("$1=$2"); }
+
+# calc 'awk expression'  e.g. calc "$a / $b"
+calc() { awk "BEGIN { printf \"%.6g\", $1 }"; }
+fmt1() { awk -v x="$1" 'BEGIN { printf "%.1f", x }'; }
+fmt2() { awk -v x="$1" 'BEGIN { printf "%.2f", x }'; }
+fmt3() { awk -v x="$1" 'BEGIN { printf "%.3f", x }'; }
+mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }              # KiB -> MiB
+size_mb() { awk -v b="$(stat -c %s "$1")" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+size_h() {  # human-readable byte size of a file
+  awk -v b="$(stat -c %s "$1")" 'BEGIN { if (b >= 1048576) printf "%.1fM", b/1048576; else printf "%.0fK", b/1024 }'
+}
+
+# median of the arguments (numbers)
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "nan"; exit }
+    if (NR % 2) printf "%.6g", v[(NR + 1) / 2]; else printf "%.6g", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# check KEY VALUE OP LIMIT DESCRIPTION  -> records PASS/FAIL
+check() {
+  local key=$1 value=$2 op=$3 limit=$4 desc=$5 ok
+  ok=$(awk -v v="$value" -v l="$limit" -v op="$op" 'BEGIN {
+    if (v == "nan" || v == "") { print "n/a"; exit }
+    if (op == "<=") print (v + 0 <= l + 0) ? "PASS" : "FAIL"; else print (v + 0 >= l + 0) ? "PASS" : "FAIL" }')
+  VERDICTS+=("# $ok $key=$value (target $op $limit: $desc)")
+}
+
+# measure CMD...  -> sets M_WALL (seconds, µs resolution from EPOCHREALTIME) and
+# M_RSS_KB (peak RSS of the command from GNU time's %M).  stdout is discarded;
+# the command failing aborts the benchmark with its stderr.
+M_WALL=0 M_RSS_KB=0
+measure() {
+  local tf="$WORK/.time" ef="$WORK/.stderr" t0 t1 rc=0
+  t0=$EPOCHREALTIME
+  /usr/bin/time -f '%e %M' -o "$tf" -- "$@" >/dev/null 2>"$ef" || rc=$?
+  t1=$EPOCHREALTIME
+  if (( rc != 0 )); then
+    cat "$ef" >&2
+    die "command failed (exit $rc): $*"
+  fi
+  M_WALL=$(calc "$t1 - $t0")
+  M_RSS_KB=$(awk 'END { print $2 }' "$tf")
+}
+
+# drop dirty pages so one run's writes don't get flushed during the next run
+settle() { sync; }
+
+# --------------------------------------------------------------------------
+# build
+# --------------------------------------------------------------------------
+do_build() {
+  local want=$BUILD
+  if [[ $want == auto ]]; then
+    [[ $OURS == "$DEFAULT_OURS" ]] && want=1 || want=0
+  fi
+  if [[ $want == 1 ]]; then
+    log "build: swift build -c release --product offline-agent"
+    (cd "$ROOT" && swift build -c release --product offline-agent) >&2
+  else
+    log "build: skipped (OURS=$OURS)"
+  fi
+  [[ -x $OURS ]] || die "OURS=$OURS is not an executable"
+}
+
+# --------------------------------------------------------------------------
+# prepare: wheels -> static trees -> stored/deflated zips -> bsdiff patches
+# Everything is cached in $WORK; delete $WORK to start over.
+# --------------------------------------------------------------------------
+fetch_wheel() {  # fetch_wheel DIST VERSION -> prints the wheel path
+  local dist=$1 ver=$2 dir="$WORK/wheels" whl
+  mkdir -p "$dir"
+  whl=$(ls "$dir/$dist-$ver-"*.whl 2>/dev/null | head -n1 || true)
+  if [[ -z $whl ]]; then
+    # one version per call: pip refuses two versions of one project in a single resolve
+    pip download -q --no-deps --only-binary=:all: -d "$dir" "$dist==$ver" >&2
+    whl=$(ls "$dir/$dist-$ver-"*.whl | head -n1)
+  fi
+  printf '%s\n' "$whl"
+}
+
+unpack_static() {  # unpack_static WHEEL PREFIX DEST: DEST gets the contents of PREFIX/
+  local whl=$1 prefix=$2 dest=$3 tmp="$3.tmp"
+  [[ -d $dest ]] && return 0
+  rm -rf "$tmp"
+  unzip -q -o "$whl" "$prefix/*" -d "$tmp"
+  [[ -d $tmp/$prefix ]] || die "$whl has no $prefix/"
+  mv "$tmp/$prefix" "$dest"
+  rm -rf "$tmp"
+}
+
+copy_small_subset() {  # copy_small_subset SRC DEST: files in sorted path order, skipping
+  # files over 1 MiB, until SMALL_MB is reached (same rule for both versions)
+  local src=$1 dest=$2 limit=$((SMALL_MB * 1048576))
+  [[ -d $dest ]] && return 0
+  rm -rf "$dest.tmp"; mkdir -p "$dest.tmp"
+  (cd "$src" && find . -type f -printf '%s %P\n' | sort -k2 |
+    awk -v lim="$limit" '$1 <= 1048576 && tot < lim { tot += $1; sub(/^[0-9]+ /, ""); print }' |
+    tar -cf - --no-recursion -T - | tar -xf - -C "$dest.tmp")
+  mv "$dest.tmp" "$dest"
+}
+
+make_zips() {  # make_zips TREE NAME: $WORK/pkg/NAME.stored.zip and NAME.deflated.zip
+  local tree=$1 name=$2 out="$WORK/pkg"
+  mkdir -p "$out"
+  find "$tree" -exec touch -h -d "$FIXED_MTIME" {} +
+  if [[ ! -f $out/$name.stored.zip ]]; then
+    (cd "$tree" && find . -type f | sort | zip -0 -X -q -@ "$out/$name.stored.zip.tmp")
+    mv "$out/$name.stored.zip.tmp" "$out/$name.stored.zip"
+  fi
+  if [[ ! -f $out/$name.deflated.zip ]]; then
+    (cd "$tree" && find . -type f | sort | zip -9 -X -q -@ "$out/$name.deflated.zip.tmp")
+    mv "$out/$name.deflated.zip.tmp" "$out/$name.deflated.zip"
+  fi
+}
+
+make_patch() {  # make_patch OLD NEW PATCH (Debian bsdiff, the reference)
+  [[ -f $3 ]] && return 0
+  log "bsdiff $(basename "$1") $(basename "$2") (slow: ~1 s per MB)"
+  bsdiff "$1" "$2" "$3.tmp"
+  mv "$3.tmp" "$3"
+}
+
+# Cases: NAME OLD NEW PATCH, filled by prepare.
+declare -A CASE_OLD=() CASE_NEW=() CASE_PATCH=() CASE_TREE=()
+PATCH_CASES=(small medium medium-deflated large)
+EXTRACT_CASES=(stored deflated)
+PREPARED=0
+
+prepare() {
+  (( PREPARED )) && return 0
+  need pip python3-pip; need bsdiff; need bspatch bsdiff; need zip; need unzip; need tar
+  [[ -x /usr/bin/time ]] || die "missing /usr/bin/time (apt-get install time)"
+  log "prepare: streamlit $STREAMLIT_V1 -> $STREAMLIT_V2, bokeh $BOKEH_V1 -> $BOKEH_V2 in $WORK"
+  mkdir -p "$WORK/tree" "$WORK/pkg" "$WORK/patch" "$WORK/out"
+  local t="$WORK/tree" p="$WORK/pkg" d="$WORK/patch" side sv bv
+
+  for side in a b; do
+    [[ $side == a ]] && { sv=$STREAMLIT_V1; bv=$BOKEH_V1; } || { sv=$STREAMLIT_V2; bv=$BOKEH_V2; }
+    unpack_static "$(fetch_wheel streamlit "$sv")" streamlit/static "$t/streamlit-$sv"
+    unpack_static "$(fetch_wheel bokeh "$bv")" bokeh/server/static "$t/bokeh-$bv"
+    # medium: the streamlit front end as is
+    [[ -e $t/medium-$side ]] || ln -sfn "streamlit-$sv" "$t/medium-$side"
+    # small: a ~SMALL_MB subset of it
+    copy_small_subset "$t/streamlit-$sv" "$t/small-$side"
+    # large: streamlit + bokeh front ends side by side (~45 MB)
+    if [[ ! -d $t/large-$side ]]; then
+      mkdir -p "$t/large-$side.tmp"
+      cp -a "$t/streamlit-$sv" "$t/large-$side.tmp/streamlit"
+      cp -a "$t/bokeh-$bv" "$t/large-$side.tmp/bokeh"
+      mv "$t/large-$side.tmp" "$t/large-$side"
+    fi
+    make_zips "$t/medium-$side/" "medium-$side"
+    make_zips "$t/small-$side" "small-$side"
+    make_zips "$t/large-$side" "large-$side"
+  done
+
+  local c kind
+  for c in small medium large; do
+    CASE_OLD[$c]="$p/$c-a.stored.zip"; CASE_NEW[$c]="$p/$c-b.stored.zip"
+    CASE_PATCH[$c]="$d/$c.stored.bsdiff"
+  done
+  CASE_OLD[medium-deflated]="$p/medium-a.deflated.zip"; CASE_NEW[medium-deflated]="$p/medium-b.deflated.zip"
+  CASE_PATCH[medium-deflated]="$d/medium.deflated.bsdiff"
+  for c in "${PATCH_CASES[@]}"; do make_patch "${CASE_OLD[$c]}" "${CASE_NEW[$c]}" "${CASE_PATCH[$c]}"; done
+  for kind in stored deflated; do
+    CASE_NEW[x-$kind]="$p/medium-b.$kind.zip"; CASE_TREE[x-$kind]="$t/medium-b/"
+  done
+
+  log "packages"
+  printf '%-16s %9s %9s %9s %7s\n' case old new patch patch%
+  for c in "${PATCH_CASES[@]}"; do
+    printf '%-16s %9s %9s %9s %6s%%\n' "$c" "$(size_h "${CASE_OLD[$c]}")" "$(size_h "${CASE_NEW[$c]}")" \
+      "$(size_h "${CASE_PATCH[$c]}")" \
+      "$(fmt1 "$(calc "100 * $(stat -c %s "${CASE_PATCH[$c]}") / $(stat -c %s "${CASE_NEW[$c]}")")")"
+    summary "pkg.$c.new_mb" "$(size_mb "${CASE_NEW[$c]}")"
+    summary "pkg.$c.patch_kb" "$(awk -v b="$(stat -c %s "${CASE_PATCH[$c]}")" 'BEGIN { printf "%.0f", b / 1024 }')"
+  done
+  PREPARED=1
+}
+
+# --------------------------------------------------------------------------
+# baseline: the Swift runtime + Foundation + argument parsing, doing nothing
+# --------------------------------------------------------------------------
+BASELINE_KB=""
+baseline() {
+  [[ -n $BASELINE_KB ]] && return 0
+  local i rss=() wall=()
+  measure "$OURS" --version   # warm-up
+  for ((i = 0; i < RUNS; i++)); do measure "$OURS" --version; rss+=("$M_RSS_KB"); wall+=("$M_WALL"); done
+  BASELINE_KB=$(median "${rss[@]}")
+  log "baseline: $OURS --version: peak RSS $(mb "$BASELINE_KB") MB, wall $(fmt3 "$(median "${wall[@]}")") s"
+  summary baseline.rss_mb "$(mb "$BASELINE_KB")"
+  summary baseline.time_s "$(fmt3 "$(median "${wall[@]}")")"
+}
+
+# alternate REF_FN OURS_FN ARGS...: RUNS timed runs of each, interleaved, the order
+# flipping every round (ref,ours / ours,ref) so cache and clock drift hit both
+# alike.  Each *_FN ARGS... runs one `measure`.  Results: A_RT A_RM (ref wall s,
+# peak KiB) and A_OT A_OM (ours).
+A_RT=() A_RM=() A_OT=() A_OM=()
+alternate() {
+  local ref=$1 ours=$2 i; shift 2
+  A_RT=() A_RM=() A_OT=() A_OM=()
+  for ((i = 0; i < RUNS; i++)); do
+    if (( i % 2 == 0 )); then
+      "$ref" "$@"; A_RT+=("$M_WALL"); A_RM+=("$M_RSS_KB")
+      "$ours" "$@"; A_OT+=("$M_WALL"); A_OM+=("$M_RSS_KB")
+    else
+      "$ours" "$@"; A_OT+=("$M_WALL"); A_OM+=("$M_RSS_KB")
+      "$ref" "$@"; A_RT+=("$M_WALL"); A_RM+=("$M_RSS_KB")
+    fi
+  done
+}
+
+max() { printf '%s\n' "$@" | sort -g | tail -n1; }
+min() { printf '%s\n' "$@" | sort -g | head -n1; }
+
+# raw per-run numbers, for VERBOSE=1
+raw() {  # raw LABEL REF_NAME
+  [[ ${VERBOSE:-0} == 1 ]] || return 0
+  printf '    %-12s %s s: %s\n' "$1" "$2" "${A_RT[*]}" >&2
+  printf '    %-12s ours s: %s\n' "$1" "${A_OT[*]}" >&2
+  printf '    %-12s %s KiB: %s | ours KiB: %s\n' "$1" "$2" "${A_RM[*]}" "${A_OM[*]}" >&2
+}
+
+# print_row CASE SIZE_MB REF_S OURS_S REF_KB OURS_KB REF_MIN_S OURS_MIN_S -> table row;
+# sets ROW_RATIO (of medians), ROW_RATIO_MIN (of best runs), ROW_ADDED (MiB over baseline)
+ROW_RATIO=0 ROW_RATIO_MIN=0 ROW_ADDED=0
+TABLE_FMT='%-16s %8s | %10s %10s | %10s %10s %10s | %6s %9s\n'
+print_row() {
+  ROW_RATIO=$(calc "$4 / $3")
+  ROW_RATIO_MIN=$(calc "$8 / $7")
+  ROW_ADDED=$(calc "($6 - $BASELINE_KB) / 1024")
+  printf "$TABLE_FMT" "$1" "$2" "$(fmt3 "$3")" "$(fmt3 "$4")" "$(mb "$5")" "$(mb "$6")" \
+    "$(fmt2 "$ROW_ADDED")" "$(fmt2 "$ROW_RATIO")" "$(fmt2 "$ROW_RATIO_MIN")"
+}
+
+# --------------------------------------------------------------------------
+# section: patch
+# --------------------------------------------------------------------------
+P_REF_OUT="" P_OUR_OUT=""
+run_bspatch() { rm -f "$P_REF_OUT"; settle; measure bspatch "$1" "$P_REF_OUT" "$2"; }    # OLD PATCH
+run_ours_patch() { rm -f "$P_OUR_OUT"; settle; measure "$OURS" patch "$1" "$2" "$P_OUR_OUT"; }
+
+section_patch() {
+  prepare; baseline
+  log "patch: bspatch OLD NEW PATCH  vs  $(basename "$OURS") patch OLD PATCH NEW  ($RUNS runs each, alternating)"
+  local c old new pat
+  local -A R_T=() R_M=() O_T=() O_M=() R_MIN=() O_MIN=()
+  P_REF_OUT="$WORK/out/patched.bspatch.zip" P_OUR_OUT="$WORK/out/patched.ours.zip"
+  for c in "${PATCH_CASES[@]}"; do
+    old=${CASE_OLD[$c]} new=${CASE_NEW[$c]} pat=${CASE_PATCH[$c]}
+    # untimed warm-up (page cache) + correctness
+    run_bspatch "$old" "$pat"; cmp -s "$P_REF_OUT" "$new" || die "$c: bspatch output differs from $new"
+    run_ours_patch "$old" "$pat"; cmp "$P_OUR_OUT" "$new" >&2 || die "$c: our output differs from $new"
+    alternate run_bspatch run_ours_patch "$old" "$pat"
+    cmp "$P_OUR_OUT" "$new" >&2 || die "$c: our output (last timed run) differs from $new"
+    cmp -s "$P_REF_OUT" "$new" || die "$c: bspatch output (last timed run) differs from $new"
+    R_T[$c]=$(median "${A_RT[@]}") R_M[$c]=$(median "${A_RM[@]}")
+    O_T[$c]=$(median "${A_OT[@]}") O_M[$c]=$(max "${A_OM[@]}")
+    R_MIN[$c]=$(min "${A_RT[@]}") O_MIN[$c]=$(min "${A_OT[@]}")
+    raw "$c" bspatch
+    printf '  %-16s bspatch %s s  ours %s s   (identical output)\n' "$c" "$(fmt3 "${R_T[$c]}")" "$(fmt3 "${O_T[$c]}")" >&2
+  done
+  rm -f "$P_REF_OUT" "$P_OUR_OUT"
+
+  echo
+  echo "patch: median wall time (s), peak RSS (MiB; ours = max over runs), added = ours - baseline ($(mb "$BASELINE_KB") MiB),"
+  echo "ratio = ours/bspatch of the medians, ratio_min = of the best runs"
+  printf "$TABLE_FMT" case new_MB bspatch_s ours_s bspatch_MB ours_MB added_MB ratio ratio_min
+  local ratios=()
+  for c in "${PATCH_CASES[@]}"; do
+    print_row "$c" "$(size_mb "${CASE_NEW[$c]}")" "${R_T[$c]}" "${O_T[$c]}" "${R_M[$c]}" "${O_M[$c]}" \
+      "${R_MIN[$c]}" "${O_MIN[$c]}"
+    ratios+=("$ROW_RATIO")
+    summary "patch.$c.time_ratio" "$(fmt2 "$ROW_RATIO")"
+    summary "patch.$c.time_ratio_min" "$(fmt2 "$ROW_RATIO_MIN")"
+    summary "patch.$c.ours_s" "$(fmt3 "${O_T[$c]}")"
+    summary "patch.$c.bspatch_s" "$(fmt3 "${R_T[$c]}")"
+    summary "patch.$c.ours_rss_mb" "$(mb "${O_M[$c]}")"
+    summary "patch.$c.added_rss_mb" "$(fmt2 "$ROW_ADDED")"
+    summary "patch.$c.bspatch_rss_mb" "$(mb "${R_M[$c]}")"
+  done
+  local worst geo flat
+  worst=$(max "${ratios[@]}")
+  geo=$(printf '%s\n' "${ratios[@]}" | awk '{ s += log($1) } END { printf "%.6g", exp(s / NR) }')
+  flat=$(calc "(${O_M[large]} - ${O_M[small]}) / 1024"); flat=${flat#-}
+  summary patch.time_ratio "$(fmt2 "$worst")"
+  summary patch.time_ratio_geomean "$(fmt2 "$geo")"
+  summary patch.rss_mb.small "$(mb "${O_M[small]}")"
+  summary patch.rss_mb.large "$(mb "${O_M[large]}")"
+  summary patch.rss_flat_delta_mb "$(fmt2 "$flat")"
+  summary patch.added_rss_mb.small "$(fmt2 "$(calc "(${O_M[small]} - $BASELINE_KB) / 1024")")"
+  summary patch.added_rss_mb.large "$(fmt2 "$(calc "(${O_M[large]} - $BASELINE_KB) / 1024")")"
+  summary patch.bspatch_rss_mb.small "$(mb "${R_M[small]}")"
+  summary patch.bspatch_rss_mb.large "$(mb "${R_M[large]}")"
+  check patch.time_ratio "$(fmt2 "$worst")" '<=' "$T_PATCH_TIME" "ours/bspatch wall time, worst case"
+  check patch.rss_mb.small "$(mb "${O_M[small]}")" '<=' "$T_PATCH_RSS_MB" "our peak RSS, small package"
+  check patch.rss_mb.large "$(mb "${O_M[large]}")" '<=' "$T_PATCH_RSS_MB" "our peak RSS, large package"
+  check patch.rss_flat_delta_mb "$(fmt2 "$flat")" '<=' "$T_PATCH_FLAT_MB" "|RSS large - RSS small|"
+}
+
+# --------------------------------------------------------------------------
+# section: extract
+# --------------------------------------------------------------------------
+X_REF_DIR="" X_OUR_DIR=""
+run_unzip() { rm -rf "$X_REF_DIR"; settle; measure unzip -q -o "$1" -d "$X_REF_DIR"; }   # ZIP
+run_ours_extract() { rm -rf "$X_OUR_DIR"; settle; measure "$OURS" extract "$1" "$X_OUR_DIR"; }
+
+section_extract() {
+  prepare; baseline
+  log "extract: unzip -q -o ZIP -d DIR  vs  $(basename "$OURS") extract ZIP DIR  ($RUNS runs each, alternating)"
+  local k zip tree
+  local -A R_T=() R_M=() O_T=() O_M=() R_MIN=() O_MIN=()
+  X_REF_DIR="$WORK/out/x-unzip" X_OUR_DIR="$WORK/out/x-ours"
+  for k in "${EXTRACT_CASES[@]}"; do
+    zip=${CASE_NEW[x-$k]} tree=${CASE_TREE[x-$k]}
+    run_unzip "$zip"; diff -r "$tree" "$X_REF_DIR" >/dev/null || die "extract $k: unzip's tree differs from $tree"
+    run_ours_extract "$zip"; diff -r "$tree" "$X_OUR_DIR" >&2 || die "extract $k: our tree differs from $tree"
+    alternate run_unzip run_ours_extract "$zip"
+    diff -r "$X_REF_DIR" "$X_OUR_DIR" >&2 || die "extract $k: trees differ (unzip vs ours, last timed run)"
+    R_T[$k]=$(median "${A_RT[@]}") R_M[$k]=$(median "${A_RM[@]}")
+    O_T[$k]=$(median "${A_OT[@]}") O_M[$k]=$(max "${A_OM[@]}")
+    R_MIN[$k]=$(min "${A_RT[@]}") O_MIN[$k]=$(min "${A_OT[@]}")
+    raw "$k" unzip
+    printf '  %-16s unzip %s s  ours %s s   (identical trees)\n' "$k" "$(fmt3 "${R_T[$k]}")" "$(fmt3 "${O_T[$k]}")" >&2
+  done
+  rm -rf "$X_REF_DIR" "$X_OUR_DIR"
+
+  echo
+  echo "extract ($(find "${CASE_TREE[x-stored]}" -type f | wc -l) files): median wall time (s), peak RSS (MiB; ours = max over runs), added = ours - baseline,"
+  echo "ratio = ours/unzip of the medians, ratio_min = of the best runs"
+  printf "$TABLE_FMT" case zip_MB unzip_s ours_s unzip_MB ours_MB added_MB ratio ratio_min
+  local ratios=() rsss=()
+  for k in "${EXTRACT_CASES[@]}"; do
+    print_row "$k" "$(size_mb "${CASE_NEW[x-$k]}")" "${R_T[$k]}" "${O_T[$k]}" "${R_M[$k]}" "${O_M[$k]}" \
+      "${R_MIN[$k]}" "${O_MIN[$k]}"
+    ratios+=("$ROW_RATIO"); rsss+=("${O_M[$k]}")
+    summary "extract.$k.time_ratio" "$(fmt2 "$ROW_RATIO")"
+    summary "extract.$k.time_ratio_min" "$(fmt2 "$ROW_RATIO_MIN")"
+    summary "extract.$k.ours_s" "$(fmt3 "${O_T[$k]}")"
+    summary "extract.$k.unzip_s" "$(fmt3 "${R_T[$k]}")"
+    summary "extract.$k.ours_rss_mb" "$(mb "${O_M[$k]}")"
+    summary "extract.$k.added_rss_mb" "$(fmt2 "$ROW_ADDED")"
+    summary "extract.$k.unzip_rss_mb" "$(mb "${R_M[$k]}")"
+  done
+  local worst rss
+  worst=$(max "${ratios[@]}"); rss=$(max "${rsss[@]}")
+  summary extract.time_ratio "$(fmt2 "$worst")"
+  summary extract.rss_mb "$(mb "$rss")"
+  check extract.time_ratio "$(fmt2 "$worst")" '<=' "$T_EXTRACT_TIME" "ours/unzip wall time, worst case"
+  check extract.rss_mb "$(mb "$rss")" '<=' "$T_EXTRACT_RSS_MB" "our peak RSS, worst case"
+}
+
+# --------------------------------------------------------------------------
+# section: sync (hook, not written yet)
+# --------------------------------------------------------------------------
+# section_sync() {
+#   prepare; baseline
+#   # e.g. serve $WORK/pkg with nginx-light on 127.0.0.1, publish manifests, time
+#   # `offline-agent sync` for full / patch / 304 updates; measure + summary + check.
+# }
+# ...and add `sync` to SECTIONS at the top.
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+print_summary() {
+  local line
+  {
+    echo "# offline-agent bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# ours=$OURS runs=$RUNS host=$(uname -srm) cpus=$(nproc) loadavg(start)=$LOAD_START loadavg(end)=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "# streamlit $STREAMLIT_V1->$STREAMLIT_V2, bokeh $BOKEH_V1->$BOKEH_V2; time = median wall, rss = peak (GNU time %M)"
+    for line in "${SUMMARY[@]}"; do echo "$line"; done
+    for line in "${VERDICTS[@]}"; do echo "$line"; done
+  } > "$RESULTS.tmp"
+  mv "$RESULTS.tmp" "$RESULTS"
+  printf '\n==================== summary (%s) ====================\n' "${RESULTS#"$ROOT"/}"
+  cat "$RESULTS"
+}
+
+main() {
+  local args=("$@") s todo=()
+  (( ${#args[@]} )) || args=(all)
+  for s in "${args[@]}"; do
+    case $s in
+      all) todo+=("${SECTIONS[@]}") ;;
+      prepare) todo+=(prepare) ;;
+      -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
+      *) declare -F "section_$s" >/dev/null || die "unknown section '$s' (have: prepare ${SECTIONS[*]} all)"
+         todo+=("$s") ;;
+    esac
+  done
+  mkdir -p "$WORK"
+  LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+  if awk -v l="${LOAD_START%% *}" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
+    log "warning: load average $LOAD_START on $(nproc) CPUs: timings will be noisy (use an idle machine, or RUNS=9)"
+  fi
+  if [[ " ${todo[*]} " != " prepare " ]]; then do_build; fi
+  for s in "${todo[@]}"; do
+    if [[ $s == prepare ]]; then prepare; else "section_$s"; fi
+  done
+  print_summary
+}
+
+main "$@"

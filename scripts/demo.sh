@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The main job, end to end on loopback: build, publish the fixture app, serve it,
+# sync (full), publish the next version, sync again (patch), then status and resolve.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/opt/swift/usr/bin:$PATH"
+OFFLINE_AGENT_BROWSER_TESTS=0 scripts/install-deps.sh
+
+swift build --product offline-agent
+swift build --product offline-server
+bin="$(swift build --show-bin-path)"
+agent="$bin/offline-agent"
+
+work="${DEMO_DIR:-$(mktemp -d /tmp/offline-agent-demo.XXXXXX)}"
+publish="$work/publish" root="$work/root"
+mkdir -p "$publish"
+whitelist="https://h5.example.com/mall/"
+echo "== demo in $work"
+
+echo "== keygen"
+public_key="$("$agent" keygen --out "$work/signing.key" --force)"
+
+echo "== publish 1.0.0"
+"$agent" publish --app mall --version 1.0.0 --source fixtures/sample-app/1.0.0 --out "$publish" \
+    --whitelist "$whitelist" --key "$work/signing.key"
+
+echo "== start offline-server on a free loopback port"
+"$bin/offline-server" --dir "$publish" --port 0 --key "$work/signing.key" >"$work/server.out" 2>"$work/server.log" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q listening "$work/server.out" 2>/dev/null && break; sleep 0.1; done
+address="$(sed -n 's/^listening on //p' "$work/server.out")"
+manifest="http://$address/manifest"
+echo "   serving $publish at http://$address"
+
+sync() { "$agent" sync --root "$root" --app mall --manifest "$manifest" --public-key "$public_key" --json "$@"; }
+
+echo "== sync (nothing installed: full package)"
+sync
+
+echo "== publish 1.1.0"
+"$agent" publish --app mall --version 1.1.0 --source fixtures/sample-app/1.1.0 --out "$publish" --key "$work/signing.key"
+
+echo "== sync again (within 5 minutes: throttled)"
+sync
+echo "== sync --force (1.0.0 installed: patch)"
+sync --force
+
+echo "== status"
+"$agent" status --root "$root"
+
+echo "== resolve ${whitelist}index.html"
+file="$("$agent" resolve --root "$root" "${whitelist}index.html")"
+echo "$file"
+grep -o '<title>[^<]*</title>' "$file" || head -c 300 "$file"
+echo "== done: the page is served from $file"

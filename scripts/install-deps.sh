@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the system packages offline-agent builds and tests with (Debian 12).
+# Cheap when everything is already there: apt runs only for missing packages.
+set -euo pipefail
+
+packages=(
+    libzip-dev libbz2-dev zlib1g-dev libdivsufsort-dev pkg-config   # build
+    bsdiff zip unzip gzip util-linux                                 # tests: reference bsdiff/bspatch, Info-ZIP, fallocate
+)
+if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
+    packages+=(chromium)                                             # tests: real browser
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    sudo=""
+    [[ $(id -u) == 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v swift >/dev/null; then
+    if [[ -x /opt/swift/usr/bin/swift ]]; then
+        echo "note: add /opt/swift/usr/bin to PATH" >&2
+    else
+        echo "error: a Swift 6 toolchain is required (https://www.swift.org/install/linux/)" >&2
+        exit 1
+    fi
+fi
