@@ -46,10 +46,10 @@
 /* The control and diff streams each have one worker: the control stream is
    small, and the diff stream, long but mostly zero runs, decodes fast. */
 #ifndef CBSPATCH_CTRL_SLOTS
-#define CBSPATCH_CTRL_SLOTS 4
+#define CBSPATCH_CTRL_SLOTS 3
 #endif
 #ifndef CBSPATCH_DIFF_SLOTS
-#define CBSPATCH_DIFF_SLOTS 8
+#define CBSPATCH_DIFF_SLOTS 4
 #endif
 /* The extra stream is new content, nearly incompressible when the package is
    deflated, and then alone decides the time: two workers split its blocks. */
@@ -62,23 +62,29 @@
 #ifndef CBSPATCH_OLD_MIN_READ
 #define CBSPATCH_OLD_MIN_READ 4096
 #endif
+#ifndef CBSPATCH_DIFF_FAST
+#define CBSPATCH_DIFF_FAST 0
+#endif
+#ifndef CBSPATCH_EXTRA_FAST
+#define CBSPATCH_EXTRA_FAST 1
+#endif
 #ifndef CBSPATCH_PREFETCH
 #define CBSPATCH_PREFETCH 1
 #endif
 #ifndef CBSPATCH_OUT_BUFFER
-#define CBSPATCH_OUT_BUFFER (256 * 1024)
+#define CBSPATCH_OUT_BUFFER (128 * 1024)
 #endif
 
 enum {
     HEADER_SIZE = 32,
     /* Compressed input is read in chunks of this size per decoder. */
-    INPUT_CHUNK = 64 * 1024,
+    INPUT_CHUNK = 32 * 1024,
     /* Unit handed from a decoder thread to the main thread. */
     SLOT_SIZE = CBSPATCH_SLOT_SIZE,
     /* Block marks are searched for in chunks of this size. */
     SCAN_CHUNK = 64 * 1024,
     /* Old is read through a window of at most this size (see old_get). */
-    OLD_WINDOW = 256 * 1024,
+    OLD_WINDOW = 64 * 1024,
     OLD_MIN_READ = CBSPATCH_OLD_MIN_READ,
     /* New is written through a buffer of this size. */
     OUT_BUFFER = CBSPATCH_OUT_BUFFER,
@@ -87,7 +93,10 @@ enum {
 };
 
 /* Start kernel writeback every this many bytes so the final fsync waits less. */
-#define WRITEBACK_STEP ((int64_t)1024 * 1024)
+#ifndef CBSPATCH_WRITEBACK_STEP
+#define CBSPATCH_WRITEBACK_STEP (1024 * 1024)
+#endif
+#define WRITEBACK_STEP ((int64_t)CBSPATCH_WRITEBACK_STEP)
 
 #define MSG_SIZE 256
 
@@ -261,12 +270,13 @@ typedef struct {
 
 /* cbz's links for a level-9 block (2.5 bytes a symbol), or the same arrays
    plus its DState for libbz2 in small mode. */
-static size_t arena_size(void) {
-    return ((size_t)CBZ_BLOCK_MAX * 2 + CBZ_BLOCK_MAX / 2 + 96 * 1024 + 4095) & ~(size_t)4095;
+static size_t arena_size(int fast) {
+    size_t arrays = fast ? (size_t)CBZ_BLOCK_MAX * 4 : (size_t)CBZ_BLOCK_MAX * 2 + CBZ_BLOCK_MAX / 2;
+    return (arrays + 96 * 1024 + 4095) & ~(size_t)4095;
 }
 
-static int arena_init(bz_arena *a) {
-    a->size = arena_size();
+static int arena_init(bz_arena *a, int fast) {
+    a->size = arena_size(fast);
     a->used = 0;
     a->live = 0;
     a->base = malloc(a->size);
@@ -530,6 +540,12 @@ typedef struct {
        During parsing ll16 holds the symbols. */
     uint16_t *ll16; /* CBZ_BLOCK_MAX entries */
     uint8_t *ll4;   /* CBZ_BLOCK_MAX / 2 */
+    /* Or, when `fast`, libbz2's fast layout: tt[i] = symbol | next index << 8,
+       4 bytes a symbol but built and walked without the dependent cycle
+       reversal; for the extra stream, whose blocks are full and decide the
+       time when the package is deflated. */
+    uint32_t *tt;
+    int fast;
     uint8_t bucket[CBZ_BLOCK_MAX / 1024 + 1]; /* symbol at position 1024*i: starts the cftab search */
     uint32_t nblock, tpos, used, stored_crc, crc, pending;
     int last, run, output_started;
@@ -766,7 +782,10 @@ static int cbz_block(cbz *z) {
             uint8_t uc = z->seq_to_unseq[mtf[0]];
             if (run > block_max - nblock) return CBZ_CORRUPT;
             z->unzftab[uc] += run;
-            for (uint32_t k = 0; k < run; k++) z->ll16[nblock + k] = uc;
+            if (z->fast)
+                for (uint32_t k = 0; k < run; k++) z->tt[nblock + k] = uc;
+            else
+                for (uint32_t k = 0; k < run; k++) z->ll16[nblock + k] = uc;
             nblock += run;
         }
         if (sym == eob) break;
@@ -777,32 +796,42 @@ static int cbz_block(cbz *z) {
         mtf[0] = m;
         uint8_t uc = z->seq_to_unseq[m];
         z->unzftab[uc]++;
-        z->ll16[nblock++] = uc;
+        if (z->fast)
+            z->tt[nblock++] = uc;
+        else
+            z->ll16[nblock++] = uc;
     }
     if (orig >= nblock) return CBZ_CORRUPT;
 
-    /* Inverse BWT, as libbz2's small mode: links first map each position to
-       its symbol's place in sorted order, then the cycle through orig is
-       reversed so that following links from orig yields the output order. */
     z->cftab[0] = 0;
     for (int i = 1; i <= 256; i++) z->cftab[i] = z->cftab[i - 1] + z->unzftab[i - 1];
     uint32_t next[256];
     memcpy(next, z->cftab, sizeof next);
-    for (uint32_t i = 0; i < nblock; i++) cbz_set_link(z, i, next[(uint8_t)z->ll16[i]]++);
-    uint32_t i = orig, j = cbz_link(z, orig);
-    do { /* a permutation: back at orig within nblock steps */
-        uint32_t after = cbz_link(z, j);
-        cbz_set_link(z, j, i);
-        i = j;
-        j = after;
-    } while (i != orig);
-    uint32_t sym = 0;
-    for (uint32_t b = 0; b * 1024u < nblock; b++) {
-        while (z->cftab[sym + 1] <= b * 1024u) sym++; /* cftab[256] = nblock ends it */
-        z->bucket[b] = (uint8_t)sym;
-    }
     z->nblock = nblock;
-    z->tpos = orig;
+    if (z->fast) {
+        /* Inverse BWT, libbz2's fast mode: every position gets the index of
+           the one that follows it in output order, above its own symbol. */
+        for (uint32_t i = 0; i < nblock; i++) z->tt[next[z->tt[i] & 0xff]++] |= i << 8;
+        z->tpos = z->tt[orig] >> 8;
+    } else {
+        /* Inverse BWT, libbz2's small mode: links first map each position to
+           its symbol's place in sorted order, then the cycle through orig is
+           reversed so that following links from orig yields the output order. */
+        for (uint32_t i = 0; i < nblock; i++) cbz_set_link(z, i, next[(uint8_t)z->ll16[i]]++);
+        uint32_t i = orig, j = cbz_link(z, orig);
+        do { /* a permutation: back at orig within nblock steps */
+            uint32_t after = cbz_link(z, j);
+            cbz_set_link(z, j, i);
+            i = j;
+            j = after;
+        } while (i != orig);
+        uint32_t sym = 0;
+        for (uint32_t b = 0; b * 1024u < nblock; b++) {
+            while (z->cftab[sym + 1] <= b * 1024u) sym++; /* cftab[256] = nblock ends it */
+            z->bucket[b] = (uint8_t)sym;
+        }
+        z->tpos = orig;
+    }
     z->used = 0;
     z->crc = 0xffffffffu;
     z->pending = 0;
@@ -889,6 +918,7 @@ static int cbz_output(cbz *z, uint8_t *out, size_t cap, size_t *n) {
     size_t k = *n, crc_from = k;
     const uint32_t *cftab = z->cftab;
     const uint8_t *bucket = z->bucket;
+    const uint32_t *tt = z->fast ? z->tt : NULL;
     uint32_t tpos = z->tpos, used = z->used, nblock = z->nblock, crc = z->crc;
     int last = z->last, run = z->run;
     for (;;) {
@@ -910,11 +940,18 @@ static int cbz_output(cbz *z, uint8_t *out, size_t cap, size_t *n) {
         /* Literal symbols until the output is full, the block ends, or a run
            count follows four equal bytes. */
         while (used < nblock && k < cap) {
-            /* tpos < nblock = cftab[256], so the search stops by symbol 255 */
-            uint32_t sym = bucket[tpos >> 10];
-            while (cftab[sym + 1] <= tpos) sym++;
-            uint8_t c = (uint8_t)sym;
-            tpos = cbz_link(z, tpos);
+            uint8_t c;
+            if (tt != NULL) {
+                tpos = tt[tpos];
+                c = (uint8_t)(tpos & 0xff);
+                tpos >>= 8;
+            } else {
+                /* tpos < nblock = cftab[256], so the search stops by symbol 255 */
+                uint32_t sym = bucket[tpos >> 10];
+                while (cftab[sym + 1] <= tpos) sym++;
+                c = (uint8_t)sym;
+                tpos = cbz_link(z, tpos);
+            }
             used++;
             if (run == 4) {
                 z->pending = c;
@@ -1141,7 +1178,10 @@ static triple_verdict triple_check(int64_t newpos, int64_t oldpos, int64_t x, in
    thread takes the bytes in order; when the prefetch stops (the control
    stream fell back to libbz2, or the triples went wrong) it reads old itself.
    Shares the control stream's mutex and condition. */
-#define PREFETCH_SLOTS 8
+#ifndef CBSPATCH_PREFETCH_SLOTS
+#define CBSPATCH_PREFETCH_SLOTS 4
+#endif
+#define PREFETCH_SLOTS CBSPATCH_PREFETCH_SLOTS
 
 typedef struct prefetch_s {
     /* Under the control stream's mutex. */
@@ -1567,7 +1607,7 @@ static void stream_destroy(stream *st) {
 
 
 static cbspatch_status stream_start(stream *st, const char *name, int fd, int64_t offset, int64_t length,
-                                    unsigned nworkers, unsigned nslots, int touch_arena, prefetch *pf,
+                                    unsigned nworkers, unsigned nslots, int fast, int touch_arena, prefetch *pf,
                                     cbspatch_error *error) {
     memset(st, 0, sizeof *st);
     if (nworkers < 1) nworkers = 1;
@@ -1615,7 +1655,7 @@ static cbspatch_status stream_start(stream *st, const char *name, int fd, int64_
         w->flags = calloc(nslots, 1);
         w->z = malloc(sizeof *w->z);
         if (w->dec.input == NULL || w->slots == NULL || w->fill == NULL || w->flags == NULL || w->z == NULL ||
-            arena_init(&w->arena) != 0)
+            arena_init(&w->arena, fast) != 0)
             return fail(error, CBSPATCH_ERR_NOMEM, "out of memory for the %s stream buffers", name);
         memset(w->z, 0, sizeof *w->z);
         w->z->name = name;
@@ -1623,6 +1663,8 @@ static cbspatch_status stream_start(stream *st, const char *name, int fd, int64_
         w->z->region_offset = offset;
         w->z->region_length = length;
         w->z->in = w->dec.input;
+        w->z->fast = fast;
+        w->z->tt = (uint32_t *)(void *)w->arena.base;
         w->z->ll16 = (uint16_t *)(void *)w->arena.base;
         w->z->ll4 = w->arena.base + (size_t)CBZ_BLOCK_MAX * 2;
     }
@@ -1812,7 +1854,7 @@ static cbspatch_status new_flush(new_writer *w, cbspatch_error *error) {
     w->written += (int64_t)w->length;
     w->length = 0;
 #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    if (w->written - w->writeback_mark >= WRITEBACK_STEP) {
+    if (WRITEBACK_STEP > 0 && w->written - w->writeback_mark >= WRITEBACK_STEP) {
         /* Only starts writeback of what is already written (no waiting), so
            the fsync before rename has less left to do. Failure is harmless. */
         (void)sync_file_range(w->fd, w->writeback_mark, w->written - w->writeback_mark, SYNC_FILE_RANGE_WRITE);
@@ -2141,7 +2183,6 @@ cbspatch_status cbspatch_apply(const char *old_path, const char *patch_path, con
     s->old.fd = old_fd;
     s->old.size = (int64_t)old_st.st_size;
     s->old.buffer = malloc(OLD_WINDOW);
-    if (s->old.buffer != NULL) touch_pages(s->old.buffer, OLD_WINDOW); /* see worker_main */
     s->out.buffer = malloc(OUT_BUFFER);
     s->pf = calloc(1, sizeof *s->pf);
     if (s->pf != NULL) {
@@ -2179,13 +2220,14 @@ cbspatch_status cbspatch_apply(const char *old_path, const char *patch_path, con
     {
         int64_t ctrl_at = HEADER_SIZE, diff_at = ctrl_at + h.ctrl_len, extra_at = diff_at + h.diff_len;
         status = stream_start(&s->ctrl, "control", patch_fd, ctrl_at, h.ctrl_len, 1,
-                              CBSPATCH_CTRL_SLOTS, 0, CBSPATCH_PREFETCH ? s->pf : NULL, error);
+                              CBSPATCH_CTRL_SLOTS, 0, 0, CBSPATCH_PREFETCH ? s->pf : NULL, error);
         if (status == CBSPATCH_OK)
             status = stream_start(&s->diff, "diff", patch_fd, diff_at, h.diff_len, 1,
-                                  CBSPATCH_DIFF_SLOTS, 1, NULL, error);
+                                  CBSPATCH_DIFF_SLOTS, CBSPATCH_DIFF_FAST, 1, NULL, error);
         if (status == CBSPATCH_OK)
             status = stream_start(&s->extra, "extra", patch_fd, extra_at, h.file_size - extra_at,
-                                  CBSPATCH_EXTRA_WORKERS, CBSPATCH_EXTRA_SLOTS, 0, NULL, error);
+                                  CBSPATCH_EXTRA_WORKERS, CBSPATCH_EXTRA_SLOTS, CBSPATCH_EXTRA_FAST, 0, NULL,
+                                  error);
         if (status == CBSPATCH_OK) status = run_patch(s, error);
         /* Join every worker before freeing anything, so the peak footprint
            does not depend on which stream finished first. */

@@ -8,6 +8,7 @@ struct LocalServerResponder: HTTPResponder {
     typealias Context = BasicRequestContext
 
     let versions: LocalVersions
+    let files = LocalFileCache()
     let resolver: Resolver
     let metrics: LocalServerMetrics
     /// Refuse requests whose `Host` is not a loopback name (off with `--allow-remote`).
@@ -104,7 +105,7 @@ struct LocalServerResponder: HTTPResponder {
             metrics.recordFile(app: "", code: 404)
             return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
         }
-        guard let path = Resolver.file(at: rest, in: pinned.directory) else {
+        guard let entry = files.resolve(rest, in: pinned.directory) else {
             if rest.removingPercentEncoding == nil {
                 metrics.recordFile(app: app, code: 400)
                 return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
@@ -116,22 +117,19 @@ struct LocalServerResponder: HTTPResponder {
             metrics.recordFile(app: app, code: 404)
             return Self.text(.notFound, "not found\n", head: head)
         }
+        let path = entry.path
         guard let file = LocalOpenFile(path: path) else {
+            files.forget(rest, in: pinned.directory)
             metrics.recordFile(app: app, code: 404)
             return Self.text(.notFound, "not found\n", head: head)
         }
         let version = pinned.version.description
         let size = file.size
-        // Version + identity + size + time: a new install extracts new files, a rollback
-        // brings back the old ones with their old tags.
-        let etag = "\"\(version)-\(String(file.inode, radix: 16))-\(String(size, radix: 16))-"
-            + "\(String(file.modifiedSeconds, radix: 16)).\(String(file.modifiedNanoseconds, radix: 16))\""
-        // The later of the file's time and its version record's: a rollback rewrites the
-        // record, so `If-Modified-Since` from the newer version doesn't match the older files.
-        let modified = max(file.modifiedSeconds, pinned.recordModified)
-        let lastModified = HTTPValidators.httpDate(secondsSince1970: modified)
+        let validators = files.validators(
+            rest, in: pinned.directory, file: file, version: version, recordModified: pinned.recordModified)
+        let etag = validators.etag, lastModified = validators.lastModified, modified = validators.modified
         var headers: HTTPFields = [
-            .contentType: LocalContentType.of(path: path),
+            .contentType: entry.contentType,
             .eTag: etag,
             .lastModified: lastModified,
             .acceptRanges: "bytes",

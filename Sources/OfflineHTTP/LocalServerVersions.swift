@@ -25,30 +25,40 @@ final class LocalPin: Sendable {
     }
 }
 
-/// Pins active versions per request like `Store.pin`, without decoding the version
-/// record each time: `Store.active` validates a (link target, record file identity)
-/// pair once, and later requests reuse that answer while both stay the same.
+/// Pins active versions per request like `Store.pin`, cheaply.
 ///
-/// Per request this costs a `readlink` of `current`, the lock (`open` + `flock`) and
-/// two `stat`s, so a swap (a new link) or a rewritten record is seen by the next request.
+/// The first request after a change validates the (link target, record file identity)
+/// pair with `Store.active`, takes the shared lock and keeps that pin; later requests
+/// share it while `readlink` of `current` and a `stat` of the record still give the
+/// same pair, so a swap or a rewritten record is seen by the very next request, and
+/// each response holds its pin until its body is written.
+///
+/// The kept pin is replaced by the first request after a swap: until then (an idle
+/// server) the version that was active at the last request stays locked, and the next
+/// collection after that request removes it instead.
 final class LocalVersions: @unchecked Sendable {
-    private struct Validated: Equatable {
+    private struct Key: Equatable {
         var target: String
         var device: UInt64
         var inode: UInt64
         var size: Int64
-        var modified: timespec
+        var seconds: Int
+        var nanoseconds: Int
 
-        static func == (a: Validated, b: Validated) -> Bool {
-            a.target == b.target && a.device == b.device && a.inode == b.inode && a.size == b.size
-                && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
+        init(target: String, _ st: stat) {
+            self.target = target
+            device = UInt64(st.st_dev)
+            inode = UInt64(st.st_ino)
+            size = Int64(st.st_size)
+            seconds = st.st_mtim.tv_sec
+            nanoseconds = st.st_mtim.tv_nsec
         }
     }
 
     let store: Store
     private let appsDirectory: String
     private let lock = NSLock()
-    private var validated: [String: Validated] = [:]
+    private var pins: [String: (key: Key, pin: LocalPin)] = [:]
 
     init(store: Store) {
         self.store = store
@@ -62,23 +72,31 @@ final class LocalVersions: @unchecked Sendable {
         // Two tries: a swap plus collection may land between reading the link and locking.
         for _ in 0..<2 {
             guard let target = Self.readLink("\(appDirectory)/current"), target.hasPrefix("versions/"),
-                  let version = Version(String(target.dropFirst("versions/".count))) else { return nil }
+                  let version = Version(String(target.dropFirst("versions/".count))) else {
+                lock.withLock { pins[app] = nil }
+                return nil
+            }
             let directory = "\(appDirectory)/versions/\(version)"
             let record = "\(directory).json"
-            guard let lock = ReaderLock.shared(record) else { continue }
             var st = stat()
             guard stat(record, &st) == 0 else { continue }
-            let key = Validated(
-                target: target, device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size), modified: st.st_mtim)
-            let known = self.lock.withLock { validated[app] == key }
-            if !known {
-                // The store's own check: the record decodes and names the linked version.
-                guard let active = store.active(app), active.version.description == version.description else { return nil }
-                self.lock.withLock { validated[app] = key }
+            let key = Key(target: target, st)
+            if let kept = lock.withLock({ pins[app] }), kept.key == key { return kept.pin }
+
+            // A new version or record: lock it, then check the record is still the one locked.
+            guard let readerLock = ReaderLock.shared(record) else { continue }
+            var locked = stat()
+            guard stat(record, &locked) == 0, Key(target: target, locked) == key else { continue }
+            // The store's own check: the record decodes and names the linked version.
+            guard let active = store.active(app), active.version.description == version.description else {
+                lock.withLock { pins[app] = nil }
+                return nil
             }
             var dir = stat()
             guard stat(directory, &dir) == 0, (dir.st_mode & S_IFMT) == S_IFDIR else { continue }
-            return LocalPin(app: app, version: version, directory: directory, recordModified: st.st_mtim.tv_sec, lock: lock)
+            let pin = LocalPin(app: app, version: version, directory: directory, recordModified: st.st_mtim.tv_sec, lock: readerLock)
+            lock.withLock { pins[app] = (key, pin) }
+            return pin
         }
         return nil
     }

@@ -18,7 +18,7 @@ struct FaultTests {
     static let faults: [Fault] = [
         Fault(label: "server 500", code: .download, reason: "500") { _, _ in .status(500) },
         Fault(label: "timeout", code: .download, reason: "timed out") { _, bytes in
-            ScriptedServer.Reply(status: 200, body: bytes, ending: .stall(seconds: 4))
+            ScriptedServer.Reply(status: 200, body: bytes, ending: .stall(seconds: 3))
         },
         Fault(label: "connection reset mid-body", code: .download, reason: "") { _, bytes in
             ScriptedServer.Reply(status: 200, body: bytes, ending: .reset(afterBodyBytes: bytes.count / 2))
@@ -41,6 +41,7 @@ struct FaultTests {
     func downloadFault(_ fault: Fault) async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")
+        if fault.label == "timeout" { h.configuration.network.readTimeout = .seconds(1) }
         h.origin.override("1.1.0.zip", fault.reply)
         h.origin.setManifest(h.full("1.1.0"))
         let report = await h.sync()

@@ -85,8 +85,13 @@ final class ScriptedServer: @unchecked Sendable {
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 
+    /// Stops accepting; safe to call more than once (a second close could hit a reused descriptor).
     func stop() {
-        lock.withLock { stopped = true }
+        let first = lock.withLock {
+            defer { stopped = true }
+            return !stopped
+        }
+        guard first else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
     }

@@ -13,9 +13,10 @@ final class SyncHarness: @unchecked Sendable {
     init(fixture: PackageFixture? = nil) throws {
         self.fixture = try fixture ?? PackageFixture()
         origin = try Origin()
-        configuration.network.readTimeout = .seconds(2)
-        configuration.network.connectTimeout = .seconds(2)
-        configuration.network.manifestTimeout = .seconds(5)
+        // Generous: tests run in parallel on two cores. The timeout fault lowers its own.
+        configuration.network.readTimeout = .seconds(15)
+        configuration.network.connectTimeout = .seconds(10)
+        configuration.network.manifestTimeout = .seconds(30)
         for version in PackageFixture.versions { origin.put("\(version).zip", self.fixture.bytes(version)) }
     }
 
