@@ -80,7 +80,7 @@ let package = Package(
         .executableTarget(
             name: "offline-server",
             dependencies: [
-                "OfflineHTTP",
+                "OfflineAgent", "OfflineHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -42,7 +42,7 @@ T_PATCH_FLAT_MB=4       # |RSS(large) - RSS(small)|
 T_EXTRACT_TIME=0.8      # ours/unzip wall time
 T_EXTRACT_RSS_MB=32     # our peak RSS
 
-SECTIONS=(patch extract)   # what `all` runs, in order (after build + prepare)
+SECTIONS=(patch extract sync)   # what `all` runs, in order (after build + prepare)
 
 # --------------------------------------------------------------------------
 # helpers
@@ -410,14 +410,113 @@ section_extract() {
 }
 
 # --------------------------------------------------------------------------
-# section: sync (hook, not written yet)
+# section: sync — a patch update end to end through `offline-agent sync` (manifest,
+# download, bspatch, sha256, extraction, fsyncs, atomic swap) against the unsafe
+# by-hand chain curl + bspatch + sha256sum + unzip on the same files, both fetching
+# from one nginx on 127.0.0.1; and the throttled no-op cron runs most of the time.
 # --------------------------------------------------------------------------
-# section_sync() {
-#   prepare; baseline
-#   # e.g. serve $WORK/pkg with nginx-light on 127.0.0.1, publish manifests, time
-#   # `offline-agent sync` for full / patch / 304 updates; measure + summary + check.
-# }
-# ...and add `sync` to SECTIONS at the top.
+T_SYNC_TIME=1.2         # ours/(curl+bspatch+sha256sum+unzip) wall time
+T_SYNC_RSS_MB=48        # our peak RSS
+T_SYNC_NOOP_MS=20       # throttled no-op sync wall time
+S_DIR="" S_URL=""
+
+sync_start_nginx() {
+  need nginx nginx-light; need curl
+  local port=$(( 20000 + RANDOM % 20000 ))
+  mkdir -p "$S_DIR/nginx"
+  cat > "$S_DIR/nginx/nginx.conf" <<CONF
+daemon off;
+worker_processes 1;
+pid $S_DIR/nginx/nginx.pid;
+error_log $S_DIR/nginx/error.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  sendfile on;
+  default_type application/octet-stream;
+  types { application/json json; }
+  client_body_temp_path $S_DIR/nginx; proxy_temp_path $S_DIR/nginx; fastcgi_temp_path $S_DIR/nginx;
+  uwsgi_temp_path $S_DIR/nginx; scgi_temp_path $S_DIR/nginx;
+  server { listen 127.0.0.1:$port; root $S_DIR/www; }
+}
+CONF
+  nginx -c "$S_DIR/nginx/nginx.conf" -p "$S_DIR/nginx" &
+  S_NGINX=$!
+  S_URL="http://127.0.0.1:$port"
+  local i
+  for ((i = 0; i < 100; i++)); do curl -sf -o /dev/null "$S_URL/old.zip" && return 0; sleep 0.05; done
+  die "nginx did not start (see $S_DIR/nginx/error.log)"
+}
+
+sync_manifest() {  # sync_manifest OUT VERSION ISPATCH URL FILE [BASE]
+  local out=$1 version=$2 is_patch=$3 url=$4 file=$5 base=${6:-}
+  local new="$S_DIR/www/new.zip" sha size pkg
+  sha=$(sha256sum "$file" | cut -d' ' -f1); size=$(stat -c %s "$file")
+  if [[ $is_patch == true ]]; then
+    pkg=$(sha256sum "$new" | cut -d' ' -f1)
+    printf '{"app":"bench","version":"%s","miniVersion":"1.0.0","isPatch":true,"baseVersion":"%s","url":"%s","size":%s,"sha256":"%s","packageSha256":"%s","fullUrl":"new.zip","fullSize":%s,"whitelist":["https://bench.example.com/"]}\n' \
+      "$version" "$base" "$url" "$size" "$sha" "$pkg" "$(stat -c %s "$new")" > "$out"
+  else
+    printf '{"app":"bench","version":"%s","miniVersion":"1.0.0","isPatch":false,"url":"%s","size":%s,"sha256":"%s","packageSha256":"%s","whitelist":["https://bench.example.com/"]}\n' \
+      "$version" "$url" "$size" "$sha" "$sha" > "$out"
+  fi
+}
+
+run_chain() {  # the by-hand chain: no signature, no size cap, no atomic swap, no fsync
+  rm -rf "$S_DIR/chain"; mkdir -p "$S_DIR/chain"; settle
+  measure bash -c "cd '$S_DIR/chain' && curl -sf -o p.bsdiff '$S_URL/p.bsdiff' && bspatch '$S_DIR/installed.zip' new.zip p.bsdiff \
+    && sha256sum new.zip >/dev/null && unzip -q -o new.zip -d out"
+}
+run_ours_sync() {
+  rm -rf "$S_DIR/root"; cp -a "$S_DIR/base" "$S_DIR/root"; settle
+  measure "$OURS" sync --root "$S_DIR/root" --app bench --manifest "$S_URL/patch.json" --force
+  [[ -n $(find "$S_DIR/root/apps/bench/versions" -maxdepth 1 -name 2.0.0) ]] || die "sync did not install 2.0.0"
+}
+
+section_sync() {
+  prepare; baseline
+  need sha256sum coreutils
+  S_DIR="$WORK/sync"; rm -rf "$S_DIR"; mkdir -p "$S_DIR/www"
+  local c=large
+  cp "${CASE_OLD[$c]}" "$S_DIR/www/old.zip"; cp "${CASE_NEW[$c]}" "$S_DIR/www/new.zip"
+  cp "${CASE_PATCH[$c]}" "$S_DIR/www/p.bsdiff"; cp "${CASE_OLD[$c]}" "$S_DIR/installed.zip"
+  sync_manifest "$S_DIR/www/full.json" 1.0.0 false old.zip "$S_DIR/www/old.zip"
+  sync_manifest "$S_DIR/www/patch.json" 2.0.0 true p.bsdiff "$S_DIR/www/p.bsdiff" 1.0.0
+  sync_start_nginx
+  trap 'kill $S_NGINX 2>/dev/null || true' EXIT
+  log "sync: installing 1.0.0 ($(size_h "$S_DIR/www/old.zip")) as the base; patch $(size_h "$S_DIR/www/p.bsdiff") to 2.0.0"
+  "$OURS" sync --root "$S_DIR/base" --app bench --manifest "$S_URL/full.json" --force >/dev/null 2>&1 \
+    || die "base install failed"
+  run_chain; run_ours_sync   # warm-up
+  alternate run_chain run_ours_sync
+  local rt ot rm om
+  rt=$(median "${A_RT[@]}"); ot=$(median "${A_OT[@]}"); rm=$(median "${A_RM[@]}"); om=$(max "${A_OM[@]}")
+  raw sync chain
+  echo
+  echo "sync: a patch update of the large package, end to end (median wall s, peak RSS MiB; ours = max over runs)"
+  printf "$TABLE_FMT" case zip_MB chain_s ours_s chain_MB ours_MB added_MB ratio ratio_min
+  print_row patch-update "$(size_mb "$S_DIR/www/new.zip")" "$rt" "$ot" "$rm" "$om" "$(min "${A_RT[@]}")" "$(min "${A_OT[@]}")"
+  summary sync.time_ratio "$(fmt2 "$ROW_RATIO")"
+  summary sync.ours_s "$(fmt3 "$ot")"
+  summary sync.chain_s "$(fmt3 "$rt")"
+  summary sync.rss_mb "$(mb "$om")"
+  check sync.time_ratio "$(fmt2 "$ROW_RATIO")" '<=' "$T_SYNC_TIME" "sync/(curl+bspatch+sha256sum+unzip) wall time"
+  check sync.rss_mb "$(mb "$om")" '<=' "$T_SYNC_RSS_MB" "sync peak RSS"
+
+  # The throttled no-op: the root was just checked, so this only reads check.json.
+  local i walls=() rss=()
+  "$OURS" sync --root "$S_DIR/root" --app bench --manifest "$S_URL/patch.json" >/dev/null 2>&1
+  for ((i = 0; i < RUNS * 4; i++)); do
+    measure "$OURS" sync --root "$S_DIR/root" --app bench --manifest "$S_URL/patch.json"
+    walls+=("$M_WALL"); rss+=("$M_RSS_KB")
+  done
+  local noop_ms
+  noop_ms=$(calc "1000 * $(median "${walls[@]}")")
+  printf 'sync: throttled no-op  median %s ms over %d runs, peak RSS %s MiB\n' "$(fmt1 "$noop_ms")" "${#walls[@]}" "$(mb "$(max "${rss[@]}")")"
+  summary sync.noop_ms "$(fmt1 "$noop_ms")"
+  check sync.noop_ms "$(fmt1 "$noop_ms")" '<=' "$T_SYNC_NOOP_MS" "throttled no-op sync wall time"
+  kill "$S_NGINX" 2>/dev/null || true
+}
 
 # --------------------------------------------------------------------------
 # main

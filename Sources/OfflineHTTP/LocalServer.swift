@@ -57,11 +57,18 @@ public struct LocalServer: Sendable {
     public let logger: Logger
     private let resolver: Resolver
 
+    /// Notices and worse (Hummingbird's "server started" line is `info`).
+    public static var defaultLogger: Logger {
+        var logger = Logger(label: "offline-agent.serve")
+        logger.logLevel = .notice
+        return logger
+    }
+
     /// Checks the configuration and reads (or creates) the root's device id.
     ///
     /// - Throws: `OfflineAgentError(.usage)` for a non-loopback host without
     ///   `allowRemote` or a port outside 0…65535.
-    public init(configuration: Configuration, logger: Logger = Logger(label: "offline-agent.serve")) throws {
+    public init(configuration: Configuration, logger: Logger = LocalServer.defaultLogger) throws {
         guard (0...65535).contains(configuration.port) else {
             throw OfflineAgentError(.usage, "port \(configuration.port) is outside 0...65535")
         }

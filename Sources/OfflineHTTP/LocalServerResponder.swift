@@ -15,9 +15,9 @@ struct LocalServerResponder: HTTPResponder {
     let checkHost: Bool
     let logger: Logger
 
-    /// Files up to this size are read whole before the response is returned; larger
-    /// ones (and ranges) stream in chunks of this size from the open descriptor.
-    static let chunkSize = ProcessInfo.processInfo.environment["XCHUNK"].flatMap { Int($0) } ?? 64 * 1024
+    /// Bodies up to `wholeLimit` are read whole before the response is returned; larger
+    /// ones stream in chunks of `chunkSize` from the open descriptor.
+    static let chunkSize = 64 * 1024
     static let wholeLimit = 64 * 1024
     static let allocator = ByteBufferAllocator()
 

@@ -27,7 +27,7 @@ final class ProgressDisplay: Sendable {
                     FileHandle.standardError.write(Data(line.utf8))
                     if event.completed == event.total { FileHandle.standardError.write(Data("\n".utf8)) }
                 } else if event.phase != lastPhase {
-                    let detail = event.total > 0 ? " (\(event.total) bytes)" : ""
+                    let detail = event.phase == .downloading && event.total > 0 ? " (\(event.total) bytes)" : ""
                     FileHandle.standardError.write(Data("\(event.app): \(event.phase.rawValue)\(detail)\n".utf8))
                 }
                 lastPhase = event.phase

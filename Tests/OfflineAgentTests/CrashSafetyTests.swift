@@ -38,11 +38,7 @@ struct CrashSafetyTests {
     func killAtRandomMoments() async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")
-        h.origin.override("1.3.0.zip") { request, bytes in
-            var reply = Origin.serve(bytes, request: request)
-            reply.ending = .drip(chunk: 4096, pause: 0.01)
-            return reply
-        }
+        h.origin.slow("1.3.0.zip", chunk: 4096, pause: 0.01)
         h.origin.setManifest(h.full("1.3.0"))
         let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"]
         var generator = SplitMix64(seed: 42)
@@ -62,18 +58,12 @@ struct CrashSafetyTests {
     @Test("two syncs at once: one installs, the other exits 75")
     func concurrentSyncs() async throws {
         let h = try SyncHarness()
-        h.origin.override("1.0.0.zip") { request, bytes in
-            var reply = Origin.serve(bytes, request: request)
-            reply.ending = .drip(chunk: 8192, pause: 0.02)
-            return reply
-        }
+        h.origin.slow("1.0.0.zip", chunk: 8192)
         h.origin.setManifest(h.full("1.0.0"))
         let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
         let first = try CLI.start(args)
         // Wait until the first one is downloading (it holds the lock by then).
-        for _ in 0..<200 where h.origin.requests(for: "/files/1.0.0.zip").isEmpty {
-            usleep(20_000)
-        }
+        h.origin.waitForRequest("/files/1.0.0.zip")
         let second = try CLI.run(args)
         #expect(second.status == 75, "\(second.stderr)")
         #expect(CLI.json(second.stdout)?["result"] as? String == "failed")
@@ -85,16 +75,10 @@ struct CrashSafetyTests {
     @Test("two agents in one process: the second finds the root busy")
     func busyInProcess() async throws {
         let h = try SyncHarness()
-        h.origin.override("1.0.0.zip") { request, bytes in
-            var reply = Origin.serve(bytes, request: request)
-            reply.ending = .drip(chunk: 8192, pause: 0.02)
-            return reply
-        }
+        h.origin.slow("1.0.0.zip", chunk: 8192)
         h.origin.setManifest(h.full("1.0.0"))
         async let first = h.sync()
-        for _ in 0..<200 where h.origin.requests(for: "/files/1.0.0.zip").isEmpty {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        await Task.detached { h.origin.waitForRequest("/files/1.0.0.zip") }.value
         let second = await h.sync()
         #expect(second.result == .failed)
         #expect(second.error?.code == .busy)

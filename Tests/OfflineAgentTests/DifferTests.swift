@@ -33,6 +33,47 @@ import Testing
         #expect(ours < newSize / 4)
     }
 
+    /// The committed sample app (fixtures/sample-app/<version>/), when present.
+    static let sampleApp = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("fixtures/sample-app")
+    static let haveSampleApp = FileManager.default.fileExists(atPath: sampleApp.appendingPathComponent("1.3.0").path)
+
+    @Test(.enabled(if: haveBspatch && haveBsdiff && haveSampleApp, "needs bsdiff and fixtures/sample-app"))
+    func sampleAppReleasesApplyAndAreNoBiggerThanReference() throws {
+        let dir = try DifferTestDir()
+        let versions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
+        for version in versions {
+            let files = try Self.tree(Self.sampleApp.appendingPathComponent(version))
+            #expect(files.count >= 6, "sample app \(version) has \(files.count) files")
+            try DifferTestZip.data(entries: files).write(to: dir.url("\(version).zip"))
+        }
+        for (from, to) in zip(versions, versions.dropFirst()) + [("1.0.0", "1.3.0")] {
+            let old = dir.url("\(from).zip"), new = dir.url("\(to).zip")
+            let patch = dir.url("\(from)-\(to).bsdiff"), reference = dir.url("\(from)-\(to).ref")
+            try Differ.makePatch(from: old, to: new, writingTo: patch)
+            try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+            try run(Self.bsdiff, old.path, new.path, reference.path)
+            let ours = try fileSize(patch), theirs = try fileSize(reference)
+            #expect(Double(ours) <= 1.1 * Double(theirs), "\(from)→\(to): \(ours) bytes vs reference \(theirs)")
+        }
+    }
+
+    /// The regular files under `root`, by relative path in byte order, like `find | LC_ALL=C sort`.
+    private static func tree(_ root: URL) throws -> [(String, Data)] {
+        let base = root.standardizedFileURL.path
+        guard let walker = FileManager.default.enumerator(atPath: base) else { return [] }
+        var files: [(String, Data)] = []
+        for case let relative as String in walker {
+            let url = URL(fileURLWithPath: base).appendingPathComponent(relative)
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), !isDirectory.boolValue {
+                files.append((relative, try Data(contentsOf: url)))
+            }
+        }
+        return files.sorted { Array($0.0.utf8).lexicographicallyPrecedes(Array($1.0.utf8)) }
+    }
+
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
     func emptyOldFile() throws {
         let dir = try DifferTestDir()

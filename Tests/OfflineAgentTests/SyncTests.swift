@@ -174,6 +174,27 @@ struct SyncTests {
         #expect(await h.sync(network: .unmetered).result == .updated)
     }
 
+    @Test("a record that disagrees with the disk is repaired by a full install", arguments: ["version dir gone", "record gone", "link dangling"])
+    func repair(_ damage: String) async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        let v = Version("1.0.0")!
+        switch damage {
+        case "version dir gone": try FileManager.default.removeItem(atPath: h.store.versionDirectory("mall", v))
+        case "record gone": try FileManager.default.removeItem(atPath: h.store.metadataPath("mall", v))
+        default:
+            try FileManager.default.removeItem(atPath: h.store.currentLink("mall"))
+            try FileManager.default.createSymbolicLink(atPath: h.store.currentLink("mall"), withDestinationPath: "versions/9.9.9")
+        }
+        #expect(h.store.isInconsistent("mall"))
+        h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
+        let report = await h.sync()
+        #expect(report.result == .updated, "\(report.error?.description ?? "")")
+        #expect(report.via == .full)
+        #expect(h.origin.requests(for: "/manifest").last?.query["current"] == "")
+        #expect(h.activeMatches("1.1.0"))
+    }
+
     @Test("gzip-compressed full packages are decoded and verified")
     func gzipFull() async throws {
         let h = try SyncHarness()

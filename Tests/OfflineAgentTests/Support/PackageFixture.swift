@@ -88,6 +88,20 @@ final class Origin: @unchecked Sendable {
 
     func clearOverrides() { lock.withLock { fileOverride = [:] } }
 
+    /// Serves a file correctly but slowly, in small pieces, so a sync stays busy a while.
+    func slow(_ name: String, chunk: Int, pause: Double = 0.02) {
+        override(name) { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .drip(chunk: chunk, pause: pause)
+            return reply
+        }
+    }
+
+    /// Blocks until a request for `path` arrived (at most a few seconds).
+    func waitForRequest(_ path: String) {
+        for _ in 0..<300 where requests(for: path).isEmpty { usleep(20_000) }
+    }
+
     var requests: [ScriptedServer.Request] { server.requests }
     func requests(for path: String) -> [ScriptedServer.Request] { server.requests.filter { $0.path == path } }
 
