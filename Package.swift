@@ -31,6 +31,7 @@ let package = Package(
         .target(
             name: "CBsdiff",
             path: "Sources/CBsdiff",
+            cSettings: [.unsafeFlags(["-O2"])],
             linkerSettings: [.linkedLibrary("divsufsort"), .linkedLibrary("bz2")]
         ),
         .systemLibrary(

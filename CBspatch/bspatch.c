@@ -10,14 +10,16 @@
  *     deflated (new content compresses badly), is split at its bzip2 block
  *     marks and decoded by two workers at once;
  *   - decoding uses cbz, a bzip2 decoder of our own that writes runs with
- *     memset and checks CRCs a word at a time, several times faster than
- *     libbz2 on the long zero runs of diff streams; libbz2 remains the
- *     reference and takes over any stream that cbz declines;
- *   - the calling thread parses control triples, validates every one before
- *     touching data, reads old through a pread window, adds the diff bytes and
- *     writes new through a buffer into a temporary file.
- * Memory is bounded by the decoders' block arrays and the slots (about 15 MB
- * in all), whatever the size of old, new or the patch.
+ *     memset and checks CRCs a word (or a whole zero run) at a time, several
+ *     times faster than libbz2 on the long zero runs of diff streams; libbz2
+ *     remains the reference and takes over any stream that cbz declines;
+ *   - the control stream's worker also reads ahead the old bytes that the
+ *     triples add to (thousands of small preads) into a ring of its own;
+ *   - the calling thread validates every triple before touching data, adds
+ *     diff bytes to old bytes and writes new through a buffer into a
+ *     temporary file.
+ * Memory is bounded (about 14 MB at most, less for small patches) whatever the
+ * size of old, new or the patch: nothing is mapped or loaded whole.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* sync_file_range on Linux */
@@ -39,7 +41,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* Thread layout and sizes; the -D overrides exist for benchmarking only. */
+/* Thread layout and sizes; the -D overrides exist for benchmarking and for
+   testing with tiny rings. */
 #ifndef CBSPATCH_SLOT_SIZE
 #define CBSPATCH_SLOT_SIZE (64 * 1024)
 #endif
@@ -57,11 +60,13 @@
 #define CBSPATCH_EXTRA_WORKERS 2
 #endif
 #ifndef CBSPATCH_EXTRA_SLOTS
-#define CBSPATCH_EXTRA_SLOTS 8
+#define CBSPATCH_EXTRA_SLOTS 6
 #endif
 #ifndef CBSPATCH_OLD_MIN_READ
 #define CBSPATCH_OLD_MIN_READ 4096
 #endif
+/* Block array layout (see cbz): the fast one costs 1.4 MB more a decoder and
+   pays off for the extra stream only. */
 #ifndef CBSPATCH_DIFF_FAST
 #define CBSPATCH_DIFF_FAST 0
 #endif
@@ -83,7 +88,8 @@ enum {
     SLOT_SIZE = CBSPATCH_SLOT_SIZE,
     /* Block marks are searched for in chunks of this size. */
     SCAN_CHUNK = 64 * 1024,
-    /* Old is read through a window of at most this size (see old_get). */
+    /* Old is read through a window of at most this size when the prefetch is
+       not running (see old_get). */
     OLD_WINDOW = 64 * 1024,
     OLD_MIN_READ = CBSPATCH_OLD_MIN_READ,
     /* New is written through a buffer of this size. */
@@ -505,9 +511,18 @@ static void crc_tables_build(void) {
     for (int t = 1; t < 8; t++)
         for (uint32_t i = 0; i < 256; i++)
             crc_tables[t][i] = (crc_tables[t - 1][i] << 8) ^ crc_tables[0][crc_tables[t - 1][i] >> 24];
+    /* Linear: run the 32 single-bit registers through the zeros, then
+       combine their images for every byte value. */
     static const uint8_t zeros[CRC_ZERO_RUN];
+    uint32_t image[32];
+    for (int b = 0; b < 32; b++) image[b] = crc_update(UINT32_C(1) << b, zeros, CRC_ZERO_RUN);
     for (int j = 0; j < 4; j++)
-        for (uint32_t v = 0; v < 256; v++) crc_zero_run[j][v] = crc_update(v << (8 * j), zeros, CRC_ZERO_RUN);
+        for (uint32_t v = 0; v < 256; v++) {
+            uint32_t c = 0;
+            for (int k = 0; k < 8; k++)
+                if (v & (1u << k)) c ^= image[8 * j + k];
+            crc_zero_run[j][v] = c;
+        }
 }
 
 static inline uint32_t crc_after_zero_run(uint32_t crc) {
@@ -548,7 +563,7 @@ typedef struct {
     int fast;
     uint8_t bucket[CBZ_BLOCK_MAX / 1024 + 1]; /* symbol at position 1024*i: starts the cftab search */
     uint32_t nblock, tpos, used, stored_crc, crc, pending;
-    int last, run, output_started;
+    int last, run;
     uint8_t pending_ch;
     /* tables */
     uint8_t seq_to_unseq[256];
@@ -837,7 +852,6 @@ static int cbz_block(cbz *z) {
     z->pending = 0;
     z->last = -1;
     z->run = 0;
-    z->output_started = 0;
     return CBZ_OK;
 }
 
@@ -974,7 +988,6 @@ static int cbz_output(cbz *z, uint8_t *out, size_t cap, size_t *n) {
     z->used = used;
     z->last = last;
     z->run = run;
-    if (k > *n) z->output_started = 1;
     *n = k;
     return used == nblock && z->pending == 0;
 }
@@ -1041,12 +1054,17 @@ static int cbz_run(cbz *z, uint8_t *out, size_t capacity, size_t *produced, cbsp
 /* With one worker, the worker decodes the stream as it is ("raw"). With     */
 /* more, the stream is split into its bzip2 blocks by finding the 48-bit     */
 /* block marks, and each worker claims the next block ("piece"), decodes it  */
-/* as a one-block stream into its own ring, and claims another; the main     */
-/* thread reads pieces in order from whichever ring holds them. If the split */
-/* cannot be trusted (a mark-like bit pattern inside a block, a CRC that     */
-/* does not add up, anything odd), the main thread stops the workers and     */
-/* decodes the rest of the stream itself, sequentially, as the reference     */
-/* would: splitting only ever changes speed, never the result.               */
+/* with cbz into its own ring, and claims another; the main thread reads     */
+/* pieces in order from whichever ring holds them. If cbz declines a block   */
+/* (or a split turns out wrong: a mark-like bit pattern inside a block, a    */
+/* CRC that does not add up) before any of its output was used, the main    */
+/* thread stops the workers and has libbz2 decode the rest of the stream,   */
+/* sequentially, as the reference would: cbz and splitting only ever change */
+/* speed, never the result.                                                 */
+/*                                                                          */
+/* Deadlock freedom: a worker only waits for room in its own ring (or the   */
+/* prefetch ring), which the main thread drains in order, and publishes     */
+/* everything the main thread could need before it waits.                   */
 
 #define MAX_WORKERS 4
 #define PIECE_WINDOW 64 /* pieces claimed ahead of the one being read */
@@ -1110,7 +1128,7 @@ struct stream {
     const uint8_t *cursor;
     size_t available;
     int holding;
-    uint64_t delivered, piece_delivered;
+    uint64_t delivered;
 
     /* Sequential fallback (main thread only). */
     int fallback, fallback_done;
@@ -1288,6 +1306,9 @@ static int prefetch_read(stream *st, prefetch *pf) {
         }
     }
     pf->nreads = 0;
+    /* Publish the partial slot too: the worker may block on its control ring
+       next, and the reader must not wait for these bytes meanwhile. */
+    if (pf->slot >= 0 && pf->slot_fill > 0) prefetch_publish(st, pf);
     return 0;
 }
 
@@ -1723,18 +1744,21 @@ static int stream_fall_back(stream *st, cbspatch_error *error) {
 }
 
 static int stream_fallback_peek(stream *st, cbspatch_error *error) {
-    if (st->fb_status != CBSPATCH_OK) return fail(error, st->fb_status, "%s", st->fb_message);
-    if (st->fallback_done) return STREAM_EOF;
-    cbspatch_status status = CBSPATCH_OK;
-    size_t produced = 0;
-    int r = decoder_run(&st->fb, st->fb_out, SLOT_SIZE, &produced, &status, st->fb_message);
-    if (r == DECODE_END) st->fallback_done = 1;
-    if (r == DECODE_ERROR) st->fb_status = status; /* reported once the bytes before it are used */
-    if (produced == 0) return r == DECODE_MORE ? CBSPATCH_OK : stream_fallback_peek(st, error);
-    st->cursor = st->fb_out;
-    st->available = produced;
-    st->holding = 1;
-    return CBSPATCH_OK;
+    for (;;) {
+        if (st->fb_status != CBSPATCH_OK) return fail(error, st->fb_status, "%s", st->fb_message);
+        if (st->fallback_done) return STREAM_EOF;
+        cbspatch_status status = CBSPATCH_OK;
+        size_t produced = 0;
+        int r = decoder_run(&st->fb, st->fb_out, SLOT_SIZE, &produced, &status, st->fb_message);
+        if (r == DECODE_END) st->fallback_done = 1;
+        if (r == DECODE_ERROR) st->fb_status = status; /* reported once the bytes before it are used */
+        if (produced > 0) {
+            st->cursor = st->fb_out;
+            st->available = produced;
+            st->holding = 1;
+            return CBSPATCH_OK;
+        }
+    }
 }
 
 /* Makes at least one byte available at st->cursor, waiting for the workers.
@@ -1763,7 +1787,6 @@ static int stream_peek(stream *st, cbspatch_error *error) {
             }
             if (flags & SLOT_LAST) {
                 st->cur_piece++;
-                st->piece_delivered = 0;
                 st->cur_worker = -1;
                 pthread_cond_broadcast(&st->changed);
             }
@@ -1798,7 +1821,6 @@ static inline void stream_take(stream *st, size_t n) {
     st->cursor += n;
     st->available -= n;
     st->delivered += n;
-    st->piece_delivered += n;
 }
 
 /* ------------------------------------------------------------------------ */

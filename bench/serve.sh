@@ -9,7 +9,8 @@
 # Environment:
 #   OURS=/path/to/offline-agent   binary under test (default .build/release/offline-agent)
 #   BUILD=auto|1|0                build release first (auto: only when OURS is the default)
-#   DURATION=10s                  each measured wrk run (after a 3 s warm-up per case)
+#   DURATION=10s                  each measured wrk run (after a 3 s warm-up per case and server)
+#   ROUNDS=3                      measured runs per case and server, alternating; medians reported
 #   THREADS=1 CONNECTIONS=32      wrk load
 #   NGINX=/usr/sbin/nginx         nginx binary (Debian nginx-light is enough)
 #   KEEP=1                        keep the scratch directory
@@ -24,6 +25,7 @@ DEFAULT_OURS="$ROOT/.build/release/offline-agent"
 OURS=${OURS:-$DEFAULT_OURS}
 BUILD=${BUILD:-auto}
 DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-1}
 CONNECTIONS=${CONNECTIONS:-32}
 NGINX=${NGINX:-/usr/sbin/nginx}
@@ -42,7 +44,7 @@ if [ "$BUILD" = 1 ] || { [ "$BUILD" = auto ] && [ "$OURS" = "$DEFAULT_OURS" ]; }
 fi
 [ -x "$OURS" ] || die "no binary at $OURS"
 
-WORK=$(mktemp -d /tmp/offline-agent-bench-serve.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-serve.XXXXXX")
 chmod 755 "$WORK"   # nginx's workers run as an unprivileged user when started by root
 PIDS=()
 cleanup() {
@@ -135,26 +137,39 @@ wrk_run() {
     echo "$rps $p99"
 }
 
-declare -A RPS P99
+# median of the arguments
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+declare -A RPS P99 ALL
 for case in small:js/app.js large:big.bin; do
     name=${case%%:*} path=${case#*:}
     for server in ours nginx; do
         port=$OURS_PORT; [ "$server" = nginx ] && port=$NGINX_PORT
-        url="http://127.0.0.1:$port/mall/$path"
-        log "$server $name ($path): warm-up 3s, then $DURATION with $THREADS thread(s), $CONNECTIONS connections"
-        wrk -t"$THREADS" -c"$CONNECTIONS" -d3s "$url" > /dev/null
-        read -r rps p99 < <(wrk_run "$url")
-        RPS[$server.$name]=$rps P99[$server.$name]=$p99
+        log "$server $name ($path): warm-up 3s"
+        wrk -t"$THREADS" -c"$CONNECTIONS" -d3s "http://127.0.0.1:$port/mall/$path" > /dev/null
     done
+    # Rounds alternate the servers, so a load change on the machine hits both alike.
+    rps_ours=() p99_ours=() rps_nginx=() p99_nginx=()
+    for round in $(seq 1 "$ROUNDS"); do
+        for server in ours nginx; do
+            port=$OURS_PORT; [ "$server" = nginx ] && port=$NGINX_PORT
+            log "$server $name ($path): round $round/$ROUNDS, $DURATION, $THREADS thread(s), $CONNECTIONS connections"
+            read -r rps p99 < <(wrk_run "http://127.0.0.1:$port/mall/$path")
+            eval "rps_$server+=(\"\$rps\") p99_$server+=(\"\$p99\")"
+            ALL[$server.$name]+="$rps/$p99 "
+        done
+    done
+    RPS[ours.$name]=$(median "${rps_ours[@]}") P99[ours.$name]=$(median "${p99_ours[@]}")
+    RPS[nginx.$name]=$(median "${rps_nginx[@]}") P99[nginx.$name]=$(median "${p99_nginx[@]}")
 done
 
 SIZE_SMALL=$(stat -c %s "$VERSION_DIR/js/app.js")
-printf '\n%-28s %-14s %12s %10s\n' "file" "server" "requests/s" "p99 ms"
+printf '\n%-28s %-14s %12s %10s   %s\n' "file" "server" "requests/s" "p99 ms" "(each round: req/s/p99 ms)"
 for case in small large; do
     label="js/app.js ($SIZE_SMALL B)"; [ "$case" = large ] && label="big.bin (1 MiB)"
     for server in ours nginx; do
         shown=offline-agent; [ "$server" = nginx ] && shown="nginx $("$NGINX" -v 2>&1 | sed 's|.*/||')"
-        printf '%-28s %-14s %12.0f %10.2f\n' "$label" "$shown" "${RPS[$server.$case]}" "${P99[$server.$case]}"
+        printf '%-28s %-14s %12.0f %10.2f   %s\n' "$label" "$shown" "${RPS[$server.$case]}" "${P99[$server.$case]}" "${ALL[$server.$case]}"
     done
 done
 echo
@@ -166,5 +181,5 @@ for case in small large; do
     awk -v r="$ratio" -v t="$TARGET" 'BEGIN { exit !(r >= t) }' || { verdict=FAIL; status=1; }
     echo "# $verdict $case: offline-agent/nginx requests/s = $ratio (target >= $TARGET); p99 ratio = $p99ratio"
 done
-echo "# wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $(nproc) cores; $(uname -sr)"
+echo "# medians of $ROUNDS alternating rounds of wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg); $(uname -sr)"
 exit $status

@@ -4,13 +4,19 @@
  * Compared with the reference bspatch it
  *   - never ends the process: every failure is a status code plus a one-line message;
  *   - refuses hostile patches instead of reading or writing out of bounds
- *     (CVE-2014-9862, CVE-2020-14315, negative old cursor, zero-triple stalls);
- *   - keeps memory bounded: old is read with pread in windows, new is written
- *     sequentially through a buffer, nothing is mapped or loaded whole;
- *   - decodes the three bzip2 streams (control, diff, extra) in helper threads,
- *     so the apply time is about that of the slowest stream rather than the sum;
+ *     (CVE-2014-9862, CVE-2020-14315, negative old cursor, zero-triple stalls,
+ *     streams that go on past what the control triples use);
+ *   - keeps memory bounded (about 14 MB at most): old is read with pread,
+ *     new is written sequentially through a buffer, nothing is mapped or
+ *     loaded whole;
+ *   - decodes the three bzip2 streams (control, diff, extra) in worker
+ *     threads, with a bzip2 decoder of its own that is several times faster
+ *     than libbz2 on the zero runs of diff streams (libbz2 takes over any
+ *     stream it declines), and splits the extra stream's blocks between two
+ *     workers;
  *   - writes to a temporary file in the target directory, fsyncs it and renames
  *     it onto the target only on success.
+ * It is thread-safe: concurrent calls share nothing but constant tables.
  *
  * Patch layout: "BSDIFF40", then three 8-byte sign-magnitude little-endian
  * integers (control stream length, diff stream length, new size), then the
@@ -38,7 +44,8 @@ typedef enum {
     CBSPATCH_ERR_SIZE_MISMATCH = 4,
     /** bzip2 stream error, data error, or a stream cut before its end-of-stream mark. */
     CBSPATCH_ERR_BZIP2 = 5,
-    /** Control values negative (x, y), overflowing, or z moving the old cursor out of range. */
+    /** Control values negative (x, y) or overflowing (z included), or a stream holding
+        more than the control triples use. */
     CBSPATCH_ERR_CONTROL = 6,
     /** Would write past the new size, or read old bytes before 0 or past the end of old. */
     CBSPATCH_ERR_BOUNDS = 7,
@@ -74,6 +81,11 @@ cbspatch_status cbspatch_read_header(const char *patch_path, int64_t *ctrl_len, 
  * in new_path's directory, which is fsync'ed and renamed onto new_path only on
  * success; on any failure the temporary file is removed and new_path is
  * untouched. `old_path` may equal `new_path`. `error` may be NULL.
+ * The directory is not fsynced after the rename: a caller that needs the
+ * rename itself to survive a power loss syncs the directory.
+ * Beyond the header's checks, every control triple is validated before use,
+ * and each stream must end (cleanly, CRCs checked) exactly where the triples
+ * stop using it.
  */
 cbspatch_status cbspatch_apply(const char *old_path, const char *patch_path, const char *new_path,
                                int64_t expected_new_size, cbspatch_error *error);

@@ -53,6 +53,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1054,6 +1055,7 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
     encoder *enc = NULL;
     int enc_ready = 0;
     pthread_t thread;
+    sigset_t blocked, saved_mask;
     int threaded = 0, drc;
     char *tmp = NULL;
     int fd = -1;
@@ -1070,8 +1072,9 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
         return CBSDIFF_ERR_ARGUMENT;
     }
 
-    /* divsufsort takes 32-bit lengths and I[0] holds oldsize. */
-    st = read_file(old_path, "old", INT32_MAX, 1, &old, &oldsize, error);
+    /* divsufsort takes 32-bit lengths, and I[0] and the prefix table hold
+     * values up to oldsize + 1. */
+    st = read_file(old_path, "old", (int64_t)INT32_MAX - 1, 1, &old, &oldsize, error);
     if (st != CBSDIFF_OK)
         goto out;
     st = read_file(new_path, "new", (int64_t)(PTRDIFF_MAX / 2), 0, &nw, &newsize, error);
@@ -1154,8 +1157,14 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
     enc_ready = 1; /* encoder_destroy undoes a partial init too */
     if (st != CBSDIFF_OK)
         goto out;
-    /* Without a thread (none left?) the encoder runs after the search. */
-    threaded = pthread_create(&thread, NULL, encoder_main, enc) == 0;
+    /* The encoder thread takes no signals: they stay with the caller's
+     * threads, as if there were none. Without a thread (none left?) the
+     * encoder runs after the search. */
+    sigfillset(&blocked);
+    if (pthread_sigmask(SIG_SETMASK, &blocked, &saved_mask) == 0) {
+        threaded = pthread_create(&thread, NULL, encoder_main, enc) == 0;
+        pthread_sigmask(SIG_SETMASK, &saved_mask, NULL);
+    }
 
     drc = diff_core(&mt, enc);
     /* The search is done: give its memory back while the encoder finishes. */

@@ -34,7 +34,7 @@ public struct PatchFailure: Error, Sendable, Equatable, CustomStringConvertible 
     public static let sizeMismatch = code(CBSPATCH_ERR_SIZE_MISMATCH)
     /// A bzip2 stream is corrupt or cut short.
     public static let bzip2 = code(CBSPATCH_ERR_BZIP2)
-    /// A control triple is negative, overflows, or disagrees with the streams.
+    /// A control triple is negative or overflows, or a stream holds more than the triples use.
     public static let control = code(CBSPATCH_ERR_CONTROL)
     /// A write past the new size, or a read outside old.
     public static let bounds = code(CBSPATCH_ERR_BOUNDS)

@@ -1,16 +1,18 @@
 import Foundation
+import Hummingbird
 import OfflineAgent
 
 /// Per-file work the server would otherwise redo on every request: `Resolver.file`'s
-/// checks (percent-decoding, an `lstat` per path component), the content type, and
-/// the validator strings.
+/// checks (percent-decoding, an `lstat` per path component), the content type, the
+/// validator strings, and the bytes of small files.
 ///
-/// Keys name a version directory, whose files never change once installed (new
-/// versions get new directories), so a positive answer stays right for as long as the
-/// directory exists; the file is still opened on every request, and a failed open
-/// drops the entry. Validators are reused only while the open file's identity, size
-/// and time and the record's time are the same. Bounded: cleared when it grows past
-/// `limit` entries.
+/// Keys name a version directory, whose files never change once installed (a new
+/// version gets a new directory; reinstalling or rolling back writes a new record),
+/// so an answer stays right while the directory exists and its record is the one
+/// pinned: file contents (up to `LocalServerResponder.wholeLimit` bytes each) are kept
+/// with the record identity they were read under and used only under that same one.
+/// Larger files are opened per request. A failed open drops the entry. Bounded: cleared
+/// when it grows past `limit` entries or `byteLimit` bytes of contents.
 final class LocalFileCache: @unchecked Sendable {
     struct Validators {
         var inode: UInt64
@@ -24,15 +26,25 @@ final class LocalFileCache: @unchecked Sendable {
         var lastModified: String
     }
 
+    /// The whole bytes of a small file, read under the record `record`.
+    struct Content {
+        var record: LocalRecordIdentity
+        var body: ByteBuffer
+        var validators: Validators
+    }
+
     struct Entry {
         var path: String
         var contentType: String
         var validators: Validators?
+        var content: Content?
     }
 
     static let limit = 4096
+    static let byteLimit = 32 << 20
     private let lock = NSLock()
     private var entries: [String: Entry] = [:]
+    private var contentBytes = 0
 
     private static func key(_ directory: String, _ rest: String) -> String { "\(directory)\u{0}\(rest)" }
 
@@ -43,16 +55,45 @@ final class LocalFileCache: @unchecked Sendable {
         guard let path = Resolver.file(at: rest, in: directory) else { return nil }
         let entry = Entry(path: path, contentType: LocalContentType.of(path: path))
         lock.withLock {
-            if entries.count >= Self.limit { entries.removeAll(keepingCapacity: true) }
+            if entries.count >= Self.limit {
+                entries.removeAll(keepingCapacity: true)
+                contentBytes = 0
+            }
             entries[key] = entry
         }
         return entry
     }
 
+    /// The kept bytes of `rest` in `directory`, when read under `record`.
+    func content(_ rest: String, in directory: String, record: LocalRecordIdentity) -> Content? {
+        let key = Self.key(directory, rest)
+        return lock.withLock {
+            guard let content = entries[key]?.content, content.record == record else { return nil }
+            return content
+        }
+    }
+
+    /// Keeps the bytes of a small file read under `record`.
+    func keep(_ content: Content, for rest: String, in directory: String) {
+        let key = Self.key(directory, rest)
+        let size = content.body.readableBytes
+        lock.withLock {
+            guard entries[key] != nil else { return }
+            if contentBytes + size > Self.byteLimit {
+                for name in Array(entries.keys) { entries[name]?.content = nil }
+                contentBytes = 0
+            }
+            contentBytes += size - (entries[key]?.content?.body.readableBytes ?? 0)
+            entries[key]?.content = content
+        }
+    }
+
     /// Forgets `rest` in `directory` (its file could not be opened).
     func forget(_ rest: String, in directory: String) {
         let key = Self.key(directory, rest)
-        _ = lock.withLock { entries.removeValue(forKey: key) }
+        lock.withLock {
+            contentBytes -= entries.removeValue(forKey: key)?.content?.body.readableBytes ?? 0
+        }
     }
 
     /// The ETag and Last-Modified of an open file of `version`.

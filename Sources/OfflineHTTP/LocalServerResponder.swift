@@ -118,15 +118,36 @@ struct LocalServerResponder: HTTPResponder {
             return Self.text(.notFound, "not found\n", head: head)
         }
         let path = entry.path
-        guard let file = LocalOpenFile(path: path) else {
-            files.forget(rest, in: pinned.directory)
-            metrics.recordFile(app: app, code: 404)
-            return Self.text(.notFound, "not found\n", head: head)
+        let version = pinned.versionText
+        // The bytes come from one place: kept contents read under this very record, or a
+        // descriptor opened once now (small files are then read whole and kept).
+        let source: Source
+        let validators: LocalFileCache.Validators
+        if let content = files.content(rest, in: pinned.directory, record: pinned.recordIdentity) {
+            source = .memory(content.body)
+            validators = content.validators
+        } else {
+            guard let file = LocalOpenFile(path: path) else {
+                files.forget(rest, in: pinned.directory)
+                metrics.recordFile(app: app, code: 404)
+                return Self.text(.notFound, "not found\n", head: head)
+            }
+            validators = files.validators(
+                rest, in: pinned.directory, file: file, version: version, recordModified: pinned.recordModified)
+            if file.size <= Self.wholeLimit {
+                do {
+                    let body = try file.read(offset: 0, count: Int(file.size), allocator: Self.allocator)
+                    files.keep(.init(record: pinned.recordIdentity, body: body, validators: validators), for: rest, in: pinned.directory)
+                    source = .memory(body)
+                } catch {
+                    logger.error("reading \(path): \(error)")
+                    return Self.text(.internalServerError, "cannot read file\n")
+                }
+            } else {
+                source = .open(file)
+            }
         }
-        let version = pinned.version.description
-        let size = file.size
-        let validators = files.validators(
-            rest, in: pinned.directory, file: file, version: version, recordModified: pinned.recordModified)
+        let size = validators.size
         let etag = validators.etag, lastModified = validators.lastModified, modified = validators.modified
         var headers: HTTPFields = [
             .contentType: entry.contentType,
@@ -179,8 +200,16 @@ struct LocalServerResponder: HTTPResponder {
         headers[.contentLength] = String(count)
         guard !head, let bytes, count > 0 else { return Response(status: status, headers: headers) }
 
+        let file: LocalOpenFile
+        switch source {
+        case .memory(let buffer):
+            // Small files (most of a web app): one write with the headers.
+            let body = count == buffer.readableBytes ? buffer : buffer.getSlice(at: Int(bytes.lowerBound), length: count)!
+            return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: body))
+        case .open(let open):
+            file = open
+        }
         if count <= Self.wholeLimit {
-            // Small files (most of a web app): one read now, one write with the headers.
             do {
                 let buffer = try file.read(offset: bytes.lowerBound, count: count, allocator: Self.allocator)
                 return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: buffer))
@@ -214,6 +243,12 @@ struct LocalServerResponder: HTTPResponder {
     }
 
     static let versionHeader = HTTPFields.Element.Name("X-Offline-Version")!
+
+    /// Where a response's bytes come from.
+    private enum Source {
+        case memory(ByteBuffer)
+        case open(LocalOpenFile)
+    }
 
     // MARK: Responses
 

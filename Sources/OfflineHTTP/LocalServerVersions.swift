@@ -10,18 +10,44 @@ import Glibc
 final class LocalPin: Sendable {
     let app: String
     let version: Version
+    /// `version` as text, for headers.
+    let versionText: String
     /// `<root>/apps/<app>/versions/<version>`: files read from it belong to `version` only.
     let directory: String
+    /// The version's record (`<directory>.json`), the file the lock is on.
+    let record: String
     /// Modification time of the version's record (rewritten on install and rollback).
     let recordModified: Int
+    /// The record file's identity when pinned: a reinstall or rollback writes a new one.
+    let recordIdentity: LocalRecordIdentity
     private let lock: ReaderLock
 
-    init(app: String, version: Version, directory: String, recordModified: Int, lock: ReaderLock) {
+    init(app: String, version: Version, directory: String, record: String, recordIdentity: LocalRecordIdentity, lock: ReaderLock) {
         self.app = app
         self.version = version
+        versionText = version.description
         self.directory = directory
-        self.recordModified = recordModified
+        self.record = record
+        self.recordModified = recordIdentity.seconds
+        self.recordIdentity = recordIdentity
         self.lock = lock
+    }
+}
+
+/// Device, inode, size and time of a version record.
+struct LocalRecordIdentity: Equatable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var seconds: Int
+    var nanoseconds: Int
+
+    init(_ st: stat) {
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+        size = Int64(st.st_size)
+        seconds = st.st_mtim.tv_sec
+        nanoseconds = st.st_mtim.tv_nsec
     }
 }
 
@@ -39,19 +65,11 @@ final class LocalPin: Sendable {
 final class LocalVersions: @unchecked Sendable {
     private struct Key: Equatable {
         var target: String
-        var device: UInt64
-        var inode: UInt64
-        var size: Int64
-        var seconds: Int
-        var nanoseconds: Int
+        var record: LocalRecordIdentity
 
         init(target: String, _ st: stat) {
             self.target = target
-            device = UInt64(st.st_dev)
-            inode = UInt64(st.st_ino)
-            size = Int64(st.st_size)
-            seconds = st.st_mtim.tv_sec
-            nanoseconds = st.st_mtim.tv_nsec
+            record = LocalRecordIdentity(st)
         }
     }
 
@@ -71,22 +89,26 @@ final class LocalVersions: @unchecked Sendable {
         let appDirectory = "\(appsDirectory)/\(app)"
         // Two tries: a swap plus collection may land between reading the link and locking.
         for _ in 0..<2 {
-            guard let target = Self.readLink("\(appDirectory)/current"), target.hasPrefix("versions/"),
-                  let version = Version(String(target.dropFirst("versions/".count))) else {
+            guard let target = Self.readLink("\(appDirectory)/current") else {
+                lock.withLock { pins[app] = nil }
+                return nil
+            }
+            // Fast path: the same link target and the same record as the kept pin.
+            if let kept = lock.withLock({ pins[app] }), kept.key.target == target {
+                var st = stat()
+                if stat(kept.pin.record, &st) == 0, Key(target: target, st) == kept.key { return kept.pin }
+            }
+            guard target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))) else {
                 lock.withLock { pins[app] = nil }
                 return nil
             }
             let directory = "\(appDirectory)/versions/\(version)"
             let record = "\(directory).json"
-            var st = stat()
-            guard stat(record, &st) == 0 else { continue }
-            let key = Key(target: target, st)
-            if let kept = lock.withLock({ pins[app] }), kept.key == key { return kept.pin }
-
             // A new version or record: lock it, then check the record is still the one locked.
-            guard let readerLock = ReaderLock.shared(record) else { continue }
+            var st = stat()
+            guard stat(record, &st) == 0, let readerLock = ReaderLock.shared(record) else { continue }
             var locked = stat()
-            guard stat(record, &locked) == 0, Key(target: target, locked) == key else { continue }
+            guard stat(record, &locked) == 0, Key(target: target, locked) == Key(target: target, st) else { continue }
             // The store's own check: the record decodes and names the linked version.
             guard let active = store.active(app), active.version.description == version.description else {
                 lock.withLock { pins[app] = nil }
@@ -94,8 +116,10 @@ final class LocalVersions: @unchecked Sendable {
             }
             var dir = stat()
             guard stat(directory, &dir) == 0, (dir.st_mode & S_IFMT) == S_IFDIR else { continue }
-            let pin = LocalPin(app: app, version: version, directory: directory, recordModified: st.st_mtim.tv_sec, lock: readerLock)
-            lock.withLock { pins[app] = (key, pin) }
+            let pin = LocalPin(
+                app: app, version: version, directory: directory, record: record, recordIdentity: LocalRecordIdentity(st),
+                lock: readerLock)
+            lock.withLock { pins[app] = (Key(target: target, st), pin) }
             return pin
         }
         return nil

@@ -29,7 +29,7 @@ typedef enum {
     CBSDIFF_ERR_BZIP2 = 3,
     /** A NULL or empty path was given. */
     CBSDIFF_ERR_ARGUMENT = 4,
-    /** The old file is too large for a 32-bit suffix array (more than INT32_MAX bytes). */
+    /** The old file is too large for a 32-bit suffix array (INT32_MAX bytes or more). */
     CBSDIFF_ERR_TOO_LARGE = 5
 } cbsdiff_status;
 
@@ -46,6 +46,11 @@ typedef struct {
  * directory, fsync'ed and renamed onto patch_path on success; on failure the
  * temporary file is removed and patch_path is left untouched. The patch file
  * gets mode 0666 minus the process umask, like a file made by bsdiff(1).
+ *
+ * Memory: about 5 bytes per old-file byte, plus the new file, plus the
+ * compressed patch, plus ~25 MiB of bzip2 state. The call blocks; inside,
+ * one helper thread (with all signals blocked) compresses while the search
+ * runs.
  *
  * error may be NULL. On success error->message is set to the empty string.
  * Thread-safe: calls share no state.
