@@ -68,6 +68,7 @@ ln -s versions/1.0.0 "$AGENT/apps/mall/current"
 echo bench-device > "$AGENT/device-id"
 
 # --- offline-agent serve on a free port -----------------------------------------
+: > "$WORK/ours.out"   # exists before the server's shell opens it, for the poll below
 "$OURS" serve --root "$AGENT" --port 0 > "$WORK/ours.out" 2> "$WORK/ours.err" &
 PIDS+=($!)
 OURS_PORT=

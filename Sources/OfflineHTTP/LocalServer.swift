@@ -24,9 +24,13 @@ import ServiceLifecycle
 /// Requests whose `Host` header is not a loopback name (`localhost`, `127.x.x.x`,
 /// `[::1]`, any port) get 403 unless `allowRemote` is set (DNS-rebinding defence).
 ///
-/// Each file response pins the version it reads (the shared lock of `Store.pin`) and opens the file once:
-/// the pin and the descriptor live until the body is written, so an install or a
-/// garbage collection during the response never mixes versions or cuts a file short.
+/// Each file response pins the version it reads (the shared lock `Store.pin` takes, see
+/// `LocalVersions`) and takes every byte from one source: a descriptor opened once and
+/// kept, with the pin, until the body is written (files over 64 KiB, streamed in 64 KiB
+/// chunks), or the kept bytes of a small file read under that same version record
+/// (`LocalFileCache`, at most 32 MiB). An install or a garbage collection during the
+/// response never mixes versions or cuts a file short, and the next request after a
+/// swap sees the new version (`current` is read on every request).
 public struct LocalServer: Sendable {
     /// Where to listen and what to serve.
     public struct Configuration: Sendable {

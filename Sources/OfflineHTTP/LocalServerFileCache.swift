@@ -9,7 +9,7 @@ import OfflineAgent
 /// Keys name a version directory, whose files never change once installed (a new
 /// version gets a new directory; reinstalling or rolling back writes a new record),
 /// so an answer stays right while the directory exists and its record is the one
-/// pinned: file contents (up to `LocalServerResponder.wholeLimit` bytes each) are kept
+/// pinned: file contents (up to `LocalServerResponder.keepLimit` bytes each) are kept
 /// with the record identity they were read under and used only under that same one.
 /// Larger files are opened per request. A failed open drops the entry. Bounded: cleared
 /// when it grows past `limit` entries or `byteLimit` bytes of contents.
@@ -41,7 +41,7 @@ final class LocalFileCache: @unchecked Sendable {
     }
 
     static let limit = 4096
-    static let byteLimit = 32 << 20
+    static let byteLimit = 64 << 20
     private let lock = NSLock()
     private var entries: [String: Entry] = [:]
     private var contentBytes = 0

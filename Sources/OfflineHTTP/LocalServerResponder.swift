@@ -15,10 +15,12 @@ struct LocalServerResponder: HTTPResponder {
     let checkHost: Bool
     let logger: Logger
 
-    /// Bodies up to `wholeLimit` are read whole before the response is returned; larger
-    /// ones stream in chunks of `chunkSize` from the open descriptor.
+    /// Files up to `keepLimit` are read whole once per version and kept (`LocalFileCache`,
+    /// which bounds the total); larger ones stream in chunks of `chunkSize` from the open
+    /// descriptor, and their ranges up to `wholeLimit` are read at once.
     static let chunkSize = 64 * 1024
     static let wholeLimit = 64 * 1024
+    static let keepLimit = 2 << 20
     static let allocator = ByteBufferAllocator()
 
     func respond(to request: Request, context: Context) async throws -> Response {
@@ -134,7 +136,7 @@ struct LocalServerResponder: HTTPResponder {
             }
             validators = files.validators(
                 rest, in: pinned.directory, file: file, version: version, recordModified: pinned.recordModified)
-            if file.size <= Self.wholeLimit {
+            if file.size <= Self.keepLimit {
                 do {
                     let body = try file.read(offset: 0, count: Int(file.size), allocator: Self.allocator)
                     files.keep(.init(record: pinned.recordIdentity, body: body, validators: validators), for: rest, in: pinned.directory)

@@ -11,23 +11,27 @@ import Glibc
 struct LocalServerTests {
     typealias F = LocalStoreFixture
 
-    /// `mall` 1.0.0 from the fixture app plus a few typed files and a big one.
-    static func mall() throws -> LocalStoreFixture {
+    /// Over `LocalServerResponder.keepLimit`: streamed from the descriptor, never kept.
+    static let hugeSize = 3 << 20
+
+    /// `mall` 1.0.0 from the fixture app plus a few typed files, a big one (kept in
+    /// memory) and, with `huge`, one that is streamed.
+    static func mall(huge: Bool = false) throws -> LocalStoreFixture {
         let f = LocalStoreFixture()
-        try f.add(version: "1.0.0", files: [
+        try f.add(version: "1.0.0", files: (huge ? ["huge.bin": localRandomBytes(hugeSize, seed: 9)] : [:]).merging([
             "img/icon.svg": Array("<svg xmlns=\"http://www.w3.org/2000/svg\"/>".utf8),
             "data/config.json": Array("{\"a\":1}".utf8),
             "fonts/ui.woff2": [0x77, 0x4f, 0x46, 0x32, 1, 2, 3],
             "pages/index.html": Array("<p>pages index</p>".utf8),
             "big.bin": localRandomBytes(300_000, seed: 7),
             "empty.txt": [],
-        ])
+        ]) { $1 })
         return f
     }
 
     @Test("files of the active version come with their content type and version")
     func servesFiles() async throws {
-        let f = try Self.mall()
+        let f = try Self.mall(huge: true)
         try await withLocalServer(f) { server in
             let cases: [(String, String, [UInt8])] = [
                 ("index.html", "text/html; charset=utf-8", F.fixtureBytes("1.0.0", "index.html")),
@@ -39,6 +43,7 @@ struct LocalServerTests {
                 ("fonts/ui.woff2", "font/woff2", [0x77, 0x4f, 0x46, 0x32, 1, 2, 3]),
                 ("big.bin", "application/octet-stream", localRandomBytes(300_000, seed: 7)),
                 ("empty.txt", "text/plain; charset=utf-8", []),
+                ("huge.bin", "application/octet-stream", localRandomBytes(Self.hugeSize, seed: 9)),
             ]
             for (path, type, bytes) in cases {
                 let response = try await LocalHTTP.request(port: server.port, "/mall/\(path)")
@@ -172,7 +177,8 @@ struct LocalServerTests {
 
     @Test("Range requests get 206 with the right bytes, 416 past the end")
     func ranges() async throws {
-        let f = try Self.mall()
+        let f = try Self.mall(huge: true)
+        let huge = localRandomBytes(Self.hugeSize, seed: 9)
         let js = F.fixtureBytes("1.0.0", "js/app.js")
         let big = localRandomBytes(300_000, seed: 7)
         try await withLocalServer(f) { server in
@@ -190,9 +196,13 @@ struct LocalServerTests {
             #expect(suffix.status == 206 && suffix.body == Array(js[(js.count - 50)...]))
             #expect(suffix.header("content-range") == "bytes \(js.count - 50)-\(js.count - 1)/\(js.count)")
 
-            // Across the streaming chunk boundaries of a big file.
+            // A kept file, and across the streaming chunk boundaries of a streamed one.
             let middle = try await LocalHTTP.request(port: port, "/mall/big.bin", headers: [("Range", "bytes=65000-200000")])
             #expect(middle.status == 206 && middle.body == Array(big[65000...200000]))
+            let streamed = try await LocalHTTP.request(port: port, "/mall/huge.bin", headers: [("Range", "bytes=65000-2200000")])
+            #expect(streamed.status == 206 && streamed.body == Array(huge[65000...2200000]))
+            let short = try await LocalHTTP.request(port: port, "/mall/huge.bin", headers: [("Range", "bytes=-1000")])
+            #expect(short.status == 206 && short.body == Array(huge[(huge.count - 1000)...]))
 
             let past = try await LocalHTTP.request(port: port, "/mall/js/app.js", headers: [("Range", "bytes=\(js.count)-")])
             #expect(past.status == 416)
@@ -206,7 +216,7 @@ struct LocalServerTests {
             let fresh = try await LocalHTTP.request(
                 port: port, "/mall/js/app.js", headers: [("Range", "bytes=0-9"), ("If-Range", etag)])
             #expect(fresh.status == 206 && fresh.body == Array(js[0..<10]))
-            #expect(server.metrics.fileResponses(app: "mall", code: 206) == 5)
+            #expect(server.metrics.fileResponses(app: "mall", code: 206) == 7)
             #expect(server.metrics.fileResponses(app: "mall", code: 416) == 1)
         }
     }
@@ -265,11 +275,28 @@ struct LocalServerTests {
         }
     }
 
-    @Test("HEAD sends the headers of GET without a body")
-    func head() async throws {
+    @Test("a version reinstalled with other bytes is served from its new files, not the kept ones")
+    func reinstalledVersion() async throws {
         let f = try Self.mall()
         try await withLocalServer(f) { server in
-            for path in ["/mall/js/app.js", "/mall/big.bin", "/mall/"] {
+            let first = try await LocalHTTP.request(port: server.port, "/mall/js/app.js")
+            #expect(first.body == F.fixtureBytes("1.0.0", "js/app.js"))
+            // Away to 1.1.0, then 1.0.0 again from different bytes (same directory name).
+            try f.add(version: "1.1.0", fixture: "1.1.0")
+            try FileManager.default.removeItem(atPath: f.directory("1.0.0"))
+            try FileManager.default.removeItem(atPath: f.directory("1.0.0") + ".json")
+            try f.add(version: "1.0.0", fixture: "1.2.0")
+            let again = try await LocalHTTP.request(port: server.port, "/mall/js/app.js")
+            #expect(again.header("x-offline-version") == "1.0.0")
+            #expect(again.body == F.fixtureBytes("1.2.0", "js/app.js"))
+        }
+    }
+
+    @Test("HEAD sends the headers of GET without a body")
+    func head() async throws {
+        let f = try Self.mall(huge: true)
+        try await withLocalServer(f) { server in
+            for path in ["/mall/js/app.js", "/mall/big.bin", "/mall/huge.bin", "/mall/"] {
                 let get = try await LocalHTTP.request(port: server.port, path)
                 let head = try await LocalHTTP.request(port: server.port, path, method: "HEAD")
                 #expect(head.status == 200)

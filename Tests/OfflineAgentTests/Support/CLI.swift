@@ -48,16 +48,16 @@ enum CLI {
     }
 
     static func finish(_ running: Running) -> Result {
+        // A thread of its own, not Dispatch: blocking a global queue can starve in-process servers.
         let box = Box()
-        let group = DispatchGroup()
-        group.enter()
-        DispatchQueue.global().async {
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
             box.data = running.err.fileHandleForReading.readDataToEndOfFile()
-            group.leave()
+            done.signal()
         }
         let out = running.out.fileHandleForReading.readDataToEndOfFile()
         running.process.waitUntilExit()
-        group.wait()
+        done.wait()
         return Result(
             status: running.process.terminationStatus, signaled: running.process.terminationReason == .uncaughtSignal,
             stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: box.data, as: UTF8.self))

@@ -45,16 +45,16 @@ func run(_ executable: String, _ arguments: [String], cwd: String? = nil) throws
     process.standardError = err
     try process.run()
     // Read stderr on another thread so a chatty child can't block on a full pipe.
+    // A thread of its own, not Dispatch: blocking a global queue can starve in-process servers.
     let box = DataBox()
-    let group = DispatchGroup()
-    group.enter()
-    DispatchQueue.global().async {
+    let done = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
         box.data = err.fileHandleForReading.readDataToEndOfFile()
-        group.leave()
+        done.signal()
     }
     let stdout = out.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    group.wait()
+    done.wait()
     return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: box.data, as: UTF8.self))
 }
 
