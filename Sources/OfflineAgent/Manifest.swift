@@ -171,8 +171,13 @@ public enum SHA256Hex {
 }
 
 /// RFC 3339 timestamps (`2026-12-31T00:00:00Z`, fractional seconds and offsets allowed).
+///
+/// The plain UTC form is read and written by hand: Foundation's ISO 8601 formatter
+/// loads ICU, which costs milliseconds a throttled cron run should not spend.
 public enum RFC3339 {
     public static func date(from text: String) -> Date? {
+        // The common form is decided here, strictly (ICU would accept 31 February).
+        if text.utf8.count == 20, text.utf8.last.map({ $0 | 0x20 == 122 }) == true { return utcSeconds(text) }
         let plain = ISO8601DateFormatter()
         plain.formatOptions = [.withInternetDateTime]
         if let date = plain.date(from: text) { return date }
@@ -181,9 +186,46 @@ public enum RFC3339 {
         return fractional.date(from: text)
     }
 
+    /// `YYYY-MM-DDTHH:MM:SSZ`, whole seconds, UTC.
     public static func string(from date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: date)
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
+    }
+
+    /// Parses exactly `YYYY-MM-DDTHH:MM:SSZ` (upper- or lower-case T and Z).
+    private static func utcSeconds(_ text: String) -> Date? {
+        let b = Array(text.utf8)
+        guard b.count == 20, b[4] == 45, b[7] == 45, b[10] | 0x20 == 116, b[13] == 58, b[16] == 58, b[19] | 0x20 == 122 else {
+            return nil
+        }
+        func number(_ range: Range<Int>) -> Int32? {
+            var value: Int32 = 0
+            for i in range {
+                guard b[i] >= 48, b[i] <= 57 else { return nil }
+                value = value * 10 + Int32(b[i] - 48)
+            }
+            return value
+        }
+        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
+              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        var parts = tm()
+        parts.tm_year = year - 1900
+        parts.tm_mon = month - 1
+        parts.tm_mday = day
+        parts.tm_hour = hour
+        parts.tm_min = minute
+        parts.tm_sec = second
+        let seconds = timegm(&parts)
+        // timegm normalises 31 February into March: refuse dates that moved.
+        guard parts.tm_mday == day, parts.tm_mon == month - 1 else { return nil }
+        return Date(timeIntervalSince1970: TimeInterval(seconds))
     }
 }

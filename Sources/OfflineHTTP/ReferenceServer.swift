@@ -63,30 +63,14 @@ public struct ReferenceServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
-        let group = ServiceGroup(configuration: .init(
-            services: [makeApplication(onListening: onListening)],
-            gracefulShutdownSignals: stopOnSignals ? [.sigterm, .sigint] : [], logger: logger))
-        try await group.run()
+        try await ServiceRunner.run(makeApplication(onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
     }
 
     /// Starts the server in the background and returns once it listens: the
     /// in-process form for tests (use port 0 and read `port`).
     public func start() async throws -> RunningReferenceServer {
-        let (bound, continuation) = AsyncStream<Int>.makeStream()
-        let host = configuration.host
-        let group = ServiceGroup(configuration: .init(
-            services: [makeApplication { _, port in continuation.yield(port); continuation.finish() }],
-            logger: logger))
-        let task = Task {
-            defer { continuation.finish() }
-            try await group.run()
-        }
-        var ports = bound.makeAsyncIterator()
-        guard let port = await ports.next() else {
-            try await task.value
-            throw OfflineAgentError(.usage, "server stopped before it was listening")
-        }
-        return RunningReferenceServer(host: host, port: port, group: group, task: task)
+        let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
+        return RunningReferenceServer(host: configuration.host, service: service)
     }
 
     private func makeApplication(
@@ -107,23 +91,18 @@ public struct ReferenceServer: Sendable {
 /// A reference server started with `ReferenceServer.start()`.
 public final class RunningReferenceServer: Sendable {
     public let host: String
-    public let port: Int
-    private let group: ServiceGroup
-    private let task: Task<Void, any Error>
+    private let service: BackgroundService
 
-    init(host: String, port: Int, group: ServiceGroup, task: Task<Void, any Error>) {
+    init(host: String, service: BackgroundService) {
         self.host = host
-        self.port = port
-        self.group = group
-        self.task = task
+        self.service = service
     }
+
+    public var port: Int { service.port }
 
     /// `http://HOST:PORT`, without a trailing slash.
     public var baseURL: String { "http://\(host):\(port)" }
 
     /// Shuts the server down gracefully and waits until it has stopped.
-    public func stop() async {
-        await group.triggerGracefulShutdown()
-        _ = try? await task.value
-    }
+    public func stop() async { await service.stop() }
 }

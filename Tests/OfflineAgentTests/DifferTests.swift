@@ -124,7 +124,7 @@ import Testing
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
     func multiMegabyteRandomPairWithEdits() throws {
         let dir = try DifferTestDir()
-        var rng = DifferTestRNG(seed: 0xB5D1FF)
+        var rng = SplitMix64(seed: 0xB5D1FF)
         let base = rng.bytes(4 << 20)
         var edited = base
         // Replacements, insertions and deletions scattered over the file, plus a moved block.
@@ -286,20 +286,8 @@ private final class DifferTestDir {
     func contents() throws -> [String] { try FileManager.default.contentsOfDirectory(atPath: root.path) }
 }
 
-/// Deterministic pseudo-random numbers (DifferTestRNG), so failures reproduce.
-private struct DifferTestRNG {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+/// Helpers over the suite's deterministic generator, so failures reproduce.
+extension SplitMix64 {
     mutating func bytes(_ count: Int) -> [UInt8] {
         var out = [UInt8]()
         out.reserveCapacity(count + 8)
@@ -332,17 +320,17 @@ private enum DifferTestBundle {
         // and edits some, as a real release does.
         var appModules: [String] = []
         for module in 0..<3_000 {
-            var local = DifferTestRNG(seed: UInt64(module) &* 7919 &+ 1)
+            var local = SplitMix64(seed: UInt64(module) &* 7919 &+ 1)
             if version == 2, module % 37 == 5 { continue }  // removed modules
             var body = jsModule(id: module, rng: &local)
             if version == 2, module % 11 == 3 {  // edited modules
-                var edit = DifferTestRNG(seed: UInt64(module) &+ 99)
+                var edit = SplitMix64(seed: UInt64(module) &+ 99)
                 body = body.replacingOccurrences(of: "return", with: "return /* v2 */")
                 body += jsModule(id: module + 10_000, rng: &edit)
             }
             appModules.append(body)
             if version == 2, module % 53 == 17 {  // new modules
-                var fresh = DifferTestRNG(seed: UInt64(module) &+ 5_000_000)
+                var fresh = SplitMix64(seed: UInt64(module) &+ 5_000_000)
                 appModules.append(jsModule(id: module + 20_000, rng: &fresh))
             }
         }
@@ -350,7 +338,7 @@ private enum DifferTestBundle {
 
         var vendorModules: [String] = []
         for module in 0..<4_000 {
-            var local = DifferTestRNG(seed: UInt64(module) &+ 777_777)
+            var local = SplitMix64(seed: UInt64(module) &+ 777_777)
             vendorModules.append(jsModule(id: module + 50_000, rng: &local))
         }
         if version == 2 { vendorModules.insert("/*! vendor build 2 */", at: 0) }
@@ -358,7 +346,7 @@ private enum DifferTestBundle {
 
         var css = ""
         for rule in 0..<900 {
-            var local = DifferTestRNG(seed: UInt64(rule) &+ 31_337)
+            var local = SplitMix64(seed: UInt64(rule) &+ 31_337)
             let color = version == 2 && rule % 50 == 0 ? "#ff6600" : String(format: "#%06x", local.below(0xFFFFFF))
             css += ".c\(rule)-\(local.pick(words)) { color: \(color); margin: \(local.below(32))px \(local.below(32))px; display: \(local.pick(["flex", "block", "grid", "inline-block"])); }\n"
         }
@@ -383,13 +371,13 @@ private enum DifferTestBundle {
         ]
         // Binary assets: already-compressed images look random; one changes in v2.
         for image in 0..<6 {
-            var local = DifferTestRNG(seed: UInt64(image) &+ (version == 2 && image == 2 ? 1_000 : 0) &+ 123)
+            var local = SplitMix64(seed: UInt64(image) &+ (version == 2 && image == 2 ? 1_000 : 0) &+ 123)
             files.append(("assets/img\(image).png", Data(local.bytes(40_000 + image * 15_000))))
         }
         return files.sorted { $0.0 < $1.0 }
     }
 
-    static func jsModule(id: Int, rng: inout DifferTestRNG) -> String {
+    static func jsModule(id: Int, rng: inout SplitMix64) -> String {
         var out = "function m\(id)(\(rng.pick(words)), \(rng.pick(words))) {\n"
         for _ in 0..<(4 + rng.below(12)) {
             let a = rng.pick(words), b = rng.pick(words), c = rng.pick(words)
@@ -404,7 +392,7 @@ private enum DifferTestBundle {
     }
 
     static func text(seed: UInt64, bytes: Int) -> Data {
-        var rng = DifferTestRNG(seed: seed)
+        var rng = SplitMix64(seed: seed)
         var out = ""
         var id = 0
         while out.utf8.count < bytes {

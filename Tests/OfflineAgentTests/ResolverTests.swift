@@ -146,6 +146,18 @@ struct VersionTests {
         #expect(Version(text) == nil)
     }
 
+    @Test("RFC 3339 times round-trip; offsets and fractions parse; impossible dates do not")
+    func times() {
+        let date = RFC3339.date(from: "2026-12-31T23:59:58Z")
+        #expect(date?.timeIntervalSince1970 == 1_798_761_598)
+        #expect(date.map(RFC3339.string(from:)) == "2026-12-31T23:59:58Z")
+        #expect(RFC3339.date(from: "2026-12-31T23:59:58.250Z")?.timeIntervalSince1970 == 1_798_761_598.25)
+        #expect(RFC3339.date(from: "2027-01-01T01:59:58+02:00") == date)
+        #expect(RFC3339.date(from: "2026-02-31T00:00:00Z") == nil)
+        #expect(RFC3339.date(from: "2026-12-31 23:59:58") == nil)
+        #expect(RFC3339.date(from: "tomorrow") == nil)
+    }
+
     @Test("app names follow the protocol pattern")
     func appNames() {
         #expect(AppName.isValid("mall"))
