@@ -28,7 +28,7 @@ final class LocalFileCache: @unchecked Sendable {
 
     /// The whole bytes of a small file, read under the record `record`.
     struct Content {
-        var record: LocalRecordIdentity
+        var record: FileFingerprint
         var body: ByteBuffer
         var validators: Validators
     }
@@ -65,7 +65,7 @@ final class LocalFileCache: @unchecked Sendable {
     }
 
     /// The kept bytes of `rest` in `directory`, when read under `record`.
-    func content(_ rest: String, in directory: String, record: LocalRecordIdentity) -> Content? {
+    func content(_ rest: String, in directory: String, record: FileFingerprint) -> Content? {
         let key = Self.key(directory, rest)
         return lock.withLock {
             guard let content = entries[key]?.content, content.record == record else { return nil }

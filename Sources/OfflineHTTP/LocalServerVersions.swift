@@ -19,35 +19,18 @@ final class LocalPin: Sendable {
     /// Modification time of the version's record (rewritten on install and rollback).
     let recordModified: Int
     /// The record file's identity when pinned: a reinstall or rollback writes a new one.
-    let recordIdentity: LocalRecordIdentity
+    let recordIdentity: FileFingerprint
     private let lock: ReaderLock
 
-    init(app: String, version: Version, directory: String, record: String, recordIdentity: LocalRecordIdentity, lock: ReaderLock) {
+    init(app: String, version: Version, directory: String, record: String, recordIdentity: FileFingerprint, lock: ReaderLock) {
         self.app = app
         self.version = version
         versionText = version.description
         self.directory = directory
         self.record = record
-        self.recordModified = recordIdentity.seconds
+        self.recordModified = recordIdentity.modifiedSeconds
         self.recordIdentity = recordIdentity
         self.lock = lock
-    }
-}
-
-/// Device, inode, size and time of a version record.
-struct LocalRecordIdentity: Equatable, Sendable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var seconds: Int
-    var nanoseconds: Int
-
-    init(_ st: stat) {
-        device = UInt64(st.st_dev)
-        inode = UInt64(st.st_ino)
-        size = Int64(st.st_size)
-        seconds = st.st_mtim.tv_sec
-        nanoseconds = st.st_mtim.tv_nsec
     }
 }
 
@@ -65,11 +48,11 @@ struct LocalRecordIdentity: Equatable, Sendable {
 final class LocalVersions: @unchecked Sendable {
     private struct Key: Equatable {
         var target: String
-        var record: LocalRecordIdentity
+        var record: FileFingerprint
 
         init(target: String, _ st: stat) {
             self.target = target
-            record = LocalRecordIdentity(st)
+            record = FileFingerprint(st)
         }
     }
 
@@ -117,7 +100,7 @@ final class LocalVersions: @unchecked Sendable {
             var dir = stat()
             guard stat(directory, &dir) == 0, (dir.st_mode & S_IFMT) == S_IFDIR else { continue }
             let pin = LocalPin(
-                app: app, version: version, directory: directory, record: record, recordIdentity: LocalRecordIdentity(st),
+                app: app, version: version, directory: directory, record: record, recordIdentity: FileFingerprint(st),
                 lock: readerLock)
             lock.withLock { pins[app] = (Key(target: target, st), pin) }
             return pin

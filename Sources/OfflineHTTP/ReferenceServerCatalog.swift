@@ -99,25 +99,6 @@ final class ReferenceServerCatalog: Sendable {
     }
 }
 
-/// What changes when a file is replaced by rename or rewritten.
-struct FileFingerprint: Equatable, Sendable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var modifiedSeconds: Int
-    var modifiedNanoseconds: Int
-
-    init?(path: String) {
-        var st = stat()
-        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
-        device = UInt64(st.st_dev)
-        inode = UInt64(st.st_ino)
-        size = Int64(st.st_size)
-        modifiedSeconds = st.st_mtim.tv_sec
-        modifiedNanoseconds = st.st_mtim.tv_nsec
-    }
-}
-
 /// A value behind a lock, for state shared by concurrent request handlers.
 final class LockedBox<Value>: @unchecked Sendable {
     private let lock = NSLock()
