@@ -96,10 +96,6 @@ extension HTTPHeaders {
     func retryAfter(now: Date) -> Date? {
         guard let value = first(name: "Retry-After")?.trimmingCharacters(in: .whitespaces) else { return nil }
         if let seconds = Int64(value), seconds >= 0 { return now.addingTimeInterval(TimeInterval(Swift.min(seconds, 86_400 * 366))) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: value)
+        return HTTPDate.parse(value).map { Date(timeIntervalSince1970: TimeInterval($0)) }
     }
 }

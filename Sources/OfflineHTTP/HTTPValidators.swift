@@ -1,4 +1,5 @@
 import Foundation
+import OfflineAgent
 
 /// Entity-tag and date validators for conditional requests (RFC 9110 §8.8, §13).
 enum HTTPValidators {
@@ -24,17 +25,8 @@ enum HTTPValidators {
         tag.hasPrefix("W/") ? tag.dropFirst(2) : tag
     }
 
-    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-
-    /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) for `Last-Modified`,
-    /// formatted by hand: no locale, no formatter shared across threads.
+    /// An IMF-fixdate for `Last-Modified`.
     static func httpDate(secondsSince1970 seconds: Int) -> String {
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
-            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+        HTTPDate.string(secondsSince1970: seconds)
     }
 }

@@ -83,29 +83,3 @@ enum LocalContentType {
         return byExtension[path[path.index(after: dot)...].lowercased()] ?? "application/octet-stream"
     }
 }
-
-enum LocalHTTPDate {
-    private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-
-    /// Seconds since 1970 of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only
-    /// form a client may generate (RFC 9110 §5.6.7); nil for anything else, which makes
-    /// `If-Modified-Since` ignored.
-    static func parse(_ text: String) -> Int? {
-        let parts = text.trimmingWhitespace().split(separator: " ")
-        guard parts.count == 6, parts[0].hasSuffix(","), parts[5] == "GMT",
-              let day = Int(parts[1]), let month = months.firstIndex(of: parts[2].lowercased()),
-              let year = Int(parts[3]), year >= 1970 else { return nil }
-        let clock = parts[4].split(separator: ":")
-        guard clock.count == 3, let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
-              (1...31).contains(day), (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second)
-        else { return nil }
-        var parts_ = tm()
-        parts_.tm_year = Int32(year - 1900)
-        parts_.tm_mon = Int32(month)
-        parts_.tm_mday = Int32(day)
-        parts_.tm_hour = Int32(hour)
-        parts_.tm_min = Int32(minute)
-        parts_.tm_sec = Int32(second)
-        return Int(timegm(&parts_))
-    }
-}

@@ -165,7 +165,7 @@ struct LocalServerResponder: HTTPResponder {
         let notModified: Bool
         if let noneMatch = request.headers[.ifNoneMatch] {
             notModified = HTTPValidators.noneMatchHits(noneMatch, etag: etag)
-        } else if let since = request.headers[.ifModifiedSince], let sinceSeconds = LocalHTTPDate.parse(since) {
+        } else if let since = request.headers[.ifModifiedSince], let sinceSeconds = HTTPDate.parse(since) {
             notModified = modified <= sinceSeconds
         } else {
             notModified = false

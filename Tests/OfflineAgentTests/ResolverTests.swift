@@ -158,6 +158,14 @@ struct VersionTests {
         #expect(RFC3339.date(from: "tomorrow") == nil)
     }
 
+    @Test("HTTP dates round-trip and only IMF-fixdates parse")
+    func httpDates() {
+        #expect(HTTPDate.string(secondsSince1970: 784_111_777) == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT") == 784_111_777)
+        #expect(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == nil)
+        #expect(HTTPDate.parse("3600") == nil)
+    }
+
     @Test("app names follow the protocol pattern")
     func appNames() {
         #expect(AppName.isValid("mall"))
