@@ -27,7 +27,8 @@ echo "== publish 1.0.0"
 echo "== start offline-server on a free loopback port"
 "$bin/offline-server" --dir "$publish" --port 0 --key "$work/signing.key" >"$work/server.out" 2>"$work/server.log" &
 server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
+local_server=""
+trap 'kill $server $local_server 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q listening "$work/server.out" 2>/dev/null && break; sleep 0.1; done
 address="$(sed -n 's/^listening on //p' "$work/server.out")"
 manifest="http://$address/manifest"
@@ -53,4 +54,15 @@ echo "== resolve ${whitelist}index.html"
 file="$("$agent" resolve --root "$root" "${whitelist}index.html")"
 echo "$file"
 grep -o '<title>[^<]*</title>' "$file" || head -c 300 "$file"
-echo "== done: the page is served from $file"
+
+echo "== serve: the loopback server a web view loads pages through"
+"$agent" serve --root "$root" --port 0 >"$work/serve.out" 2>"$work/serve.log" &
+local_server=$!
+for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
+local_url="$(sed -n 's/^listening on //p' "$work/serve.out")"
+curl -s -o /dev/null -w "GET /open?url=${whitelist}index.html -> %{http_code} %{redirect_url}\n" \
+    "$local_url/open?url=${whitelist}index.html"
+curl -s -o /dev/null -w "GET /open?url=https://elsewhere.example.com/ -> %{http_code} %{redirect_url}\n" \
+    "$local_url/open?url=https://elsewhere.example.com/"
+curl -s -D - -o /dev/null "$local_url/mall/index.html" | grep -i -E '^(HTTP|content-type|x-offline-version)'
+echo "== done: the page is served from $file and from $local_url/mall/"
