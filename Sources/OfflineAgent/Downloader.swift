@@ -10,7 +10,12 @@ import Glibc
 struct DownloadTarget: Sendable, Equatable {
     var url: URL
     var size: Int64
-    var sha256: String
+    /// Nil when the manifest gives no hash of this file (a compressed full package
+    /// without `fullSha256`): the caller then checks what it decodes to.
+    var sha256: String?
+
+    /// The name the download is kept under: its hash, or one derived from its URL.
+    var key: String { sha256 ?? "unverified-" + SHA256.hash(data: Data(url.absoluteString.utf8)).hex }
 }
 
 /// Streams a file to `<directory>/<sha256>`, hashing on the fly and never writing
@@ -26,12 +31,12 @@ struct Downloader: Sendable {
         var validator: String?
     }
 
-    func path(for target: DownloadTarget) -> String { "\(directory)/\(target.sha256)" }
+    func path(for target: DownloadTarget) -> String { "\(directory)/\(target.key)" }
 
     /// Downloads `target` (or reuses a complete verified copy) and returns its path and the bytes transferred.
     func fetch(_ target: DownloadTarget, progress: @escaping @Sendable (Int64, Int64) -> Void) async throws -> (path: String, transferred: Int64) {
         let final = path(for: target)
-        if FileSystem.fileSize(final) == target.size, (try? FileHasher.sha256(of: final)) == target.sha256 {
+        if let sha256 = target.sha256, FileSystem.fileSize(final) == target.size, (try? FileHasher.sha256(of: final)) == sha256 {
             return (final, 0)
         }
         FileSystem.remove(final)
@@ -84,10 +89,10 @@ struct Downloader: Sendable {
         guard let digest, FileSystem.fileSize(part) == target.size else {
             throw OfflineAgentError(.download, "download incomplete", path: target.url.absoluteString)
         }
-        guard digest == target.sha256 else {
+        if let expected = target.sha256, digest != expected {
             FileSystem.remove(part)
             FileSystem.remove(infoPath)
-            throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(target.sha256)", path: target.url.absoluteString)
+            throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(expected)", path: target.url.absoluteString)
         }
         try FileSystem.sync(part)
         try FileSystem.renameDurably(part, to: final)

@@ -83,19 +83,14 @@ struct Updater {
             ? (manifest.fullUrl ?? "", manifest.fullSize ?? 0, manifest.fullSha256)
             : (manifest.url, manifest.size, manifest.sha256)
         let compressed = manifest.compression == .gzip
-        // A gzip package expands: budget the cap's worth only when we can't know better.
+        // A gzip package expands: estimate 4× its size, or the installed package's size if larger.
         let packageEstimate = compressed ? max(size * 4, installed.flatMap { FileSystem.fileSize(store.packagePath(app, $0.version)) } ?? 0) : size
         try checkDiskSpace(needed: size + (compressed ? packageEstimate : 0) + packageEstimate)
-        if let sha256 {
-            let file = try await download(try target(url: url, size: size, sha256: sha256), downloaded: &downloaded)
-            return try unpackIfNeeded(file)
-        }
-        // No hash of the file itself: an uncompressed package is checked by packageSha256,
-        // a compressed one after decoding.
-        guard compressed else {
-            return try await download(try target(url: url, size: size, sha256: manifest.packageSha256), downloaded: &downloaded)
-        }
-        throw OfflineAgentError(.manifest, "compressed full package without fullSha256 cannot be verified before decoding")
+        // An uncompressed package is the file itself: without its own hash, packageSha256 checks it.
+        let fileHash = sha256 ?? (compressed ? nil : manifest.packageSha256)
+        let file = try await download(try target(url: url, size: size, sha256: fileHash), downloaded: &downloaded)
+        if !compressed, fileHash == manifest.packageSha256 { return file }  // already verified while streaming
+        return try unpackIfNeeded(file)
     }
 
     private func unpackIfNeeded(_ file: String) throws -> String {
@@ -119,7 +114,7 @@ struct Updater {
 
     // MARK: - Shared steps
 
-    private func target(url: String, size: Int64, sha256: String) throws -> DownloadTarget {
+    private func target(url: String, size: Int64, sha256: String?) throws -> DownloadTarget {
         guard let resolved = URL(string: url, relativeTo: manifestURL)?.absoluteURL,
               let scheme = resolved.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
             throw OfflineAgentError(.manifest, "invalid file URL '\(url)'")
