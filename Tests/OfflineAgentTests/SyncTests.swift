@@ -213,28 +213,29 @@ struct SyncTests {
     func gzipFallbackWithoutHash() async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")
-        let gz = try PackageFixture.gzip(h.fixture.bytes("1.1.0"))
-        h.origin.put("1.1.0.zip.gz", gz)
-        var manifest = try h.patch(from: "1.0.0", to: "1.1.0", ["compression": "gzip", "fullUrl": "files/1.1.0.zip.gz", "fullSize": gz.count])
-        manifest.removeValue(forKey: "fullSha256")
-        manifest["url"] = "files/missing.bsdiff"
-        h.origin.setManifest(manifest)
+        try offerGzipFallback(h, from: "1.0.0", to: "1.1.0", serving: "1.1.0")
         let report = await h.sync()
         #expect(report.result == .updated, "\(report.error?.description ?? "")")
         #expect(report.via == .full)
         #expect(h.activeMatches("1.1.0"))
 
         // The same without a hash but with the wrong bytes behind it: refused after decoding.
-        let other = try PackageFixture.gzip(h.fixture.bytes("1.3.0"))
-        h.origin.put("1.2.0.zip.gz", other)
-        var bad = try h.patch(from: "1.1.0", to: "1.2.0", ["compression": "gzip", "fullUrl": "files/1.2.0.zip.gz", "fullSize": other.count])
-        bad.removeValue(forKey: "fullSha256")
-        bad["url"] = "files/missing.bsdiff"
-        h.origin.setManifest(bad)
+        try offerGzipFallback(h, from: "1.1.0", to: "1.2.0", serving: "1.3.0")
         let refused = await h.sync()
         #expect(refused.result == .failed)
         #expect(refused.error?.reason.contains("decompressed package hashes") == true, "\(refused.error?.description ?? "")")
         #expect(h.activeMatches("1.1.0"))
+    }
+
+    /// A patch manifest whose patch is missing and whose gzip full package (the bytes of
+    /// `serving`) comes without `fullSha256`, so only packageSha256 can check it.
+    private func offerGzipFallback(_ h: SyncHarness, from base: String, to version: String, serving: String) throws {
+        let gz = try PackageFixture.gzip(h.fixture.bytes(serving))
+        h.origin.put("\(version).zip.gz", gz)
+        var manifest = try h.patch(from: base, to: version, ["compression": "gzip", "fullUrl": "files/\(version).zip.gz", "fullSize": gz.count])
+        manifest.removeValue(forKey: "fullSha256")
+        manifest["url"] = "files/missing.bsdiff"
+        h.origin.setManifest(manifest)
     }
 
     @Test("gzip that decodes to the wrong package is refused")
