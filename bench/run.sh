@@ -111,8 +111,8 @@ do_build() {
     [[ $OURS == "$DEFAULT_OURS" ]] && want=1 || want=0
   fi
   if [[ $want == 1 ]]; then
-    log "build: swift build -c release --product offline-agent"
-    (cd "$ROOT" && swift build -c release --product offline-agent) >&2
+    log "build: scripts/build-release.sh offline-agent"
+    "$ROOT/scripts/build-release.sh" offline-agent >&2
   else
     log "build: skipped (OURS=$OURS)"
   fi

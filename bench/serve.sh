@@ -39,8 +39,8 @@ need curl
 [ -x "$NGINX" ] || die "missing nginx at $NGINX (apt-get install nginx-light)"
 
 if [ "$BUILD" = 1 ] || { [ "$BUILD" = auto ] && [ "$OURS" = "$DEFAULT_OURS" ]; }; then
-    log "building release (swift build -c release --product offline-agent)"
-    (cd "$ROOT" && swift build -c release --product offline-agent >&2)
+    log "building release (scripts/build-release.sh offline-agent)"
+    "$ROOT/scripts/build-release.sh" offline-agent >&2
 fi
 [ -x "$OURS" ] || die "no binary at $OURS"
 
