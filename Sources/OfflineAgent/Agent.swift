@@ -57,6 +57,7 @@ public actor Agent {
     private func run(app: String, manifestURL: URL, options: SyncOptions, report: inout SyncReport) async throws {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
         let publicKey = try options.publicKey.map(ManifestSignature.publicKey(base64:))
+        let profile = try CookieProfile(root: store.root, name: options.profile)
         let now = Date()
         // Fast path without the lock: a throttled no-op is what cron runs most.
         if let next = configuration.throttle.nextCheck(after: store.checkState(app), now: now, force: options.force) {
@@ -85,7 +86,9 @@ public actor Agent {
         try store.saveCheckState(check, for: app)
 
         continuation.yield(ProgressEvent(app: app, phase: .checking, completed: 0, total: 0))
-        let fetcher = HTTPFetcher(settings: configuration.network)
+        let (cookies, warning) = profile.open(now: now)
+        if let warning { logger.warning("\(app): \(warning)") }
+        let fetcher = HTTPFetcher(settings: configuration.network, cookies: cookies, logger: logger)
         do {
             try await update(app: app, manifestURL: manifestURL, installed: installed, check: check,
                              publicKey: publicKey, options: options, now: now, fetcher: fetcher, report: &report)
@@ -216,5 +219,24 @@ public actor Agent {
         check.etag = nil
         try store.saveCheckState(check, for: app)
         return result
+    }
+
+    // MARK: - Cookies
+
+    /// The saved (persistent, unexpired) cookies of a profile, oldest first.
+    ///
+    /// - Throws: `OfflineAgentError(.usage)` for an invalid profile name, `.install` for
+    ///   a jar file that is not one (the next sync sets such a file aside).
+    public nonisolated func cookies(profile: String = CookieProfile.defaultName) throws -> [Cookie] {
+        try CookieProfile(root: store.root, name: profile).read()
+    }
+
+    /// Empties a profile's jar. Takes the root's lock, so a sync in progress cannot
+    /// write the cookies back afterwards (`.busy` while one runs).
+    public func clearCookies(profile: String = CookieProfile.defaultName) throws {
+        let jar = try CookieProfile(root: store.root, name: profile)
+        let lock = try RootLock(root: store.root)
+        defer { withExtendedLifetime(lock) {} }
+        try jar.clear()
     }
 }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Logging
 import NIOCore
 import NIOHTTP1
 
@@ -23,11 +24,16 @@ public struct NetworkSettings: Sendable, Equatable {
 
 /// A GET with the agent's rules for redirects: at most `maxRedirects`, and never from
 /// https to http (AsyncHTTPClient's own redirect handling allows that downgrade).
+/// Every hop carries the cookies of `cookies` and stores what it sets.
 struct HTTPFetcher: Sendable {
     let client: HTTPClient
     let settings: NetworkSettings
+    let cookies: CookieJar?
+    let logger: Logger
 
-    init(settings: NetworkSettings) {
+    init(settings: NetworkSettings, cookies: CookieJar? = nil, logger: Logger = Logger(label: "offline-agent")) {
+        self.cookies = cookies
+        self.logger = logger
         var configuration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
             timeout: .init(connect: .init(settings.connectTimeout), read: .init(settings.readTimeout)))
@@ -54,16 +60,27 @@ struct HTTPFetcher: Sendable {
             request.method = .GET
             request.headers.add(name: "User-Agent", value: AgentVersion.userAgent)
             for (name, value) in headers { request.headers.add(name: name, value: value) }
+            if let cookie = cookies?.header(for: current) { request.headers.add(name: "Cookie", value: cookie) }
             let response: HTTPClientResponse
             do {
                 response = try await client.execute(request, deadline: deadline)
             } catch {
                 throw OfflineAgentError(phase, "request failed: \(Self.describe(error))", path: current.absoluteString)
             }
+            keepCookies(of: response, from: current)
             guard [301, 302, 303, 307, 308].contains(response.status.code) else { return (response, current) }
             current = try Self.redirectTarget(from: current, location: response.headers.first(name: "Location"), phase: phase)
         }
         throw OfflineAgentError(phase, "more than \(settings.maxRedirects) redirects", path: url.absoluteString)
+    }
+
+    /// Stores what a response sets, redirects included, and saves the jar when its
+    /// persistent cookies changed; a jar that cannot be written costs a warning, not the sync.
+    private func keepCookies(of response: HTTPClientResponse, from url: URL) {
+        guard let cookies else { return }
+        let setCookie = response.headers["Set-Cookie"]
+        guard !setCookie.isEmpty, cookies.store(setCookie: setCookie, from: url) else { return }
+        do { try cookies.save() } catch { logger.warning("cookies not saved: \(error)") }
     }
 
     /// Where a redirect leads; throws for a missing Location or an https → http downgrade.

@@ -31,11 +31,14 @@ public struct SyncOptions: Sendable {
     public var publicKey: String?
     /// The device's network; `wifi` manifests are deferred on `.metered`.
     public var network: NetworkKind = .unmetered
+    /// The cookie profile whose jar the sync's requests carry and fill (see `CookieProfile`).
+    public var profile: String = CookieProfile.defaultName
 
-    public init(force: Bool = false, publicKey: String? = nil, network: NetworkKind = .unmetered) {
+    public init(force: Bool = false, publicKey: String? = nil, network: NetworkKind = .unmetered, profile: String = CookieProfile.defaultName) {
         self.force = force
         self.publicKey = publicKey
         self.network = network
+        self.profile = profile
     }
 }
 

@@ -11,12 +11,14 @@ struct OfflineAgentCommand: AsyncParsableCommand {
         subcommands: [
             SyncCommand.self, StatusCommand.self, ResolveCommand.self, RollbackCommand.self,
             PatchCommand.self, ExtractCommand.self, ServeCommand.self, PublishCommand.self, KeygenCommand.self,
+            CookiesCommand.self,
         ]
     )
 }
 
 /// Runs a command body, turning engine errors into a one-line reason on stderr and
 /// the exit status of their code (1 failed, 64 usage, 75 busy) — never a trap.
+@discardableResult
 func reportingFailures<T>(_ body: () async throws -> T) async throws -> T {
     do {
         return try await body()

@@ -12,8 +12,11 @@ struct SyncCommand: AsyncParsableCommand {
             64 usage; 75 another sync holds the lock.
             With --config FILE, every app listed in the JSON file is synced:
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",
-               "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64"}]}
-            "publicKey" and "network" are optional; an app's own publicKey wins over the top-level one.
+               "profile": "default",
+               "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
+            "publicKey", "network" and "profile" are optional; an app's own publicKey and profile win over the top-level ones.
+            Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
+            profiles never see each other's cookies. See `offline-agent cookies`.
             """
     )
 
@@ -26,6 +29,7 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "Require manifests signed by this base64 Ed25519 public key.") var publicKey: String?
     @Option(help: "The network the device is on: metered or unmetered.") var network: NetworkKind = .unmetered
     @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
+    @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
 
     func validate() throws {
         if config == nil {
@@ -44,7 +48,7 @@ struct SyncCommand: AsyncParsableCommand {
         for job in jobs {
             let agent = Agent(root: URL(fileURLWithPath: job.root))
             let display = ProgressDisplay(events: agent.events)
-            let options = SyncOptions(force: force, publicKey: job.publicKey, network: job.network)
+            let options = SyncOptions(force: force, publicKey: job.publicKey, network: job.network, profile: job.profile)
             let report = await agent.sync(app: job.app, manifest: job.manifest, options: options)
             await display.finish()
             if json {
@@ -63,6 +67,7 @@ struct SyncCommand: AsyncParsableCommand {
         var manifest: URL
         var publicKey: String?
         var network: NetworkKind
+        var profile: String
     }
 
     private struct ConfigFile: Decodable {
@@ -70,10 +75,12 @@ struct SyncCommand: AsyncParsableCommand {
             var app: String
             var manifest: String
             var publicKey: String?
+            var profile: String?
         }
         var root: String
         var publicKey: String?
         var network: NetworkKind?
+        var profile: String?
         var apps: [App]
     }
 
@@ -82,7 +89,7 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKey: publicKey, network: network)]
+            return [Job(root: root!, app: app!, manifest: url, publicKey: publicKey, network: network, profile: profile)]
         }
         guard let data = FileManager.default.contents(atPath: config) else {
             throw OfflineAgentError(.usage, "cannot read config file", path: config)
@@ -96,7 +103,8 @@ struct SyncCommand: AsyncParsableCommand {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(entry.manifest)'", path: config)
             }
             return Job(root: root ?? file.root, app: entry.app, manifest: url,
-                       publicKey: entry.publicKey ?? file.publicKey ?? publicKey, network: file.network ?? network)
+                       publicKey: entry.publicKey ?? file.publicKey ?? publicKey, network: file.network ?? network,
+                       profile: entry.profile ?? file.profile ?? profile)
         }
     }
 }
