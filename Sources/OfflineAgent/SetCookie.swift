@@ -13,7 +13,7 @@ enum SetCookie {
 
     /// The cookie `header` sets when it arrives in the response to `url`, or nil when
     /// the header must be ignored entirely.
-    static func parse(_ header: String, from url: URL, now: Date) -> Cookie? {
+    static func parse(_ header: String, from url: URL, now: Date, suffixes: PublicSuffixList = .system) -> Cookie? {
         guard let request = CookieURL(url) else { return nil }
         let parts = header.split(separator: ";", omittingEmptySubsequences: false)
         let pair = parts[0]
@@ -59,15 +59,16 @@ enum SetCookie {
 
         // Only a secure origin may set a Secure cookie (RFC 6265bis §5.7 step 15).
         if secure, !request.isSecure { return nil }
-        let hostOnly: Bool
+        var hostOnly = true
         if let domain, !domain.isEmpty {
-            // Without a public-suffix list, a bare label ("com", "localhost") may only
-            // name the request host itself: no cookie for a whole top-level domain.
-            if !domain.contains("."), domain != request.host { return nil }
-            guard Cookie.domainMatches(request.host, domain) else { return nil }
-            hostOnly = false
-        } else {
-            hostOnly = true
+            if suffixes.isPublicSuffix(domain) {
+                // No cookie for a whole `co.uk` (§5.3 step 5); naming the host itself
+                // (`localhost`) makes a host-only cookie.
+                guard domain == request.host else { return nil }
+            } else {
+                guard Cookie.domainMatches(request.host, domain) else { return nil }
+                hostOnly = false
+            }
         }
         return Cookie(
             name: name, value: value, domain: hostOnly ? request.host : domain!, hostOnly: hostOnly,

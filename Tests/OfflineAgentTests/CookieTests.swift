@@ -74,6 +74,30 @@ struct CookieTests {
         #expect(Self.parse("a=1; Secure", from: URL(string: "https://shop.example.com/")!)?.secure == true)
     }
 
+    @Test("no cookie for a whole public suffix (the system's Public Suffix List)")
+    func publicSuffixes() throws {
+        // scripts/install-deps.sh installs it; without it only single labels would count.
+        #expect(FileManager.default.fileExists(atPath: PublicSuffixList.systemPath), "apt-get install publicsuffix")
+        let uk = URL(string: "https://shop.example.co.uk/m")!
+        #expect(Self.parse("a=1; Domain=co.uk", from: uk) == nil)
+        #expect(Self.parse("a=1; Domain=example.co.uk", from: uk)?.hostOnly == false)
+        let pages = URL(string: "https://alice.github.io/app/")!
+        #expect(Self.parse("a=1; Domain=github.io", from: pages) == nil)
+        #expect(Self.parse("a=1; Domain=alice.github.io", from: pages)?.domain == "alice.github.io")
+
+        let list = PublicSuffixList(text: """
+            // comment
+            com
+            co.uk   trailing words are ignored
+            *.ck
+            !www.ck
+            """)
+        for suffix in ["com", "co.uk", "uk", "ck", "anything.ck", "localhost"] { #expect(list.isPublicSuffix(suffix), "\(suffix)") }
+        for name in ["example.com", "example.co.uk", "www.ck", "a.anything.ck"] { #expect(!list.isPublicSuffix(name), "\(name)") }
+        #expect(SetCookie.parse("a=1; Domain=www.ck", from: URL(string: "http://www.ck/")!, now: Self.now, suffixes: list)?.hostOnly == false)
+        #expect(SetCookie.parse("a=1; Domain=x.ck", from: URL(string: "http://shop.x.ck/")!, now: Self.now, suffixes: list) == nil)
+    }
+
     @Test("cookie dates in every format servers send", arguments: [
         ("Sun, 06 Nov 1994 08:49:37 GMT", 784_111_777.0),
         ("Sunday, 06-Nov-94 08:49:37 GMT", 784_111_777.0),
