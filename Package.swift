@@ -65,6 +65,7 @@ let package = Package(
             name: "OfflineHTTP",
             dependencies: [
                 "OfflineAgent",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -19,6 +19,15 @@ import ServiceLifecycle
 ///   and fragment kept) when PROTOCOL.md's whitelist rules serve the URL offline,
 ///   otherwise 302 to the URL itself. Apps named `open` or `metrics` are still served
 ///   under `/open/…` and `/metrics/…`.
+/// - `GET /session/restore?history=<percent-encoded JSON>` — a page that rebuilds a web
+///   view's back/forward list (`SessionHistory`: `{"history": [URL, …], "currentPage": -1}`)
+///   with `history.replaceState` / `pushState` on `/session/item` URLs, then loads the
+///   current entry; 400 with the reason for an invalid history. `no-store`, a
+///   Content-Security-Policy allowing only its own script (by hash), no referrer.
+/// - `GET /session/item?url=<percent-encoded URL>` — one restored entry: the same 302 as
+///   `/open` (and counted with it in the metrics); 400 for anything but an absolute http
+///   or https URL. An app named `session` is still served under `/session/…` for
+///   every other path.
 /// - `GET /metrics` — Prometheus text (see `LocalServerMetrics`).
 ///
 /// Requests whose `Host` header is not a loopback name (`localhost`, `127.x.x.x`,

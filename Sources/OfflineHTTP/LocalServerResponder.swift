@@ -44,12 +44,19 @@ struct LocalServerResponder: HTTPResponder {
         switch path {
         case "/open":
             return open(request)
+        case "/session/restore":
+            return restoreSession(request, head: head)
+        case "/session/item":
+            // A restored history entry: the same redirect as /open.
+            return open(request)
         case "/metrics":
             var response = Self.text(.ok, metrics.prometheusText(), head: head)
             response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
             return response
         case "/":
-            return Self.text(.notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /metrics\n", head: head)
+            return Self.text(
+                .notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /session/restore?history=JSON, /session/item?url=URL, /metrics\n",
+                head: head)
         default:
             break
         }
