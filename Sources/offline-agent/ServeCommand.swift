@@ -14,6 +14,8 @@ struct ServeCommand: AsyncParsableCommand {
         discussion: """
             GET /<app>/<path> serves a file of the app's active version; GET /open?url=<percent-encoded URL> \
             redirects to the local copy when the URL is served offline, else to the URL itself; \
+            GET /session/restore?history=<JSON> rebuilds a web view's back/forward list on \
+            /session/item?url=<URL> entries, which redirect like /open (see `session-url`); \
             GET /metrics gives Prometheus counters. Prints "listening on http://HOST:PORT" on stdout once \
             bound (useful with --port 0). Stops gracefully on SIGTERM or SIGINT.
             Exit status: 0 stopped by a signal; 1 failed (e.g. the port is taken); 64 usage.
