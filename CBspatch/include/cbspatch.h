@@ -90,6 +90,16 @@ cbspatch_status cbspatch_read_header(const char *patch_path, int64_t *ctrl_len, 
 cbspatch_status cbspatch_apply(const char *old_path, const char *patch_path, const char *new_path,
                                int64_t expected_new_size, cbspatch_error *error);
 
+/** cbspatch_apply_flags: skip the fsync before the rename (and the early
+    writeback that shortens it), as bspatch does. The rename stays atomic, but a
+    power loss may leave a short or empty new file; for tools, not installs. */
+#define CBSPATCH_NO_SYNC 1u
+
+/** cbspatch_apply with flags (CBSPATCH_NO_SYNC, or 0: exactly cbspatch_apply).
+    Unknown flags are refused with CBSPATCH_ERR_ARGUMENT. */
+cbspatch_status cbspatch_apply_flags(const char *old_path, const char *patch_path, const char *new_path,
+                                     int64_t expected_new_size, unsigned flags, cbspatch_error *error);
+
 /** A short constant name for a status ("ok", "io", "magic", ...); never NULL. */
 const char *cbspatch_status_name(cbspatch_status status);
 

@@ -58,10 +58,13 @@ public enum Patcher {
     ///
     /// `new` is replaced atomically (temporary file in its directory, fsync, rename) and is
     /// left untouched on failure; `old` may be the same file as `new`.
-    /// - Parameter expectedSize: when given, the patch is refused unless its header says it
-    ///   produces exactly this many bytes (checked before any work is done).
+    /// - Parameters:
+    ///   - expectedSize: when given, the patch is refused unless its header says it
+    ///     produces exactly this many bytes (checked before any work is done).
+    ///   - durable: fsync `new` before the rename. Without it the rename is still atomic,
+    ///     but a power loss may leave a short file: for tools, like `bspatch`, not installs.
     /// - Throws: `OfflineAgentError(.patch, reason, path: patch, underlying: PatchFailure)`.
-    public static func apply(old: URL, patch: URL, to new: URL, expectedSize: Int64? = nil) throws {
+    public static func apply(old: URL, patch: URL, to new: URL, expectedSize: Int64? = nil, durable: Bool = true) throws {
         if let expectedSize, expectedSize < 0 {
             throw failure(PatchFailure(status: PatchFailure.argument, message: "expected size \(expectedSize) is negative"),
                           patch: patch)
@@ -70,7 +73,7 @@ public enum Patcher {
         let status = old.withUnsafeFileSystemRepresentation { oldPath in
             patch.withUnsafeFileSystemRepresentation { patchPath in
                 new.withUnsafeFileSystemRepresentation { newPath in
-                    cbspatch_apply(oldPath, patchPath, newPath, expectedSize ?? -1, &error)
+                    cbspatch_apply_flags(oldPath, patchPath, newPath, expectedSize ?? -1, durable ? 0 : CBSPATCH_NO_SYNC, &error)
                 }
             }
         }

@@ -105,6 +105,10 @@ struct CLITests {
         let ok = try CLI.run(["patch", fixture.package("1.0.0"), patch, scratch.file("new.zip")])
         #expect(ok.status == 0, "\(ok.stderr)")
         #expect(FileManager.default.contents(atPath: scratch.file("new.zip")) == FileManager.default.contents(atPath: fixture.package("1.2.0")))
+        // --sync flushes before the rename (as installs do); the bytes are the same.
+        let synced = try CLI.run(["patch", "--sync", fixture.package("1.0.0"), patch, scratch.file("synced.zip")])
+        #expect(synced.status == 0, "\(synced.stderr)")
+        #expect(FileManager.default.contents(atPath: scratch.file("synced.zip")) == FileManager.default.contents(atPath: fixture.package("1.2.0")))
         try Data("BSDIFF40 but not really".utf8).write(to: URL(fileURLWithPath: scratch.file("bad")))
         let refused = try CLI.run(["patch", fixture.package("1.0.0"), scratch.file("bad"), scratch.file("x.zip")])
         #expect(refused.status == 1 && !refused.signaled)

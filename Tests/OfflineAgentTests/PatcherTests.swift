@@ -107,6 +107,18 @@ struct PatcherTests {
         }
     }
 
+    @Test("a new file over 8 MiB decodes its diff stream with the compact block layout, byte-identically")
+    func compactDiffLayout() throws {
+        // Below 8 MiB the diff stream uses the fast layout (see CBSPATCH_DIFF_FAST_BELOW),
+        // which every other test exercises; this one covers the other, over several blocks.
+        let dir = TemporaryDirectory("patcher-compact")
+        var rng = SplitMix64(seed: 0xC0DE)
+        let old = PatchWork.randomBytes(9 * 1024 * 1024, &rng)
+        let diff: [UInt8] = (0..<old.count).map { i in i % 7 == 0 ? UInt8(truncatingIfNeeded: i >> 8) : 0 }
+        let patch = try PatchWork.patch([(Int64(old.count), 0, 0)], diff: diff, extra: [], newSize: Int64(old.count), in: dir)
+        #expect(try PatchWork.applied(old, patch, in: dir) == zip(old, diff).map { $0 &+ $1 })
+    }
+
     @Test("old and new may be the same file; an existing target is replaced")
     func inPlace() throws {
         let dir = TemporaryDirectory("patcher-inplace")
