@@ -183,6 +183,24 @@ struct CookieSyncTests {
         }
     }
 
+    @Test("sync --config: an app's profile wins over the file's, which wins over --profile")
+    func configProfiles() throws {
+        let h = try SyncHarness()
+        Self.loginOrigin(h)
+        let manifest = h.origin.manifestURL.absoluteString + "?login=dave"
+        let config = TemporaryDirectory("config")
+        func write(_ object: [String: Any]) throws -> String {
+            let path = config.file("agent.json")
+            try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
+            return path
+        }
+        let top = try write(["root": h.root.path, "profile": "team", "apps": [["app": "mall", "manifest": manifest]]])
+        #expect(try CLI.run(["sync", "--config", top, "--force", "--profile", "ignored"]).status == 0)
+        let own = try write(["root": h.root.path, "profile": "team", "apps": [["app": "mall", "manifest": manifest, "profile": "dave"]]])
+        #expect(try CLI.run(["sync", "--config", own, "--force"]).status == 0)
+        #expect(CookieProfile.names(root: h.root.path) == ["dave", "team"])
+    }
+
     @Test("a cookie set by a redirect travels with the next hop")
     func redirects() async throws {
         let server = try ScriptedServer { request in
