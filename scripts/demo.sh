@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job, end to end on loopback: build, publish the fixture app, serve it,
-# sync (full), publish the next version, sync again (patch), then status and resolve.
+# sync (full), publish the next version, sync again (patch), then status and resolve,
+# the loopback server, a session-restore URL and the cookie jar.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
@@ -65,4 +66,16 @@ curl -s -o /dev/null -w "GET /open?url=${whitelist}index.html -> %{http_code} %{
 curl -s -o /dev/null -w "GET /open?url=https://elsewhere.example.com/ -> %{http_code} %{redirect_url}\n" \
     "$local_url/open?url=https://elsewhere.example.com/"
 curl -s -D - -o /dev/null "$local_url/mall/index.html" | grep -i -E '^(HTTP|content-type|x-offline-version)'
+
+echo "== session-url: restore a web view's back/forward list (the middle page current)"
+local_port="${local_url##*:}"
+restore="$("$agent" session-url --port "$local_port" --current -1 \
+    "${whitelist}index.html" "${whitelist}pages/about.html" "https://elsewhere.example.com/")"
+echo "$restore"
+curl -s -o /dev/null -w "GET /session/restore -> %{http_code} %{content_type}\n" "$restore"
+curl -s -o /dev/null -w "GET /session/item?url=${whitelist}pages/about.html -> %{http_code} %{redirect_url}\n" \
+    "$local_url/session/item?url=${whitelist}pages/about.html"
+
+echo "== cookies the syncs kept (profile 'default'; values masked)"
+"$agent" cookies --root "$root"
 echo "== done: the page is served from $file and from $local_url/mall/"
