@@ -15,6 +15,9 @@ import Foundation
 public struct SessionHistory: Sendable, Hashable, Codable {
     /// The most entries a history may have.
     public static let maxEntries = 50
+    /// The longest restore URL made: the loopback server (SwiftNIO's HTTP parser)
+    /// refuses a request head over 80 KiB, so a longer URL could never load.
+    public static let maxRestoreURLBytes = 64 * 1024
 
     /// The pages of the back/forward list, oldest first.
     public let entries: [URL]
@@ -74,8 +77,8 @@ public struct SessionHistory: Sendable, Hashable, Codable {
     /// the loopback server at `host`:`port`:
     /// `http://127.0.0.1:PORT/session/restore?history=<percent-encoded JSON>`.
     ///
-    /// - Throws: `OfflineAgentError(.usage)` for a port outside 1…65535 or a host that
-    ///   does not fit in a URL.
+    /// - Throws: `OfflineAgentError(.usage)` for a port outside 1…65535, a host that
+    ///   does not fit in a URL, or a URL longer than `maxRestoreURLBytes`.
     public func restoreURL(host: String = "127.0.0.1", port: Int) throws -> URL {
         guard (1...65535).contains(port) else {
             throw OfflineAgentError(.usage, "port \(port) is outside 1...65535")
@@ -86,6 +89,11 @@ public struct SessionHistory: Sendable, Hashable, Codable {
         guard !host.isEmpty, let url = URL(string: "http://\(urlHost):\(port)/session/restore?history=\(query)"),
               url.host?.isEmpty == false else {
             throw OfflineAgentError(.usage, "invalid host '\(host)'")
+        }
+        let length = url.absoluteString.utf8.count
+        guard length <= Self.maxRestoreURLBytes else {
+            throw OfflineAgentError(
+                .usage, "the restore URL would be \(length) bytes, over the \(Self.maxRestoreURLBytes) the server accepts; restore fewer or shorter URLs")
         }
         return url
     }

@@ -80,6 +80,9 @@ struct SessionRestoreTests {
         }
         #expect(throws: OfflineAgentError.self) { try history.restoreURL(port: 0) }
         #expect(throws: OfflineAgentError.self) { try history.restoreURL(host: "a b", port: 80) }
+        // 50 URLs of 2 KiB each would make a URL the server cannot read: refused up front.
+        let long = try SessionHistory(entries: (1...50).map { URL(string: "https://a.example/\($0)/" + String(repeating: "x", count: 2048))! })
+        #expect(throws: OfflineAgentError.self) { try long.restoreURL(port: 8421) }
     }
 
     // MARK: The restore page
