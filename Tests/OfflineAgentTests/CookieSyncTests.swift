@@ -183,6 +183,25 @@ struct CookieSyncTests {
         }
     }
 
+    @Test("a jar that cannot be written costs a warning, not the sync; --clear waits for no sync")
+    func unwritableAndBusy() throws {
+        let h = try SyncHarness()
+        Self.loginOrigin(h)
+        // The profile's directory cannot be made: a file stands where it should be.
+        try FileManager.default.createDirectory(atPath: h.root.file("profiles"), withIntermediateDirectories: true)
+        try Data("not a directory".utf8).write(to: URL(fileURLWithPath: h.root.file("profiles/default")))
+        let result = try Self.sync(h, login: "alice")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(CLI.json(result.stdout)?["result"] as? String == "updated")
+        #expect(result.stderr.contains("cookies not saved: install: cannot write cookie jar"), "\(result.stderr)")
+
+        // While a sync holds the root's lock, clearing a jar would race it: busy, 75.
+        let lock = try RootLock(root: h.root.path)
+        let busy = try CLI.run(["cookies", "--root", h.root.path, "--profile", "bob", "--clear"])
+        #expect(busy.status == 75, "\(busy.stderr)")
+        withExtendedLifetime(lock) {}
+    }
+
     @Test("sync --config: an app's profile wins over the file's, which wins over --profile")
     func configProfiles() throws {
         let h = try SyncHarness()

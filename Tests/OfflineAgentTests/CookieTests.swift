@@ -171,6 +171,15 @@ struct CookieTests {
         #expect(names.count == CookieJar.maxCookiesPerDomain)
         #expect(!names.contains("a") && !names.contains("b"))
         #expect(names.last == "n\(CookieJar.maxCookiesPerDomain - 1)")
+
+        // Over all domains, the oldest cookies go first too.
+        let full = (0..<CookieJar.maxCookies).map { Cookie(name: "c", value: "\($0)", domain: "h\($0).example", created: Self.now) }
+        let wide = CookieJar(cookies: full)
+        wide.store(setCookie: ["c=new"], from: URL(string: "http://new.example/")!, now: Self.now)
+        let all = wide.all(now: Self.now)
+        #expect(all.count == CookieJar.maxCookies)
+        #expect(all.first?.domain == "h1.example")
+        #expect(all.last?.domain == "new.example")
     }
 
     @Test("profile names")
