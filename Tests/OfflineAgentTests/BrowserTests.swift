@@ -13,15 +13,14 @@ struct BrowserTests {
     static let whitelist = "https://h5.example.invalid/mall/"
 
     /// Chromium's DOM after the page's scripts ran; bounded by `timeout`.
-    static func dumpDOM(_ url: String) async throws -> String {
+    static func dumpDOM(_ url: String, flags: [String] = []) async throws -> String {
         let chromium = try #require(chromium)
         let profile = TemporaryDirectory("chromium")
         let result = try await LocalHTTP.onThread {
             try run("/usr/bin/timeout", [
                 "60", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)",
-                "--virtual-time-budget=5000", "--dump-dom", url,
-            ])
+            ] + flags + ["--virtual-time-budget=5000", "--dump-dom", url])
         }
         #expect(result.status == 0, "chromium: \(result.stderr.suffix(2000))")
         return result.stdout

@@ -277,23 +277,11 @@ struct SessionRestoreTests {
         return Array("<!DOCTYPE html><title>\(name)</title><p id=\"log\"></p><script>\(script)</script>".utf8)
     }
 
-    /// Chromium's DOM once the pages' scripts ran and navigated (`BrowserTests.dumpDOM`
-    /// with one more flag, see the test).
+    /// Chromium's DOM once the pages' scripts ran and navigated. With a new document per
+    /// navigation (RenderDocument), virtual time stops after a cross-document back/forward
+    /// and --dump-dom never comes.
     static func dumpDOM(_ url: String) async throws -> String {
-        let chromium = try #require(BrowserTests.chromium)
-        let profile = TemporaryDirectory("chromium")
-        let result = try await LocalHTTP.onThread {
-            try run("/usr/bin/timeout", [
-                "60", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)",
-                // With a new document per navigation (RenderDocument), virtual time stops
-                // after a cross-document back/forward and --dump-dom never comes.
-                "--disable-features=RenderDocument",
-                "--virtual-time-budget=5000", "--dump-dom", url,
-            ])
-        }
-        #expect(result.status == 0, "chromium: \(result.stderr.suffix(2000))")
-        return result.stdout
+        try await BrowserTests.dumpDOM(url, flags: ["--disable-features=RenderDocument"])
     }
 
     @Test(
