@@ -45,9 +45,8 @@ public struct Cookie: Sendable, Equatable, Codable {
 
     public func isExpired(at now: Date) -> Bool { expires.map { $0 <= now } ?? false }
 
-    /// Whether a request to `url` carries this cookie (RFC 6265 §5.4 step 1).
-    func matches(_ url: URL) -> Bool {
-        guard let request = CookieURL(url) else { return false }
+    /// Whether a request to `request` carries this cookie (RFC 6265 §5.4 step 1).
+    func matches(_ request: CookieURL) -> Bool {
         if secure, !request.isSecure { return false }
         let hostMatches = hostOnly ? request.host == domain : Self.domainMatches(request.host, domain)
         return hostMatches && Self.pathMatches(request.path, path)

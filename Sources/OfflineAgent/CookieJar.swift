@@ -31,7 +31,8 @@ public final class CookieJar: Sendable {
     /// The `Cookie` header for a request to `url` (RFC 6265 §5.4): longer paths first,
     /// then older cookies first; nil when no cookie applies.
     public func header(for url: URL, now: Date = Date()) -> String? {
-        let matching = all(now: now).filter { $0.matches(url) }
+        guard let request = CookieURL(url) else { return nil }
+        let matching = all(now: now).filter { $0.matches(request) }
         guard !matching.isEmpty else { return nil }
         // A stable sort keeps creation order among equal path lengths.
         let ordered = matching.enumerated().sorted {
