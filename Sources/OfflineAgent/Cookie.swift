@@ -52,6 +52,12 @@ public struct Cookie: Sendable, Equatable, Codable {
         return hostMatches && Self.pathMatches(request.path, path)
     }
 
+    /// No control character but a tab (RFC 6265bis §5.6): what a name or value may hold,
+    /// whether it comes from a `Set-Cookie` header or from the jar's file.
+    static func isAllowedText(_ text: String) -> Bool {
+        !text.utf8.contains { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }
+    }
+
     /// The same cookie for the store's purposes: a newer one replaces it (§5.3 step 11).
     func replaces(_ other: Cookie) -> Bool {
         name == other.name && domain == other.domain && path == other.path

@@ -55,11 +55,6 @@ public final class CookieJar: Sendable {
         }
     }
 
-    /// Forgets every cookie (the file is rewritten by the next `save`).
-    public func removeAll() {
-        cookies.withLock { $0.removeAll() }
-    }
-
     /// Writes the persistent, unexpired cookies to `file`, atomically, readable by the
     /// owner only. Does nothing for a jar without a file.
     public func save(now: Date = Date()) throws {

@@ -20,7 +20,7 @@ enum SetCookie {
         guard let equals = pair.firstIndex(of: "=") else { return nil }
         let name = trim(pair[..<equals]), value = trim(pair[pair.index(after: equals)...])
         guard !name.isEmpty, name.utf8.count + value.utf8.count <= maxNameValueBytes,
-              !containsControl(name), !containsControl(value) else { return nil }
+              Cookie.isAllowedText(name), Cookie.isAllowedText(value) else { return nil }
 
         var expires: Date?, maxAge: Date?, domain: String?, path: String?
         var secure = false, httpOnly = false, sameSite: Cookie.SameSite?
@@ -90,9 +90,5 @@ enum SetCookie {
 
     private static func trim(_ text: Substring) -> String {
         String(text.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
-    }
-
-    private static func containsControl(_ text: String) -> Bool {
-        text.utf8.contains { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }
     }
 }

@@ -159,6 +159,32 @@ struct CookieTests {
         #expect(jar.header(for: url, now: Self.now) == "short=1; session=3")
     }
 
+    @Test("what a jar saves reads back; a file that is not a jar is refused whole")
+    func jarFile() throws {
+        let dir = TemporaryDirectory("jar-file")
+        let profile = try CookieProfile(root: dir.path, name: "p")
+        let jar = CookieJar(file: profile.file)
+        // A tab is allowed inside a value (RFC 6265bis); the file must take it back.
+        jar.store(setCookie: ["tab=a\tb; Max-Age=60; Path=/x"], from: URL(string: "http://127.0.0.1/x/y")!, now: Self.now)
+        try jar.save(now: Self.now)
+        #expect(try profile.read(now: Self.now).map(\.value) == ["a\tb"])
+
+        let good = try String(contentsOfFile: profile.file, encoding: .utf8)
+        for (broken, reason) in [
+            (good.replacingOccurrences(of: "\"format\" : 1", with: "\"format\" : 2"), "unknown cookie jar format 2"),
+            (good.replacingOccurrences(of: "\"path\" : \"\\/x\"", with: "\"path\" : \"x\""), "malformed cookie"),
+            (good.replacingOccurrences(of: "a\\tb", with: "a;b"), "malformed cookie"),
+        ] {
+            #expect(broken != good)
+            try Data(broken.utf8).write(to: URL(fileURLWithPath: profile.file))
+            #expect {
+                try profile.read(now: Self.now)
+            } throws: { error in
+                (error as? OfflineAgentError)?.reason.contains(reason) == true
+            }
+        }
+    }
+
     @Test("a replaced cookie keeps its place; the per-domain cap drops the oldest")
     func replacement() {
         let jar = CookieJar()
