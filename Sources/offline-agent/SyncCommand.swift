@@ -120,7 +120,10 @@ struct SyncJSON: Encodable {
     var via: String?
     var bytesDownloaded: Int64
     var error: String?
+    /// The stable cause code (`OfflineAgentError.Cause`).
     var errorCode: String?
+    /// The phase that failed (`OfflineAgentError.Code`).
+    var phase: String?
 
     init(_ report: SyncReport) {
         app = report.app
@@ -130,7 +133,8 @@ struct SyncJSON: Encodable {
         via = report.via?.rawValue
         bytesDownloaded = report.bytesDownloaded
         error = report.error?.description
-        errorCode = report.error?.code.rawValue
+        errorCode = report.error?.cause.rawValue
+        phase = report.error?.code.rawValue
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -144,10 +148,11 @@ struct SyncJSON: Encodable {
         try c.encode(bytesDownloaded, forKey: .bytesDownloaded)
         try c.encodeIfPresent(error, forKey: .error)
         try c.encodeIfPresent(errorCode, forKey: .errorCode)
+        try c.encodeIfPresent(phase, forKey: .phase)
     }
 
     private enum CodingKeys: String, CodingKey {
-        case app, result, version, previousVersion, via, bytesDownloaded, error, errorCode
+        case app, result, version, previousVersion, via, bytesDownloaded, error, errorCode, phase
     }
 
     func encoded() -> String {
