@@ -76,6 +76,8 @@ public actor Agent {
             return
         }
         store.cleanLeftovers(app)
+        // Finish a rollback a crash or a busy root left half done, before deciding anything.
+        try Lifecycle(store: store).repair(app)
         let installed = store.active(app)
         report.previousVersion = installed?.version
         report.version = installed?.version
@@ -144,6 +146,11 @@ public actor Agent {
         check.etag = nil
         try store.saveCheckState(check, for: app)
 
+        // A version marked bad here is never installed again; a held app keeps its version.
+        if let refusal = Lifecycle(store: store).refusal(app, offered: manifest.version, installed: installed?.version) {
+            report.result = refusal
+            return
+        }
         if var installed, manifest.version == installed.version {
             guard manifest.packageSha256 == installed.packageSha256 else {
                 throw OfflineAgentError(.manifest, "manifest describes a different package for installed version \(installed.version)")
@@ -170,6 +177,12 @@ public actor Agent {
         report.via = outcome.installed.via
         report.version = outcome.installed.version
         report.result = .updated
+        do {
+            try Lifecycle(store: store).recordInstall(app, outcome.installed.version, maxTrialLaunches: configuration.maxTrialLaunches)
+        } catch {
+            // Installed all the same: the trial then runs with the default launch limit.
+            logger.warning("\(app): cannot record the trial's launch limit: \(error)")
+        }
         try saveETag(newETag, current: outcome.installed.version, check: &check, app: app)
     }
 
@@ -200,6 +213,7 @@ public actor Agent {
             if let installed {
                 usable = installed.version >= (miniVersion ?? installed.version)
                     && Resolver.rolloutBucket(deviceID: device, app: app) <= installed.rollout
+                    && !Lifecycle(store: store).isBad(app, installed.version)
             }
             return AppStatus(
                 app: app, installed: installed, miniVersion: miniVersion, usable: usable,
@@ -207,18 +221,20 @@ public actor Agent {
         }
     }
 
-    /// Makes the previously active version active again (an explicit local downgrade).
+    /// Makes the previously active version active again (an explicit local downgrade)
+    /// and marks the version it leaves bad, so the next sync does not reinstall it.
+    ///
+    /// - Throws: `.busy` while a sync runs; `.stateInvalid` when no version, or no
+    ///   previous version that is not bad, is kept.
     @discardableResult
     public func rollback(app: String) throws -> (from: Version, to: Version) {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
-        let lock = try RootLock(root: store.root)
-        defer { withExtendedLifetime(lock) {} }
-        let result = try store.rollback(app)
-        // The cached ETag belongs to the version we left.
-        var check = store.checkState(app)
-        check.etag = nil
-        try store.saveCheckState(check, for: app)
-        return result
+        let transition = try Lifecycle(store: store).rollBack(
+            app, reason: "rolled back by command", event: .rollback, requireTarget: true, requireLock: true)
+        guard let transition, let to = transition.to else {
+            throw OfflineAgentError(.install, "no previous version of '\(app)' is kept", cause: .stateInvalid)
+        }
+        return (transition.from, to)
     }
 
     // MARK: - Cookies
@@ -238,5 +254,50 @@ public actor Agent {
         let lock = try RootLock(root: store.root)
         defer { withExtendedLifetime(lock) {} }
         try jar.clear()
+    }
+
+    // MARK: - Lifecycle
+
+    /// Confirms the active (trial) version of `app`: it stays, and launches are no longer counted.
+    ///
+    /// - Returns: the confirmed version.
+    /// - Throws: `.stateInvalid` when nothing is active or the active version is marked bad.
+    @discardableResult
+    public func markGood(app: String) throws -> Version {
+        try Lifecycle(store: store).markGood(app)
+    }
+
+    /// Reports that the active version of `app` does not work: it is marked bad (never
+    /// served offline nor installed again) and the previous good version becomes active
+    /// at once; with none, nothing of the app is served offline.
+    ///
+    /// While a sync holds the root's lock the switch completes at the next launch or
+    /// sync (`switched == false`); the bad version is not served in between.
+    /// - Throws: `.stateInvalid` when no version, or only a bad one, is active.
+    @discardableResult
+    public func markBad(app: String, reason: String = "reported failing") throws -> LifecycleTransition {
+        try Lifecycle(store: store).markBad(app, reason: reason)
+    }
+
+    /// Counts one launch of `app` for hosts that resolve in-process (`serve` counts
+    /// `/open` and `/session/restore`). A trial version that already had its
+    /// `maxTrialLaunches` launches without `markGood` is rolled back first, as `markBad` does.
+    public func recordLaunch(app: String) throws -> LaunchOutcome {
+        try Lifecycle(store: store).recordLaunch(app)
+    }
+
+    /// Keeps the active version of `app`: syncs report `held` and download nothing until `unhold`.
+    public func hold(app: String) throws {
+        try Lifecycle(store: store).setHeld(app, true)
+    }
+
+    /// Lets syncs update `app` again.
+    public func unhold(app: String) throws {
+        try Lifecycle(store: store).setHeld(app, false)
+    }
+
+    /// The state, launches, hold, bad versions and history of `app`.
+    public func lifecycle(app: String) -> LifecycleStatus {
+        Lifecycle(store: store).status(app)
     }
 }

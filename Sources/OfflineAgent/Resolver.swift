@@ -14,6 +14,9 @@ public enum FallbackReason: String, Sendable, Codable, CaseIterable {
     case outsideRollout = "outside-rollout"
     /// The path names no regular file inside the version, or tries to leave it.
     case missingFile = "missing-file"
+    /// The active version is marked bad (`mark-bad`, `rollback`, an automatic
+    /// rollback) and no good version is left, or the switch back is still pending.
+    case badVersion = "bad-version"
 }
 
 /// A URL served from an active package: the file, and what it belongs to.
@@ -66,6 +69,7 @@ public struct Resolver: Sendable {
         }
         guard let best else { return .network(.notWhitelisted, app: nil) }
         let app = best.app, installed = best.installed
+        guard !Lifecycle(store: store).isBad(app, installed.version) else { return .network(.badVersion, app: app) }
         let miniVersion = store.effectiveMiniVersion(app, record: installed)
         guard installed.version >= miniVersion else { return .network(.belowMiniVersion, app: app) }
         guard Self.rolloutBucket(deviceID: deviceID, app: app) <= installed.rollout else {

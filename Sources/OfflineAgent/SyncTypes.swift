@@ -17,6 +17,9 @@ public struct AgentConfiguration: Sendable {
     public var maxEntries = 100_000
     /// Free space kept on top of what a plan needs, so an update never fills the disk.
     public var diskReserveBytes: Int64 = 1 << 20
+    /// Launches a newly installed version may have without being confirmed
+    /// (`Agent.markGood`) before it is rolled back; 0 never rolls back automatically.
+    public var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
 
     public init() {}
 
@@ -49,6 +52,10 @@ public enum SyncResult: String, Sendable, Codable {
     case throttled
     case deferred
     case failed
+    /// The app is held (`Agent.hold`): a different version was offered, nothing downloaded.
+    case held
+    /// The offered version is marked bad on this device: nothing downloaded.
+    case knownBad = "known-bad"
 }
 
 /// What one sync of one app did.

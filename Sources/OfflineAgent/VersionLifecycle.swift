@@ -1,0 +1,132 @@
+import Foundation
+
+/// The lifecycle record of one app (`<root>/apps/<app>/lifecycle.json`): the state of
+/// the version it names, the versions marked bad, the hold, and the history.
+///
+/// The record is kept beside the `current` link, not instead of it, and never has to
+/// change in the same instant: `current` naming a version other than `version` means
+/// a sync installed it since (a new trial), and `current` naming a bad version means a
+/// rollback was recorded but not yet switched, so that version is not served until
+/// the switch completes. Every state on disk is therefore one consistent state.
+public struct VersionLifecycle: Sendable, Equatable, Codable {
+    /// History entries kept (oldest dropped).
+    public static let historyLimit = 100
+    /// Bad versions remembered (oldest dropped; they are below the active one by then).
+    public static let badLimit = 256
+    /// Confirmed versions remembered, to restore `good` on a rollback to one.
+    static let confirmedLimit = 16
+    /// The launch limit of a trial when the installing sync recorded none.
+    public static let defaultMaxTrialLaunches = 3
+
+    /// The version `state` and `launches` describe.
+    public var version: Version?
+    /// `trial` or `good` (bad versions live in `bad`).
+    public var state: VersionState
+    public var launches: Int
+    /// The launch limit the installing sync was configured with.
+    public var maxTrialLaunches: Int?
+    public var held: Bool
+    public var confirmed: [Version]
+    public var bad: [BadVersion]
+    public var history: [LifecycleEvent]
+
+    /// The record of a root that had no lifecycle yet: an active version installed
+    /// before the lifecycle was tracked is `good` (it has been in use).
+    public init(legacyActive: Version?) {
+        version = legacyActive
+        state = .good
+        launches = 0
+        maxTrialLaunches = nil
+        held = false
+        confirmed = legacyActive.map { [$0] } ?? []
+        bad = []
+        history = []
+    }
+
+    public func isBad(_ version: Version) -> Bool { bad.contains { $0.version == version } }
+
+    /// The state of `active` as derived from this record (see the type's documentation).
+    public func state(of active: Version) -> VersionState {
+        if isBad(active) { return .bad }
+        if version == active { return state }
+        return confirmed.contains(active) ? .good : .trial
+    }
+
+    /// Unconfirmed launches of `active`.
+    public func launches(of active: Version) -> Int {
+        version == active && !isBad(active) ? launches : 0
+    }
+
+    // MARK: - Transitions
+
+    /// Records a version that became active by an install (a new trial).
+    mutating func adopt(_ active: Version?, at now: Date, reason: String = "installed by a sync") {
+        guard let active, !isBad(active), version != active else { return }
+        append(LifecycleEvent(at: now, event: .install, from: version, to: active, reason: reason))
+        state = confirmed.contains(active) ? .good : .trial
+        version = active
+        launches = 0
+        maxTrialLaunches = nil
+    }
+
+    /// Confirms `active`.
+    mutating func confirm(_ active: Version, at now: Date) {
+        if state(of: active) != .good {
+            append(LifecycleEvent(at: now, event: .confirm, from: active, to: active, reason: "confirmed"))
+        }
+        version = active
+        state = .good
+        launches = 0
+        confirmed.removeAll { $0 == active }
+        confirmed.append(active)
+        if confirmed.count > Self.confirmedLimit { confirmed.removeFirst(confirmed.count - Self.confirmedLimit) }
+    }
+
+    /// Marks `active` bad; `target` (a kept version not marked bad, or nil) becomes the
+    /// version the record describes, before `current` is switched to it.
+    mutating func markBad(_ active: Version, target: Version?, event: LifecycleEvent.Kind, reason: String, at now: Date) {
+        if !isBad(active) {
+            bad.append(BadVersion(version: active, reason: reason, at: now))
+            if bad.count > Self.badLimit { bad.removeFirst(bad.count - Self.badLimit) }
+        }
+        append(LifecycleEvent(at: now, event: event, from: active, to: target, reason: reason))
+        version = target
+        state = target.map { confirmed.contains($0) ? .good : .trial } ?? .good
+        launches = 0
+        // A rollback target keeps no recorded limit: the default applies to its trial.
+        maxTrialLaunches = nil
+    }
+
+    /// Sets or clears the hold; false when nothing changed.
+    mutating func setHeld(_ held: Bool, active: Version?, at now: Date) -> Bool {
+        guard self.held != held else { return false }
+        self.held = held
+        append(LifecycleEvent(
+            at: now, event: held ? .hold : .unhold, from: active, to: active,
+            reason: held ? "syncs keep the active version" : "syncs may update again"))
+        return true
+    }
+
+    /// What one launch of `active` does under `limit` (0: never roll back).
+    mutating func launch(_ active: Version, limit: Int) -> LaunchDecision {
+        switch state(of: active) {
+        case .bad: return .bad
+        case .good: return .confirmed
+        case .trial: break
+        }
+        if version != active { adopt(active, at: Date()) }
+        if limit > 0, launches >= limit { return .rollBack }
+        launches += 1
+        return .counted(launches)
+    }
+
+    enum LaunchDecision: Equatable {
+        case bad, confirmed, rollBack
+        case counted(Int)
+    }
+
+    private mutating func append(_ event: LifecycleEvent) {
+        history.append(event)
+        if history.count > Self.historyLimit { history.removeFirst(history.count - Self.historyLimit) }
+    }
+}
