@@ -53,13 +53,20 @@ public struct LocalServer: Sendable {
         public var deviceID: String?
         /// Allows a non-loopback bind and turns the `Host` header check off.
         public var allowRemote: Bool
+        /// Launches a trial version may have unconfirmed before `/open` rolls it back;
+        /// nil uses the limit the installing sync recorded (`AgentConfiguration.maxTrialLaunches`).
+        public var maxTrialLaunches: Int?
 
-        public init(root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false) {
+        public init(
+            root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false,
+            maxTrialLaunches: Int? = nil
+        ) {
             self.root = root
             self.host = host
             self.port = port
             self.deviceID = deviceID
             self.allowRemote = allowRemote
+            self.maxTrialLaunches = maxTrialLaunches
         }
     }
 
@@ -118,7 +125,8 @@ public struct LocalServer: Sendable {
     private func makeApplication(onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
         let responder = LocalServerResponder(
-            versions: LocalVersions(store: resolver.store), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote, logger: logger)
+            versions: LocalVersions(store: resolver.store), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote, logger: logger,
+            lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches))
         return Application(
             responder: responder,
             configuration: .init(address: .hostname(host, port: configuration.port)),

@@ -14,6 +14,8 @@ struct LocalServerResponder: HTTPResponder {
     /// Refuse requests whose `Host` is not a loopback name (off with `--allow-remote`).
     let checkHost: Bool
     let logger: Logger
+    /// Launch counting, bad versions and the page's mark-good/mark-bad.
+    let lifecycle: LocalLifecycle
 
     /// Files up to `keepLimit` are read whole once per version and kept (`LocalFileCache`,
     /// which bounds the total); larger ones stream in chunks of `chunkSize` from the open
@@ -34,21 +36,22 @@ struct LocalServerResponder: HTTPResponder {
             metrics.recordForbiddenHost()
             return Self.text(.forbidden, "forbidden: Host is not a loopback name\n")
         }
+        let path = request.uri.path
+        if path.hasPrefix(LocalLifecycle.routePrefix) { return lifecycleControl(request) }
         guard request.method == .get || request.method == .head else {
             var response = Self.text(.methodNotAllowed, "only GET and HEAD\n")
             response.headers[.allow] = "GET, HEAD"
             return response
         }
         let head = request.method == .head
-        let path = request.uri.path
         switch path {
         case "/open":
-            return open(request)
+            return open(request, launch: true)
         case "/session/restore":
             return restoreSession(request, head: head)
         case "/session/item":
-            // A restored history entry: the same redirect as /open.
-            return open(request)
+            // A restored history entry: the same redirect as /open (not a new launch).
+            return open(request, launch: false)
         case "/metrics":
             var response = Self.text(.ok, metrics.prometheusText(), head: head)
             response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
@@ -83,7 +86,8 @@ struct LocalServerResponder: HTTPResponder {
     // MARK: /open
 
     /// Redirects to the local copy of `url` when it is served offline, else to `url` itself.
-    private func open(_ request: Request) -> Response {
+    /// A `launch` counts one launch of a trial version (and may roll it back first).
+    private func open(_ request: Request, launch: Bool) -> Response {
         guard let raw = request.uri.queryParameters[values: "url"].last, !raw.isEmpty else {
             return Self.text(.badRequest, "missing query parameter 'url' (the percent-encoded URL to open)\n")
         }
@@ -91,7 +95,8 @@ struct LocalServerResponder: HTTPResponder {
               scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
             return Self.text(.badRequest, "'url' must be an absolute http or https URL\n")
         }
-        let resolution = resolver.resolve(url)
+        var resolution = resolver.resolve(url)
+        if launch, lifecycle.countLaunch(resolution, logger: logger) { resolution = resolver.resolve(url) }
         metrics.recordOpen(resolution)
         switch resolution {
         case .file(let file):
@@ -113,6 +118,11 @@ struct LocalServerResponder: HTTPResponder {
         guard let pinned = versions.pin(app) else {
             metrics.recordFile(app: "", code: 404)
             return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
+        }
+        // A version marked bad is not served, whatever `current` still names.
+        guard !lifecycle.isBad(app, pinned.versionText) else {
+            metrics.recordFile(app: app, code: 404)
+            return Self.text(.notFound, "not served offline: \(app) \(pinned.versionText) is marked bad\n", head: head)
         }
         guard let entry = files.resolve(rest, in: pinned.directory) else {
             if rest.removingPercentEncoding == nil {

@@ -96,6 +96,8 @@ extension LocalServerResponder {
         } catch {
             return Self.text(.badRequest, "invalid 'history'\n", head: head)
         }
+        // Restoring a session launches the app of its current entry.
+        if !head { _ = lifecycle.countLaunch(resolver.resolve(history.entries[history.currentIndex]), logger: logger) }
         let buffer = Self.allocator.buffer(string: LocalSessionPage.html(history))
         let headers: HTTPFields = [
             .contentType: "text/html; charset=utf-8",

@@ -12,6 +12,7 @@ struct OfflineAgentCommand: AsyncParsableCommand {
             SyncCommand.self, StatusCommand.self, ResolveCommand.self, RollbackCommand.self,
             PatchCommand.self, ExtractCommand.self, ServeCommand.self, PublishCommand.self, KeygenCommand.self,
             CookiesCommand.self, SessionURLCommand.self,
+            MarkGoodCommand.self, MarkBadCommand.self, HoldCommand.self, UnholdCommand.self, HistoryCommand.self,
         ]
     )
 }

@@ -16,7 +16,8 @@ struct ServeCommand: AsyncParsableCommand {
             redirects to the local copy when the URL is served offline, else to the URL itself; \
             GET /session/restore?history=<JSON> rebuilds a web view's back/forward list on \
             /session/item?url=<URL> entries, which redirect like /open (see `session-url`); \
-            GET /metrics gives Prometheus counters. Prints "listening on http://HOST:PORT" on stdout once \
+            GET /metrics gives Prometheus counters. Each /open and /session/restore of a version on trial counts \
+            a launch; POST /.offline-agent/mark-good?app=NAME (or mark-bad) from the page confirms or rolls back. Prints "listening on http://HOST:PORT" on stdout once \
             bound (useful with --port 0). Stops gracefully on SIGTERM or SIGINT.
             Exit status: 0 stopped by a signal; 1 failed (e.g. the port is taken); 64 usage.
             """
@@ -29,6 +30,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Allow a non-loopback --host and accept any Host header (turns off the DNS-rebinding check).")
     var allowRemote = false
     @Flag(help: "Log one line per request on stderr.") var verbose = false
+    @Option(help: "Launches (/open, /session/restore) a new version may have unconfirmed before it is rolled back (default: the sync's, 3; 0: never).")
+    var maxTrialLaunches: Int?
+
+    func validate() throws {
+        if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
+    }
 
     func run() async throws {
         #if canImport(Glibc)
@@ -41,7 +48,8 @@ struct ServeCommand: AsyncParsableCommand {
         logger.logLevel = verbose ? .debug : .notice
         try await reportingFailures {
             let server = try LocalServer(
-                configuration: .init(root: root, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote),
+                configuration: .init(root: root, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote,
+                               maxTrialLaunches: maxTrialLaunches),
                 logger: logger)
             do {
                 try await server.run(stopOnSignals: true) { host, port in

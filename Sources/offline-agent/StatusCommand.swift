@@ -17,12 +17,14 @@ struct StatusCommand: AsyncParsableCommand {
         try await reportingFailures {
             let agent = Agent(root: URL(fileURLWithPath: root))
             let statuses = try await agent.status(app: app, deviceID: deviceId)
+            var lifecycles: [String: LifecycleStatus] = [:]
+            for status in statuses { lifecycles[status.app] = await agent.lifecycle(app: status.app) }
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
                 let data = app == nil
-                    ? try encoder.encode(["apps": statuses.map(StatusJSON.init)])
-                    : try encoder.encode(StatusJSON(statuses[0]))
+                    ? try encoder.encode(["apps": statuses.map { StatusJSON($0, lifecycles[$0.app]) }])
+                    : try encoder.encode(StatusJSON(statuses[0], lifecycles[statuses[0].app]))
                 print(String(decoding: data, as: UTF8.self))
                 return
             }
@@ -32,6 +34,11 @@ struct StatusCommand: AsyncParsableCommand {
                 let usable = status.usable ? "usable offline" : "not usable offline"
                 let checked = status.lastCheck.map(RFC3339.string(from:)) ?? "never"
                 print("\(status.app) \(version) (\(usable); miniVersion \(status.miniVersion?.description ?? "-"); last check \(checked))")
+                if let lifecycle = lifecycles[status.app], let state = lifecycle.state {
+                    let launches = state == .trial ? ", \(lifecycle.launches) of \(lifecycle.maxTrialLaunches) launches" : ""
+                    print("  state: \(state.rawValue)\(launches)\(lifecycle.held ? ", held" : "")")
+                }
+                for bad in lifecycles[status.app]?.badVersions ?? [] { print("  bad: \(bad.version) (\(bad.reason))") }
                 if let path = status.path { print("  path: \(path)") }
                 for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
             }
@@ -39,14 +46,20 @@ struct StatusCommand: AsyncParsableCommand {
     }
 }
 
-/// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist.
+/// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist,
+/// and the lifecycle: state, launches, maxTrialLaunches, held, badVersions, history.
 struct StatusJSON: Encodable {
     var status: AppStatus
+    var lifecycle: LifecycleStatus?
 
-    init(_ status: AppStatus) { self.status = status }
+    init(_ status: AppStatus, _ lifecycle: LifecycleStatus?) {
+        self.status = status
+        self.lifecycle = lifecycle
+    }
 
     private enum CodingKeys: String, CodingKey {
         case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion
+        case state, launches, maxTrialLaunches, held, badVersions, history
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -60,5 +73,11 @@ struct StatusJSON: Encodable {
         try c.encode(status.installed?.whitelist ?? [], forKey: .whitelist)
         try c.encode(status.installed?.rollout, forKey: .rollout)
         try c.encode(status.installed?.previousVersion?.description, forKey: .previousVersion)
+        try c.encode(lifecycle?.state?.rawValue, forKey: .state)
+        try c.encode(lifecycle?.launches ?? 0, forKey: .launches)
+        try c.encode(lifecycle?.maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, forKey: .maxTrialLaunches)
+        try c.encode(lifecycle?.held ?? false, forKey: .held)
+        try c.encode(lifecycle?.badVersions.map(\.version.description) ?? [], forKey: .badVersions)
+        try c.encode(lifecycle?.history.map(LifecycleEventJSON.init) ?? [], forKey: .history)
     }
 }

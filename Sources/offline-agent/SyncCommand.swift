@@ -8,13 +8,13 @@ struct SyncCommand: AsyncParsableCommand {
         commandName: "sync",
         abstract: "Check for a newer package and install it, crash-safely.",
         discussion: """
-            Exit status: 0 updated, up-to-date, throttled or deferred; 1 failed (nothing installed changed); \
+            Exit status: 0 updated, up-to-date, throttled, deferred, held or known-bad; 1 failed (nothing installed changed); \
             64 usage; 75 another sync holds the lock.
             With --config FILE, every app listed in the JSON file is synced:
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",
-               "profile": "default",
+               "profile": "default", "maxTrialLaunches": 3,
                "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
-            "publicKey", "network" and "profile" are optional; an app's own publicKey and profile win over the top-level ones.
+            "publicKey", "network", "profile" and "maxTrialLaunches" are optional; an app's own publicKey and profile win over the top-level ones.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
             profiles never see each other's cookies. See `offline-agent cookies`.
             """
@@ -30,6 +30,8 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "The network the device is on: metered or unmetered.") var network: NetworkKind = .unmetered
     @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
     @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
+    @Option(help: "Launches a new version may have unconfirmed before it is rolled back (default 3; 0: never).")
+    var maxTrialLaunches: Int?
 
     func validate() throws {
         if config == nil {
@@ -39,6 +41,7 @@ struct SyncCommand: AsyncParsableCommand {
         } else if app != nil || manifest != nil {
             throw ValidationError("--config cannot be combined with --app or --manifest")
         }
+        if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
     }
 
     func run() async throws {
@@ -46,7 +49,9 @@ struct SyncCommand: AsyncParsableCommand {
         let jobs = try await reportingFailures { try loadJobs() }
         var worst: Int32 = 0
         for job in jobs {
-            let agent = Agent(root: URL(fileURLWithPath: job.root))
+            var configuration = AgentConfiguration()
+            configuration.maxTrialLaunches = job.maxTrialLaunches
+            let agent = Agent(root: URL(fileURLWithPath: job.root), configuration: configuration)
             let display = ProgressDisplay(events: agent.events)
             let options = SyncOptions(force: force, publicKey: job.publicKey, network: job.network, profile: job.profile)
             let report = await agent.sync(app: job.app, manifest: job.manifest, options: options)
@@ -68,6 +73,7 @@ struct SyncCommand: AsyncParsableCommand {
         var publicKey: String?
         var network: NetworkKind
         var profile: String
+        var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
     }
 
     private struct ConfigFile: Decodable {
@@ -81,6 +87,7 @@ struct SyncCommand: AsyncParsableCommand {
         var publicKey: String?
         var network: NetworkKind?
         var profile: String?
+        var maxTrialLaunches: Int?
         var apps: [App]
     }
 
@@ -89,7 +96,8 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKey: publicKey, network: network, profile: profile)]
+            return [Job(root: root!, app: app!, manifest: url, publicKey: publicKey, network: network, profile: profile,
+                        maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches)]
         }
         guard let data = FileManager.default.contents(atPath: config) else {
             throw OfflineAgentError(.usage, "cannot read config file", path: config)
@@ -98,13 +106,17 @@ struct SyncCommand: AsyncParsableCommand {
         do { file = try JSONDecoder().decode(ConfigFile.self, from: data) } catch {
             throw OfflineAgentError(.usage, "invalid config file: \(error)", path: config)
         }
+        if let limit = file.maxTrialLaunches, limit < 0 {
+            throw OfflineAgentError(.usage, "invalid config file: maxTrialLaunches must be 0 or more", path: config)
+        }
         return try file.apps.map { entry in
             guard let url = URL(string: entry.manifest), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(entry.manifest)'", path: config)
             }
             return Job(root: root ?? file.root, app: entry.app, manifest: url,
                        publicKey: entry.publicKey ?? file.publicKey ?? publicKey, network: file.network ?? network,
-                       profile: entry.profile ?? file.profile ?? profile)
+                       profile: entry.profile ?? file.profile ?? profile,
+                       maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches)
         }
     }
 }
@@ -169,6 +181,8 @@ struct SyncJSON: Encodable {
         case .upToDate: return "\(report.app): up-to-date at \(version)"
         case .throttled: return "\(report.app): throttled, next check \(report.nextCheck.map(RFC3339.string(from:)) ?? "later")"
         case .deferred: return "\(report.app): deferred until an unmetered network"
+        case .held: return "\(report.app): held at \(version); nothing downloaded (offline-agent unhold)"
+        case .knownBad: return "\(report.app): the offered version is marked bad here; \(version) stays active"
         case .failed: return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active"
         }
     }

@@ -1,0 +1,58 @@
+import ArgumentParser
+import Foundation
+import OfflineAgent
+
+struct HistoryCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "history",
+        abstract: "Show an app's version transitions: time, event, from, to, why (the last 100).",
+        discussion: "Exit status: 0; 64 usage."
+    )
+
+    @Option(help: "The agent's root directory.") var root: String
+    @Option(help: "The app.") var app: String
+    @Flag(help: "Print {\"app\": …, \"history\": [{\"at\", \"event\", \"from\", \"to\", \"reason\"}, …]}.") var json = false
+
+    func run() async throws {
+        try await reportingFailures {
+            guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
+            let status = await Agent(root: URL(fileURLWithPath: root)).lifecycle(app: app)
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                let object = HistoryJSON(app: app, history: status.history.map(LifecycleEventJSON.init))
+                print(String(decoding: try encoder.encode(object), as: UTF8.self))
+                return
+            }
+            if status.history.isEmpty { print("\(app): no transitions recorded") }
+            for event in status.history {
+                let from = event.from?.description ?? "none", to = event.to?.description ?? "none"
+                print("\(RFC3339.string(from: event.at)) \(event.event.rawValue) \(from) -> \(to): \(event.reason)")
+            }
+        }
+    }
+
+    private struct HistoryJSON: Encodable {
+        var app: String
+        var history: [LifecycleEventJSON]
+    }
+}
+
+/// One history entry in JSON (`history --json`, `status --json`): at, event, from, to, reason.
+struct LifecycleEventJSON: Encodable {
+    var event: LifecycleEvent
+
+    init(_ event: LifecycleEvent) { self.event = event }
+
+    private enum CodingKeys: String, CodingKey { case at, event, from, to, reason }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(RFC3339.string(from: event.at), forKey: .at)
+        try c.encode(event.event.rawValue, forKey: .event)
+        // null rather than absent: "none" is a value here.
+        try c.encode(event.from?.description, forKey: .from)
+        try c.encode(event.to?.description, forKey: .to)
+        try c.encode(event.reason, forKey: .reason)
+    }
+}

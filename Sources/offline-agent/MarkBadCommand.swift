@@ -1,0 +1,34 @@
+import ArgumentParser
+import Foundation
+import OfflineAgent
+
+struct MarkBadCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mark-bad",
+        abstract: "Report that the active version of an app does not work: roll back and never install it again.",
+        discussion: """
+            The previous good version becomes active at once; with none, nothing of the app is \
+            served offline (resolve and serve answer "network"). While a sync runs, the version \
+            is marked bad at once and the switch completes at the next launch or sync.
+            A page can report itself through serve: POST /.offline-agent/mark-bad?app=NAME.
+            Exit status: 0 marked bad; 1 no active version, or it already is bad; 64 usage.
+            """
+    )
+
+    @Option(help: "The agent's root directory.") var root: String
+    @Option(help: "The app whose active version fails.") var app: String
+    @Option(help: "Why, for the history.") var reason: String = "reported failing"
+
+    func run() async throws {
+        try await reportingFailures {
+            let transition = try await Agent(root: URL(fileURLWithPath: root)).markBad(app: app, reason: reason)
+            print(Self.line(transition))
+        }
+    }
+
+    static func line(_ transition: LifecycleTransition) -> String {
+        let target = transition.to.map { "\($0) is active" } ?? "nothing is served offline (network)"
+        let pending = transition.switched ? "" : " once the running sync ends"
+        return "\(transition.app): \(transition.from) marked bad; \(target)\(pending)"
+    }
+}
