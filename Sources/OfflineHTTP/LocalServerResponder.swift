@@ -46,7 +46,7 @@ struct LocalServerResponder: HTTPResponder {
         let head = request.method == .head
         switch path {
         case "/open":
-            return open(request, launch: true)
+            return open(request, launch: !head)
         case "/session/restore":
             return restoreSession(request, head: head)
         case "/session/item":

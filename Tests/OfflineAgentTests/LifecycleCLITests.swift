@@ -164,6 +164,21 @@ struct LifecycleCLITests {
         #expect(CLI.json(try CLI.run(s.sync).stdout)?["result"] as? String == "known-bad")
     }
 
+    @Test("serve: /session/restore counts a launch of its current entry's app; /session/item and HEAD /open do not")
+    func serveCountsRestores() async throws {
+        let s = try await Setup()
+        let (server, port) = try Self.serve(s.h.root.path)
+        defer { server.process.terminate(); _ = CLI.finish(server) }
+        let history = #"{"history": ["https://elsewhere.example/", "\#(SyncHarness.whitelist)index.html"], "currentPage": 0}"#
+        let restore = try await LocalHTTP.request(port: port, "/session/restore?history=\(history.localQueryEncoded)")
+        #expect(restore.status == 200, "\(restore.text)")
+        #expect(try s.status()["launches"] as? Int == 1)
+        let item = try await LocalHTTP.request(port: port, "/session/item?url=\((SyncHarness.whitelist + "index.html").localQueryEncoded)")
+        #expect(item.header("location") == "/mall/index.html")
+        _ = try await LocalHTTP.request(port: port, "/open?url=\((SyncHarness.whitelist).localQueryEncoded)", method: "HEAD")
+        #expect(try s.status()["launches"] as? Int == 1)
+    }
+
     @Test("serve: POST /.offline-agent/mark-good and mark-bad answer JSON; only POST, only this origin")
     func serveControlRoutes() async throws {
         let s = try await Setup(confirmed: false)
