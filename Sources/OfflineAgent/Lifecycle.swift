@@ -22,8 +22,9 @@ public struct Lifecycle: Sendable {
 
     // MARK: - Reading (no lock: the record is replaced atomically)
 
-    /// The record on disk; nil when there is none or it cannot be read.
-    func record(_ app: String) -> VersionLifecycle? {
+    /// The record on disk; nil when there is none (a root from before the lifecycle:
+    /// its active version is good) or it cannot be read.
+    public func record(_ app: String) -> VersionLifecycle? {
         guard let data = FileManager.default.contents(atPath: recordPath(app)) else { return nil }
         return try? Store.decoder.decode(VersionLifecycle.self, from: data)
     }

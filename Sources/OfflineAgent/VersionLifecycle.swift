@@ -15,6 +15,8 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
     public static let badLimit = 256
     /// Confirmed versions remembered, to restore `good` on a rollback to one.
     static let confirmedLimit = 16
+    /// Longest reason kept, in characters.
+    public static let reasonLimit = 500
     /// The launch limit of a trial when the installing sync recorded none.
     public static let defaultMaxTrialLaunches = 3
 
@@ -85,6 +87,8 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
     /// Marks `active` bad; `target` (a kept version not marked bad, or nil) becomes the
     /// version the record describes, before `current` is switched to it.
     mutating func markBad(_ active: Version, target: Version?, event: LifecycleEvent.Kind, reason: String, at now: Date) {
+        // One line, bounded: reasons come from pages and command lines.
+        let reason = String(reason.split(whereSeparator: \.isNewline).joined(separator: " ").prefix(Self.reasonLimit))
         if !isBad(active) {
             bad.append(BadVersion(version: active, reason: reason, at: now))
             if bad.count > Self.badLimit { bad.removeFirst(bad.count - Self.badLimit) }

@@ -29,6 +29,10 @@ import ServiceLifecycle
 ///   or https URL. An app named `session` is still served under `/session/…` for
 ///   every other path.
 /// - `GET /metrics` — Prometheus text (see `LocalServerMetrics`).
+/// - `POST /.offline-agent/mark-good?app=NAME`, `POST /.offline-agent/mark-bad?app=NAME[&reason=TEXT]`
+///   — the page confirms or reports its version (`Lifecycle`), JSON answer; each `/open`
+///   and `/session/restore` of a version on trial counts one launch and may roll it back
+///   first (see `LocalLifecycle`).
 ///
 /// Requests whose `Host` header is not a loopback name (`localhost`, `127.x.x.x`,
 /// `[::1]`, any port) get 403 unless `allowRemote` is set (DNS-rebinding defence).

@@ -13,22 +13,26 @@ final class LocalLifecycle: @unchecked Sendable {
     /// `serve --max-trial-launches`; nil uses the limit the installing sync recorded.
     let maxTrialLaunches: Int?
     private let lock = NSLock()
-    /// Per app: the record file's fingerprint and the bad versions read under it, so a
-    /// file response costs one `stat` here.
-    private var bad: [String: (FileFingerprint?, Set<String>)] = [:]
+    /// Per app: the record file's fingerprint and the record read under it, so a file
+    /// response or the launch of a confirmed version costs one `stat` here.
+    private var records: [String: (FileFingerprint?, VersionLifecycle?)] = [:]
 
     init(store: Store, maxTrialLaunches: Int?) {
         lifecycle = Lifecycle(store: store)
         self.maxTrialLaunches = maxTrialLaunches
     }
 
-    /// True when `version` of `app` is marked bad (then its files are not served).
-    func isBad(_ app: String, _ version: String) -> Bool {
+    private func record(_ app: String) -> VersionLifecycle? {
         let fingerprint = FileFingerprint(path: lifecycle.recordPath(app))
-        if let kept = lock.withLock({ bad[app] }), kept.0 == fingerprint { return kept.1.contains(version) }
-        let versions = fingerprint == nil ? [] : Set(lifecycle.status(app).badVersions.map(\.version.description))
-        lock.withLock { bad[app] = (fingerprint, versions) }
-        return versions.contains(version)
+        if let kept = lock.withLock({ records[app] }), kept.0 == fingerprint { return kept.1 }
+        let record = fingerprint == nil ? nil : lifecycle.record(app)
+        lock.withLock { records[app] = (fingerprint, record) }
+        return record
+    }
+
+    /// True when `version` of `app` is marked bad (then its files are not served).
+    func isBad(_ app: String, _ version: Version) -> Bool {
+        record(app)?.isBad(version) ?? false
     }
 
     /// Counts a launch of the app `resolution` names; a trial version out of launches is
@@ -37,7 +41,10 @@ final class LocalLifecycle: @unchecked Sendable {
     func countLaunch(_ resolution: Resolution, logger: Logger) -> Bool {
         let app: String
         switch resolution {
-        case .file(let file): app = file.app
+        case .file(let file):
+            // A confirmed version: nothing to count, no lock to take.
+            if record(file.app)?.state(of: file.version) == .good { return false }
+            app = file.app
         case .network(.badVersion, let name?): app = name
         case .network: return false
         }
@@ -82,12 +89,14 @@ extension LocalServerResponder {
         }
         do {
             if action == "mark-good" {
+                let wasGood = lifecycle.lifecycle.status(app).state == .good
                 let version = try lifecycle.lifecycle.markGood(app)
-                logger.notice("\(app): \(version) confirmed good by the page")
+                // Pages confirm on every load; only the first confirmation is news.
+                if !wasGood { logger.notice("\(app): \(version) confirmed good by the page") }
                 return Self.json(.ok, ControlAnswer(app: app, version: version.description, state: VersionState.good.rawValue))
             }
             let reason = request.uri.queryParameters[values: "reason"].last.map(String.init) ?? "reported failing by the page"
-            let transition = try lifecycle.lifecycle.markBad(app, reason: String(reason.prefix(200)))
+            let transition = try lifecycle.lifecycle.markBad(app, reason: String(reason))
             logger.notice("\(app): \(transition.from) marked bad by the page")
             return Self.json(.ok, ControlAnswer(
                 app: app, version: transition.from.description, state: VersionState.bad.rawValue,

@@ -120,7 +120,7 @@ struct LocalServerResponder: HTTPResponder {
             return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
         }
         // A version marked bad is not served, whatever `current` still names.
-        guard !lifecycle.isBad(app, pinned.versionText) else {
+        guard !lifecycle.isBad(app, pinned.version) else {
             metrics.recordFile(app: app, code: 404)
             return Self.text(.notFound, "not served offline: \(app) \(pinned.versionText) is marked bad\n", head: head)
         }

@@ -59,6 +59,9 @@ struct LifecycleTests {
             record.markBad(Self.v("1.\(i)"), target: nil, event: .markBad, reason: "x", at: Date())
         }
         #expect(record.bad.count == VersionLifecycle.badLimit)
+        record.markBad(Self.v("9.0"), target: nil, event: .markBad, reason: "two\nlines" + String(repeating: "x", count: 10_000), at: Date())
+        #expect(record.bad.last?.reason.count == VersionLifecycle.reasonLimit)
+        #expect(record.bad.last?.reason.hasPrefix("two lines") == true)
         #expect(record.isBad(Self.v("1.\(VersionLifecycle.badLimit + 4)")))
     }
 
