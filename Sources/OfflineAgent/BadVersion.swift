@@ -3,7 +3,9 @@ import Foundation
 /// A version marked bad on this device, and why: syncs never install it again.
 public struct BadVersion: Sendable, Equatable, Codable {
     public var version: Version
+    /// Why, in one line (`mark-bad --reason`, "not confirmed after 3 launches", …).
     public var reason: String
+    /// When it was marked bad.
     public var at: Date
 
     public init(version: Version, reason: String, at: Date) {

@@ -24,12 +24,17 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
     public var version: Version?
     /// `trial` or `good` (bad versions live in `bad`).
     public var state: VersionState
+    /// Unconfirmed launches of `version` while on trial.
     public var launches: Int
     /// The launch limit the installing sync was configured with.
     public var maxTrialLaunches: Int?
+    /// Syncs leave the active version alone (`hold`).
     public var held: Bool
+    /// Versions confirmed good, oldest first (the last `confirmedLimit`).
     public var confirmed: [Version]
+    /// Versions never served nor installed again, oldest first.
     public var bad: [BadVersion]
+    /// Transitions, oldest first (the last `historyLimit`).
     public var history: [LifecycleEvent]
 
     /// The record of a root that had no lifecycle yet: an active version installed
@@ -45,6 +50,7 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
         history = []
     }
 
+    /// True when `version` is marked bad.
     public func isBad(_ version: Version) -> Bool { bad.contains { $0.version == version } }
 
     /// The state of `active` as derived from this record (see the type's documentation).
