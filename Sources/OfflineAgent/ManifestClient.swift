@@ -38,8 +38,18 @@ struct ManifestClient: Sendable {
         return url
     }
 
+    /// The whole exchange, `.sig` included, ends within `settings.manifestTimeout` (`.timeout`).
     func fetch(base: URL, app: String, current: Version?, etag: String?, now: Date = Date()) async throws -> ManifestResponse {
         let url = try Self.requestURL(base, app: app, current: current)
+        let limit = fetcher.settings.manifestTimeout
+        return try await Deadline.run(within: limit, expired: {
+            OfflineAgentError(.manifest, "manifest exchange did not finish within \(Deadline.describe(limit))", cause: .timeout, path: url.absoluteString)
+        }) {
+            try await exchange(url: url, app: app, etag: etag, now: now)
+        }
+    }
+
+    private func exchange(url: URL, app: String, etag: String?, now: Date) async throws -> ManifestResponse {
         var headers = [("Accept", "application/json")]
         if let etag { headers.append(("If-None-Match", etag)) }
         let (response, finalURL) = try await fetcher.get(url, headers: headers, phase: .manifest, timeout: fetcher.settings.manifestTimeout)
@@ -47,14 +57,19 @@ struct ManifestClient: Sendable {
         case 200:
             break
         case 304:
+            // Only an answer to our If-None-Match may mean "unchanged"; otherwise we would
+            // call a version current that was never compared with anything.
+            guard etag != nil else {
+                throw OfflineAgentError(.manifest, "server answered 304 to a request without If-None-Match", cause: .protocolViolation, path: url.absoluteString)
+            }
             return .notModified
         case 429, 503:
             guard let until = response.headers.retryAfter(now: now) else {
-                throw OfflineAgentError(.manifest, "server answered \(response.status.code) without Retry-After", path: url.absoluteString)
+                throw OfflineAgentError(.manifest, "server answered \(response.status.code) without a usable Retry-After", cause: .manifestUnavailable, path: url.absoluteString)
             }
             return .retryAfter(min(until, now.addingTimeInterval(Self.maxRetryAfter)))
         default:
-            throw OfflineAgentError(.manifest, "server answered \(response.status.code)", path: url.absoluteString)
+            throw OfflineAgentError(.manifest, "server answered \(response.status.code)", cause: .manifestUnavailable, path: url.absoluteString)
         }
         let body = try await Self.collect(response, limit: Self.maxBodyBytes, url: url)
         if let publicKey {
@@ -82,7 +97,7 @@ struct ManifestClient: Sendable {
         }
         let (response, _) = try await fetcher.get(url, headers: [], phase: .manifest, timeout: fetcher.settings.manifestTimeout)
         guard response.status.code == 200 else {
-            throw OfflineAgentError(.manifest, "manifest signature missing (no header, .sig answered \(response.status.code))", path: url.absoluteString)
+            throw OfflineAgentError(.manifest, "manifest signature missing (no header, .sig answered \(response.status.code))", cause: .signatureMissing, path: url.absoluteString)
         }
         let body = try await Self.collect(response, limit: 4096, url: url)
         return String(decoding: body, as: UTF8.self)
@@ -90,20 +105,21 @@ struct ManifestClient: Sendable {
 
     private static func collect(_ response: HTTPClientResponse, limit: Int, url: URL) async throws -> Data {
         if let length = response.headers.first(name: "Content-Length").flatMap(Int.init), length > limit {
-            throw OfflineAgentError(.manifest, "manifest body of \(length) bytes exceeds \(limit)", path: url.absoluteString)
+            throw OfflineAgentError(.manifest, "manifest body of \(length) bytes exceeds \(limit)", cause: .tooLarge, path: url.absoluteString)
         }
         var data = Data()
         do {
             for try await chunk in response.body {
                 guard data.count + chunk.readableBytes <= limit else {
-                    throw OfflineAgentError(.manifest, "manifest body exceeds \(limit) bytes", path: url.absoluteString)
+                    throw OfflineAgentError(.manifest, "manifest body exceeds \(limit) bytes", cause: .tooLarge, path: url.absoluteString)
                 }
                 data.append(contentsOf: chunk.readableBytesView)
             }
         } catch let error as OfflineAgentError {
             throw error
         } catch {
-            throw OfflineAgentError(.manifest, "reading manifest failed: \(HTTPFetcher.describe(error))", path: url.absoluteString)
+            let failure = HTTPFetcher.failure(error, phase: .manifest, url: url)
+            throw OfflineAgentError(.manifest, "reading manifest failed: \(failure.reason)", cause: failure.cause, path: url.absoluteString)
         }
         return data
     }
