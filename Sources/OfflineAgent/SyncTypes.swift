@@ -17,6 +17,8 @@ public struct AgentConfiguration: Sendable {
     public var maxEntries = 100_000
     /// Free space kept on top of what a plan needs, so an update never fills the disk.
     public var diskReserveBytes: Int64 = 1 << 20
+    /// The wall clock the throttle and manifest rules read; tests inject a wrong one.
+    public var clock: @Sendable () -> Date = { Date() }
 
     public init() {}
 
@@ -25,7 +27,7 @@ public struct AgentConfiguration: Sendable {
 
 /// Per-call options of `Agent.sync`.
 public struct SyncOptions: Sendable {
-    /// Skip the 5-minute throttle (a server's Retry-After still holds).
+    /// Check now: skip the 5-minute throttle and any `Retry-After` wait.
     public var force = false
     /// Base64 Ed25519 public key; when set, every manifest must carry a valid signature.
     public var publicKey: String?

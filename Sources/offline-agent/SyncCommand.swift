@@ -15,6 +15,8 @@ struct SyncCommand: AsyncParsableCommand {
                "profile": "default",
                "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
             "publicKey", "network" and "profile" are optional; an app's own publicKey and profile win over the top-level ones.
+            The apps are checked 4 at a time; their lines come out in the file's order.
+            Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
             profiles never see each other's cookies. See `offline-agent cookies`.
             """
@@ -24,7 +26,8 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "The app to sync.") var app: String?
     @Option(help: "The manifest URL.") var manifest: String?
     @Option(help: "A JSON file listing apps to sync (see above).") var config: String?
-    @Flag(help: "Skip the 5-minute throttle.") var force = false
+    @Flag(help: "Check now: skip the 5-minute throttle and any Retry-After wait.") var force = false
+    @Flag(help: "Log each step on stderr.") var verbose = false
     @Flag(help: "Print one JSON object per app on stdout.") var json = false
     @Option(help: "Require manifests signed by this base64 Ed25519 public key.") var publicKey: String?
     @Option(help: "The network the device is on: metered or unmetered.") var network: NetworkKind = .unmetered
@@ -41,22 +44,42 @@ struct SyncCommand: AsyncParsableCommand {
         }
     }
 
+    /// Apps of one root checked at the same time by `--config`.
+    static let concurrency = 4
+
     func run() async throws {
-        LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        let verbose = verbose
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            // Without --verbose a sync says its one summary line, plus warnings that need a person.
+            handler.logLevel = verbose ? .debug : .warning
+            return handler
+        }
         let jobs = try await reportingFailures { try loadJobs() }
         var worst: Int32 = 0
-        for job in jobs {
-            let agent = Agent(root: URL(fileURLWithPath: job.root))
-            let display = ProgressDisplay(events: agent.events)
-            let options = SyncOptions(force: force, publicKey: job.publicKey, network: job.network, profile: job.profile)
-            let report = await agent.sync(app: job.app, manifest: job.manifest, options: options)
-            await display.finish()
-            if json {
-                print(SyncJSON(report).encoded())
-            } else {
-                printError(SyncJSON.line(report))
+        // One agent and one batch per root (a config has one root): the batch holds the
+        // root's lock once and runs its apps concurrently.
+        var roots: [String] = []
+        for job in jobs where !roots.contains(job.root) { roots.append(job.root) }
+        for root in roots {
+            let batch = jobs.filter { $0.root == root }
+            let agent = Agent(root: URL(fileURLWithPath: root))
+            let display = ProgressDisplay(events: agent.events, verbose: verbose)
+            let requests = batch.map { job in
+                SyncRequest(app: job.app, manifest: job.manifest,
+                            options: SyncOptions(force: force, publicKey: job.publicKey, network: job.network, profile: job.profile))
             }
-            if let error = report.error { worst = max(worst, error.exitStatus == 75 ? 75 : error.exitStatus == 64 ? 64 : 1) }
+            let reports = await agent.sync(requests, concurrency: Self.concurrency)
+            display.stop()
+            await display.finish()
+            for report in reports {
+                if json {
+                    print(SyncJSON(report).encoded())
+                } else {
+                    printError(SyncJSON.line(report))
+                }
+                if let error = report.error { worst = max(worst, error.exitStatus == 75 ? 75 : error.exitStatus == 64 ? 64 : 1) }
+            }
         }
         if worst != 0 { throw ExitCode(worst) }
     }
@@ -165,11 +188,15 @@ struct SyncJSON: Encodable {
         let version = report.version?.description ?? "none"
         switch report.result {
         case .updated:
-            return "\(report.app): updated \(report.previousVersion?.description ?? "none") -> \(version) via \(report.via?.rawValue ?? "?"), \(report.bytesDownloaded) bytes downloaded"
+            let fallback = report.patchFallbackReason.map { " (patch unusable: \($0))" } ?? ""
+            return "\(report.app): updated \(report.previousVersion?.description ?? "none") -> \(version) via \(report.via?.rawValue ?? "?"), \(report.bytesDownloaded) bytes downloaded\(fallback)"
         case .upToDate: return "\(report.app): up-to-date at \(version)"
         case .throttled: return "\(report.app): throttled, next check \(report.nextCheck.map(RFC3339.string(from:)) ?? "later")"
         case .deferred: return "\(report.app): deferred until an unmetered network"
-        case .failed: return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active"
+        case .failed:
+            // Busy is not a fault: another run is doing the work.
+            if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }
+            return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active"
         }
     }
 }
