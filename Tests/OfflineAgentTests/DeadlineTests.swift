@@ -83,6 +83,8 @@ struct DeadlineTests {
         /// A fragment of the reason, with PORT replaced by the port.
         var reason: String
         var connectTimeout: Duration = .seconds(10)
+        /// How long the failure may take: a refusal is not retried until the connect timeout.
+        var bound: Duration = .seconds(3)
         var testDescription: String { label }
     }
 
@@ -96,7 +98,7 @@ struct DeadlineTests {
             let fillers = (0..<3).map { _ in TrickleServer.connectAsync(to: port) }
             Thread.sleep(forTimeInterval: 0.2)
             return (port, [listener] + fillers, nil)
-        }, reason: "no connection to 127.0.0.1:PORT", connectTimeout: .seconds(1)),
+        }, reason: "no connection to 127.0.0.1:PORT", connectTimeout: .seconds(1), bound: .seconds(6)),
         DeadServer(label: "closed before answering", make: {
             let server = try TrickleServer { _ in [] }
             return (server.port, [], server)
@@ -122,8 +124,7 @@ struct DeadlineTests {
         #expect(failed.error?.cause == .network, "\(failed.error?.description ?? "no error")")
         #expect(failed.error?.reason.contains(dead.reason.replacingOccurrences(of: "PORT", with: "\(port)")) == true,
                 "\(failed.error?.description ?? "no error")")
-        // A refusal is not retried until the connect timeout; the others end at it.
-        #expect(elapsed < dead.connectTimeout + .seconds(4), "took \(elapsed)")
+        #expect(elapsed < dead.bound, "took \(elapsed)")
         #expect(h.activeMatches("1.0.0"))
         #expect(throws: Never.self) { _ = try RootLock(root: h.root.path) }
     }
@@ -169,18 +170,5 @@ struct DeadlineTests {
         #expect(reports.allSatisfy { $0.error?.cause == .manifestUnavailable }, "\(reports.map { $0.error?.description ?? "" })")
         #expect(server.maxConcurrent == 4)
         #expect(server.requests.count == 6)
-    }
-
-    @Test("batch: a root busy with another run reports every app busy, and nothing else")
-    func batchBusy() async throws {
-        let h = try SyncHarness()
-        h.origin.setManifest(h.full("1.0.0"))
-        try FileManager.default.createDirectory(atPath: h.root.path, withIntermediateDirectories: true)
-        let held = try RootLock(root: h.root.path)
-        let requests = ["a", "b"].map { SyncRequest(app: $0, manifest: h.origin.manifestURL, options: SyncOptions(force: true)) }
-        let reports = await h.agent().sync(requests)
-        withExtendedLifetime(held) {}
-        #expect(reports.map { $0.error?.cause } == [.busy, .busy])
-        #expect(h.origin.requests(for: "/manifest").isEmpty)
     }
 }
