@@ -101,8 +101,10 @@ public actor Agent {
         // Fast path without the lock: a throttled no-op is what cron runs most. State a
         // wrong clock left behind is repaired under the lock first, so a clamp cannot slide.
         let stored = store.checkState(app)
+        let backoff = BackoffState.load(store, app: app)
+        let policy = configuration.backoff
         let needsRepair = throttle.sanitized(stored, now: now) != stored
-        if let next = throttle.nextCheck(after: stored, now: now, force: options.force), !needsRepair {
+        if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force), !needsRepair {
             report.result = .throttled
             report.nextCheck = next
             return
@@ -113,7 +115,7 @@ public actor Agent {
             lock = try session?.lock() ?? RootLock(root: store.root)
         } catch let error as OfflineAgentError where error.code == .busy && needsRepair {
             // Only the repair needed the lock; the other run will see the same state.
-            if let next = throttle.nextCheck(after: stored, now: now, force: options.force) {
+            if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force) {
                 report.result = .throttled
                 report.nextCheck = next
                 return
@@ -125,7 +127,8 @@ public actor Agent {
         var check = throttle.sanitized(recorded, now: now)
         if check != recorded { try store.saveCheckState(check, for: app) }
         // Another process may have checked while we waited for nothing: look again under the lock.
-        if let next = throttle.nextCheck(after: check, now: now, force: options.force) {
+        let failures = BackoffState.load(store, app: app)
+        if let next = throttle.nextCheck(after: check, backoff: failures, policy: policy, now: now, force: options.force) {
             report.result = .throttled
             report.nextCheck = next
             return
@@ -149,9 +152,16 @@ public actor Agent {
                              publicKey: publicKey, options: options, now: now, fetcher: fetcher, report: &report)
         } catch {
             await fetcher.shutdown()
+            // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
+            let count = (failures?.failures ?? 0) + 1
+            let next = now.addingTimeInterval(policy.delay(failures: count, spread: Double.random(in: -1...1)))
+            try? BackoffState(failures: count, nextCheck: next).save(store, app: app)
+            // The 5-minute throttle holds as well, whichever ends later.
+            report.nextCheck = max(next, now.addingTimeInterval(throttle.interval))
             throw error
         }
         await fetcher.shutdown()
+        if failures != nil { BackoffState.clear(store, app: app) }
     }
 
     /// The network part of a sync: manifest, rules, and the update itself.
@@ -261,9 +271,13 @@ public actor Agent {
                 usable = installed.version >= (miniVersion ?? installed.version)
                     && Resolver.rolloutBucket(deviceID: device, app: app) <= installed.rollout
             }
+            let backoff = AppName.isValid(app) ? BackoffState.load(store, app: app) : nil
+            let next = configuration.throttle.nextCheck(
+                after: check, backoff: backoff, policy: configuration.backoff, now: configuration.clock(), force: false)
             return AppStatus(
                 app: app, installed: installed, miniVersion: miniVersion, usable: usable,
-                path: installed.map { store.versionDirectory(app, $0.version) }, lastCheck: check.lastCheck)
+                path: installed.map { store.versionDirectory(app, $0.version) }, lastCheck: check.lastCheck,
+                nextCheck: next, failures: backoff?.failures ?? 0)
         }
     }
 

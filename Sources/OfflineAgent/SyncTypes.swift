@@ -11,6 +11,8 @@ public struct AgentConfiguration: Sendable {
     public var network = NetworkSettings()
     /// Throttle interval between manifest checks.
     public var throttle = Throttle()
+    /// The wait after consecutive failed checks.
+    public var backoff = Backoff()
     /// Largest file a manifest may name, and largest package extracted (default 1 GiB).
     public var maxPackageBytes: Int64 = 1 << 30
     /// Entry-count cap for extraction.
@@ -27,7 +29,7 @@ public struct AgentConfiguration: Sendable {
 
 /// Per-call options of `Agent.sync`.
 public struct SyncOptions: Sendable {
-    /// Check now: skip the 5-minute throttle and any `Retry-After` wait.
+    /// Check now: skip the 5-minute throttle, any `Retry-After` wait and the failure backoff.
     public var force = false
     /// Base64 Ed25519 public key; when set, every manifest must carry a valid signature.
     public var publicKey: String?
@@ -66,7 +68,7 @@ public struct SyncReport: Sendable {
     public var bytesDownloaded: Int64 = 0
     /// Why the sync failed, when it did; nothing installed changed.
     public var error: OfflineAgentError?
-    /// For `throttled`: when the next check may happen.
+    /// For `throttled`: when the next check may happen; for `failed` after a check: the backoff's next check.
     public var nextCheck: Date?
     /// Set when the patch could not be used and the full package was fetched instead.
     public var patchFallbackReason: String?
@@ -95,4 +97,8 @@ public struct AppStatus: Sendable {
     public var usable: Bool
     public var path: String?
     public var lastCheck: Date?
+    /// The earliest next check (throttle, `Retry-After`, backoff); nil when a check may happen now.
+    public var nextCheck: Date?
+    /// Consecutive failed checks; 0 after a success.
+    public var failures = 0
 }

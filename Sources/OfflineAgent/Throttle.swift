@@ -33,14 +33,16 @@ public struct Throttle: Sendable, Equatable {
     }
 
     /// When the next check may happen, or nil when it may happen now. `force` always checks.
-    func nextCheck(after state: CheckState, now: Date, force: Bool) -> Date? {
+    ///
+    /// A backoff wait longer than `backoff` can produce was written by a wrong clock and is ignored.
+    func nextCheck(after state: CheckState, backoff: BackoffState? = nil, policy: Backoff = Backoff(), now: Date, force: Bool) -> Date? {
         guard !force else { return nil }
         let state = sanitized(state, now: now)
-        if let notBefore = state.notBefore, notBefore > now {
-            return notBefore
-        }
-        guard let last = state.lastCheck else { return nil }
-        let next = last.addingTimeInterval(interval)
-        return next > now ? next : nil
+        var waits: [Date] = []
+        if let notBefore = state.notBefore { waits.append(notBefore) }
+        if let last = state.lastCheck { waits.append(last.addingTimeInterval(interval)) }
+        if let backoff, backoff.nextCheck <= now.addingTimeInterval(policy.longest) { waits.append(backoff.nextCheck) }
+        guard let next = waits.max(), next > now else { return nil }
+        return next
     }
 }

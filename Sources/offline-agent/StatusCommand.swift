@@ -33,6 +33,7 @@ struct StatusCommand: AsyncParsableCommand {
                 let checked = status.lastCheck.map(RFC3339.string(from:)) ?? "never"
                 print("\(status.app) \(version) (\(usable); miniVersion \(status.miniVersion?.description ?? "-"); last check \(checked))")
                 if let path = status.path { print("  path: \(path)") }
+                if let next = status.nextCheck { print("  next check: \(RFC3339.string(from: next)) (\(status.failures) failed checks in a row)") }
                 for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
             }
         }

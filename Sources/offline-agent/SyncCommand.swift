@@ -26,7 +26,7 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "The app to sync.") var app: String?
     @Option(help: "The manifest URL.") var manifest: String?
     @Option(help: "A JSON file listing apps to sync (see above).") var config: String?
-    @Flag(help: "Check now: skip the 5-minute throttle and any Retry-After wait.") var force = false
+    @Flag(help: "Check now: skip the 5-minute throttle, any Retry-After wait and the failure backoff.") var force = false
     @Flag(help: "Log each step on stderr.") var verbose = false
     @Flag(help: "Print one JSON object per app on stdout.") var json = false
     @Option(help: "Require manifests signed by this base64 Ed25519 public key.") var publicKey: String?
@@ -196,7 +196,8 @@ struct SyncJSON: Encodable {
         case .failed:
             // Busy is not a fault: another run is doing the work.
             if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }
-            return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active"
+            let next = report.nextCheck.map { "; next check after \(RFC3339.string(from: $0))" } ?? ""
+            return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active\(next)"
         }
     }
 }
