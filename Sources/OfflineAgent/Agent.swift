@@ -94,7 +94,7 @@ public actor Agent {
 
     private func run(app: String, manifestURL: URL, options: SyncOptions, session: SyncSession?, report: inout SyncReport) async throws {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
-        let publicKey = try options.publicKey.map(ManifestSignature.publicKey(base64:))
+        let publicKeys = try options.trustedKeys.map(ManifestSignature.publicKey(base64:))
         let profile = try CookieProfile(root: store.root, name: options.profile)
         let now = configuration.clock()
         let throttle = configuration.throttle
@@ -149,7 +149,7 @@ public actor Agent {
         let fetcher = HTTPFetcher(settings: configuration.network, cookies: cookies, logger: logger)
         do {
             try await update(app: app, manifestURL: manifestURL, installed: installed, check: check,
-                             publicKey: publicKey, options: options, now: now, fetcher: fetcher, report: &report)
+                             publicKeys: publicKeys, options: options, now: now, fetcher: fetcher, report: &report)
         } catch {
             await fetcher.shutdown()
             // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
@@ -167,11 +167,11 @@ public actor Agent {
     /// The network part of a sync: manifest, rules, and the update itself.
     private func update(
         app: String, manifestURL: URL, installed: InstalledVersion?, check: CheckState,
-        publicKey: Curve25519.Signing.PublicKey?, options: SyncOptions, now: Date, fetcher: HTTPFetcher,
+        publicKeys: [Curve25519.Signing.PublicKey], options: SyncOptions, now: Date, fetcher: HTTPFetcher,
         report: inout SyncReport
     ) async throws {
         var check = check
-        let client = ManifestClient(fetcher: fetcher, publicKey: publicKey)
+        let client = ManifestClient(fetcher: fetcher, publicKeys: publicKeys)
         let etag = check.etagCurrent == (installed?.version.description ?? "") ? check.etag : nil
         let response: ManifestResponse
         do {

@@ -21,7 +21,8 @@ struct ManifestClient: Sendable {
     static let maxRetryAfter: TimeInterval = 86_400
 
     let fetcher: HTTPFetcher
-    let publicKey: Curve25519.Signing.PublicKey?
+    /// Trusted keys; when any is set, the manifest must verify with one of them.
+    let publicKeys: [Curve25519.Signing.PublicKey]
 
     /// The manifest URL with `app` and `current` appended after any query it already has.
     static func requestURL(_ base: URL, app: String, current: Version?) throws -> URL {
@@ -72,18 +73,36 @@ struct ManifestClient: Sendable {
             throw OfflineAgentError(.manifest, "server answered \(response.status.code)", cause: .manifestUnavailable, path: url.absoluteString)
         }
         let body = try await Self.collect(response, limit: Self.maxBodyBytes, url: url)
-        if let publicKey {
+        if !publicKeys.isEmpty {
             let signature: String
             if let header = response.headers.first(name: ManifestSignature.header) {
                 signature = header
             } else {
                 signature = try await fetchDetachedSignature(for: finalURL)
             }
-            try ManifestSignature.verify(signature, of: body, with: publicKey)
+            try Self.verify(signature, of: body, with: publicKeys)
         }
         let manifest = try Manifest.decode(body)
         try manifest.validate(forApp: app, installed: nil, now: now)
         return .manifest(manifest, etag: response.headers.first(name: "ETag"))
+    }
+
+    /// Verifies with each key in turn (rotation: old and new keys are trusted together).
+    static func verify(_ signature: String, of body: Data, with keys: [Curve25519.Signing.PublicKey]) throws {
+        var failure: (any Error)?
+        for key in keys {
+            do {
+                try ManifestSignature.verify(signature, of: body, with: key)
+                return
+            } catch {
+                failure = error
+            }
+        }
+        if let failure = failure as? OfflineAgentError, failure.cause == .manifestInvalid {
+            // A signature that is malformed or verifies with no trusted key: say which.
+            throw OfflineAgentError(failure.code, failure.reason, cause: .signatureInvalid, path: failure.path, underlying: failure.underlying)
+        }
+        if let failure { throw failure }
     }
 
     /// A static host publishes the signature at the manifest's path + `.sig`, same query.

@@ -14,7 +14,8 @@ struct SyncCommand: AsyncParsableCommand {
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",
                "profile": "default",
                "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
-            "publicKey", "network" and "profile" are optional; an app's own publicKey and profile win over the top-level ones.
+            "publicKey", "publicKeys" (a list, for key rotation: a manifest signed by any listed key verifies), "network" \
+            and "profile" are optional; an app's own keys and profile win over the top-level ones, which win over --public-key.
             The apps are checked 4 at a time; their lines come out in the file's order.
             Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
@@ -29,7 +30,7 @@ struct SyncCommand: AsyncParsableCommand {
     @Flag(help: "Check now: skip the 5-minute throttle, any Retry-After wait and the failure backoff.") var force = false
     @Flag(help: "Log each step on stderr.") var verbose = false
     @Flag(help: "Print one JSON object per app on stdout.") var json = false
-    @Option(help: "Require manifests signed by this base64 Ed25519 public key.") var publicKey: String?
+    @Option(help: "Require manifests signed by this Ed25519 public key: base64, or the path of a file holding it.") var publicKey: String?
     @Option(help: "The network the device is on: metered or unmetered.") var network: NetworkKind = .unmetered
     @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
     @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
@@ -67,7 +68,7 @@ struct SyncCommand: AsyncParsableCommand {
             let display = ProgressDisplay(events: agent.events, verbose: verbose)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,
-                            options: SyncOptions(force: force, publicKey: job.publicKey, network: job.network, profile: job.profile))
+                            options: SyncOptions(force: force, publicKeys: job.publicKeys, network: job.network, profile: job.profile))
             }
             let reports = await agent.sync(requests, concurrency: Self.concurrency)
             display.stop()
@@ -88,9 +89,21 @@ struct SyncCommand: AsyncParsableCommand {
         var root: String
         var app: String
         var manifest: URL
-        var publicKey: String?
+        var publicKeys: [String]
         var network: NetworkKind
         var profile: String
+    }
+
+    /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
+    private func commandLineKeys() throws -> [String] {
+        guard let publicKey else { return [] }
+        if (try? ManifestSignature.publicKey(base64: publicKey)) != nil { return [publicKey] }
+        guard let data = FileManager.default.contents(atPath: publicKey) else {
+            throw OfflineAgentError(.usage, "--public-key is neither base64 nor a readable file", path: publicKey)
+        }
+        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        _ = try ManifestSignature.publicKey(base64: text)
+        return [text]
     }
 
     private struct ConfigFile: Decodable {
@@ -98,10 +111,12 @@ struct SyncCommand: AsyncParsableCommand {
             var app: String
             var manifest: String
             var publicKey: String?
+            var publicKeys: [String]?
             var profile: String?
         }
         var root: String
         var publicKey: String?
+        var publicKeys: [String]?
         var network: NetworkKind?
         var profile: String?
         var apps: [App]
@@ -112,7 +127,7 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKey: publicKey, network: network, profile: profile)]
+            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network, profile: profile)]
         }
         guard let data = FileManager.default.contents(atPath: config) else {
             throw OfflineAgentError(.usage, "cannot read config file", path: config)
@@ -121,12 +136,15 @@ struct SyncCommand: AsyncParsableCommand {
         do { file = try JSONDecoder().decode(ConfigFile.self, from: data) } catch {
             throw OfflineAgentError(.usage, "invalid config file: \(error)", path: config)
         }
+        let cliKeys = try commandLineKeys()
+        let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
         return try file.apps.map { entry in
             guard let url = URL(string: entry.manifest), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(entry.manifest)'", path: config)
             }
+            let appKeys = (entry.publicKey.map { [$0] } ?? []) + (entry.publicKeys ?? [])
             return Job(root: root ?? file.root, app: entry.app, manifest: url,
-                       publicKey: entry.publicKey ?? file.publicKey ?? publicKey, network: file.network ?? network,
+                       publicKeys: [appKeys, fileKeys, cliKeys].first { !$0.isEmpty } ?? [], network: file.network ?? network,
                        profile: entry.profile ?? file.profile ?? profile)
         }
     }
