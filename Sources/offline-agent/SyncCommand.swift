@@ -14,8 +14,10 @@ struct SyncCommand: AsyncParsableCommand {
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",
                "profile": "default",
                "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
-            "publicKey", "publicKeys" (a list, for key rotation: a manifest signed by any listed key verifies), "network" \
-            and "profile" are optional; an app's own keys and profile win over the top-level ones, which win over --public-key.
+            "publicKeys" (a list, for key rotation: a manifest signed by any listed key verifies) may stand beside or instead of \
+            "publicKey"; an app's own keys and profile win over the top-level ones, which win over --public-key. An app with no \
+            key at all needs "allowUnsigned": true (top level or per app). Unknown keys and wrong types are usage errors \
+            (exit 64); `offline-agent check-config FILE` checks a file without touching the network.
             The apps are checked 4 at a time; their lines come out in the file's order.
             Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
@@ -95,7 +97,9 @@ struct SyncCommand: AsyncParsableCommand {
     }
 
     /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
-    private func commandLineKeys() throws -> [String] {
+    func commandLineKeys() throws -> [String] { try Self.keys(publicKey) }
+
+    static func keys(_ publicKey: String?) throws -> [String] {
         guard let publicKey else { return [] }
         if (try? ManifestSignature.publicKey(base64: publicKey)) != nil { return [publicKey] }
         guard let data = FileManager.default.contents(atPath: publicKey) else {
@@ -106,22 +110,6 @@ struct SyncCommand: AsyncParsableCommand {
         return [text]
     }
 
-    private struct ConfigFile: Decodable {
-        struct App: Decodable {
-            var app: String
-            var manifest: String
-            var publicKey: String?
-            var publicKeys: [String]?
-            var profile: String?
-        }
-        var root: String
-        var publicKey: String?
-        var publicKeys: [String]?
-        var network: NetworkKind?
-        var profile: String?
-        var apps: [App]
-    }
-
     private func loadJobs() throws -> [Job] {
         guard let config else {
             guard let url = URL(string: manifest!), url.scheme != nil else {
@@ -129,23 +117,10 @@ struct SyncCommand: AsyncParsableCommand {
             }
             return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network, profile: profile)]
         }
-        guard let data = FileManager.default.contents(atPath: config) else {
-            throw OfflineAgentError(.usage, "cannot read config file", path: config)
-        }
-        let file: ConfigFile
-        do { file = try JSONDecoder().decode(ConfigFile.self, from: data) } catch {
-            throw OfflineAgentError(.usage, "invalid config file: \(error)", path: config)
-        }
-        let cliKeys = try commandLineKeys()
-        let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
-        return try file.apps.map { entry in
-            guard let url = URL(string: entry.manifest), url.scheme != nil else {
-                throw OfflineAgentError(.usage, "invalid manifest URL '\(entry.manifest)'", path: config)
-            }
-            let appKeys = (entry.publicKey.map { [$0] } ?? []) + (entry.publicKeys ?? [])
-            return Job(root: root ?? file.root, app: entry.app, manifest: url,
-                       publicKeys: [appKeys, fileKeys, cliKeys].first { !$0.isEmpty } ?? [], network: file.network ?? network,
-                       profile: entry.profile ?? file.profile ?? profile)
+        let (file, entries) = try ConfigFile.load(config, fallbackKeys: try commandLineKeys())
+        return entries.map { entry in
+            Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
+                network: entry.network ?? network, profile: entry.profile ?? profile)
         }
     }
 }

@@ -105,7 +105,7 @@ struct CLIOutputTests {
         let root = TemporaryDirectory("root")
         let apps = ["d1", "d2", "ok", "d3", "d4", "d5", "d6"]
         let config: [String: Any] = [
-            "root": root.path,
+            "root": root.path, "allowUnsigned": true,
             "apps": apps.map { ["app": $0, "manifest": "\(server.baseURL)/manifest"] },
         ]
         let file = root.file("agent.json")
