@@ -37,40 +37,98 @@ public actor Agent {
     /// Never throws: a failure is reported with `result == .failed` and its error, and
     /// leaves the active version as it was. A busy root reports `.busy` as the error code.
     public func sync(app: String, manifest manifestURL: URL, options: SyncOptions = SyncOptions()) async -> SyncReport {
+        await sync(app: app, manifestURL: manifestURL, options: options, session: nil)
+    }
+
+    /// Syncs several apps of this root, at most `concurrency` at a time, so N dead servers
+    /// cost about N / `concurrency` deadlines instead of N. The root's lock is taken once,
+    /// by the first app that gets past its throttle, and held until the batch ends.
+    ///
+    /// - Returns: one report per request, in the order of `requests`.
+    public func sync(_ requests: [SyncRequest], concurrency: Int = 4) async -> [SyncReport] {
+        let session = SyncSession(root: store.root)
+        return await withTaskGroup(of: (Int, SyncReport).self) { group in
+            var reports = [SyncReport?](repeating: nil, count: requests.count)
+            var next = 0
+            func startNext() {
+                guard next < requests.count else { return }
+                let index = next, request = requests[index]
+                next += 1
+                group.addTask {
+                    (index, await self.sync(app: request.app, manifestURL: request.manifest, options: request.options, session: session))
+                }
+            }
+            for _ in 0..<max(1, concurrency) { startNext() }
+            while let (index, report) = await group.next() {
+                reports[index] = report
+                startNext()
+            }
+            return reports.enumerated().map { index, report in
+                report ?? SyncReport(app: requests[index].app, result: .failed, error: OfflineAgentError(.install, "not run", cause: .unexpected))
+            }
+        }
+    }
+
+    private func sync(app: String, manifestURL: URL, options: SyncOptions, session: SyncSession?) async -> SyncReport {
         let before = AppName.isValid(app) ? store.active(app) : nil
         var report = SyncReport(app: app, result: .failed, version: before?.version, previousVersion: before?.version)
         do {
-            try await run(app: app, manifestURL: manifestURL, options: options, report: &report)
+            try await run(app: app, manifestURL: manifestURL, options: options, session: session, report: &report)
         } catch let error as OfflineAgentError {
             report.result = .failed
             report.error = error
             report.version = AppName.isValid(app) ? store.active(app)?.version : nil
-            logger.error("\(app): \(error)")
+            // The caller reports the failure (the CLI prints one line); this is detail for --verbose.
+            if error.code == .busy {
+                logger.info("\(app): \(error)")
+            } else {
+                logger.notice("\(app): \(error)")
+            }
         } catch {
             report.result = .failed
-            report.error = OfflineAgentError(.install, "unexpected failure: \(error)")
+            report.error = OfflineAgentError(.install, "unexpected failure: \(error)", cause: .unexpected)
         }
         continuation.yield(ProgressEvent(app: app, phase: .done, completed: 0, total: 0))
         return report
     }
 
-    private func run(app: String, manifestURL: URL, options: SyncOptions, report: inout SyncReport) async throws {
+    private func run(app: String, manifestURL: URL, options: SyncOptions, session: SyncSession?, report: inout SyncReport) async throws {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
-        let publicKey = try options.publicKey.map(ManifestSignature.publicKey(base64:))
+        let publicKeys = try options.trustedKeys.map(ManifestSignature.publicKey(base64:))
         let profile = try CookieProfile(root: store.root, name: options.profile)
-        let now = Date()
-        // Fast path without the lock: a throttled no-op is what cron runs most.
-        if let next = configuration.throttle.nextCheck(after: store.checkState(app), now: now, force: options.force) {
+        let now = configuration.clock()
+        let throttle = configuration.throttle
+        // Fast path without the lock: a throttled no-op is what cron runs most. State a
+        // wrong clock left behind is repaired under the lock first, so a clamp cannot slide.
+        let stored = store.checkState(app)
+        let backoff = BackoffState.load(store, app: app)
+        let policy = configuration.backoff
+        let needsRepair = throttle.sanitized(stored, now: now) != stored
+        if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force), !needsRepair {
             report.result = .throttled
             report.nextCheck = next
             return
         }
         try store.prepare(app)
-        let lock = try RootLock(root: store.root)
+        let lock: RootLock
+        do {
+            lock = try session?.lock() ?? RootLock(root: store.root)
+        } catch let error as OfflineAgentError where error.code == .busy && needsRepair {
+            // Only the repair needed the lock; the other run will see the same state.
+            if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force) {
+                report.result = .throttled
+                report.nextCheck = next
+                return
+            }
+            throw error
+        }
         defer { withExtendedLifetime(lock) {} }
-        var check = store.checkState(app)
+        let recorded = store.checkState(app)
+        var check = throttle.sanitized(recorded, now: now)
+        if check != recorded { try store.saveCheckState(check, for: app) }
         // Another process may have checked while we waited for nothing: look again under the lock.
-        if let next = configuration.throttle.nextCheck(after: check, now: now, force: options.force) {
+        let failures = BackoffState.load(store, app: app)
+        if let next = throttle.nextCheck(after: check, backoff: failures, policy: policy, now: now, force: options.force) {
             report.result = .throttled
             report.nextCheck = next
             return
@@ -88,27 +146,34 @@ public actor Agent {
         try store.saveCheckState(check, for: app)
 
         continuation.yield(ProgressEvent(app: app, phase: .checking, completed: 0, total: 0))
-        let (cookies, warning) = profile.open(now: now)
+        let (cookies, warning) = session?.jar(profile, now: now) ?? profile.open(now: now)
         if let warning { logger.warning("\(app): \(warning)") }
         let fetcher = HTTPFetcher(settings: configuration.network, cookies: cookies, logger: logger)
         do {
             try await update(app: app, manifestURL: manifestURL, installed: installed, check: check,
-                             publicKey: publicKey, options: options, now: now, fetcher: fetcher, report: &report)
+                             publicKeys: publicKeys, options: options, now: now, fetcher: fetcher, report: &report)
         } catch {
             await fetcher.shutdown()
+            // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
+            let count = (failures?.failures ?? 0) + 1
+            let next = now.addingTimeInterval(policy.delay(failures: count, spread: Double.random(in: -1...1)))
+            try? BackoffState(failures: count, nextCheck: next).save(store, app: app)
+            // The 5-minute throttle holds as well, whichever ends later.
+            report.nextCheck = max(next, now.addingTimeInterval(throttle.interval))
             throw error
         }
         await fetcher.shutdown()
+        if failures != nil { BackoffState.clear(store, app: app) }
     }
 
     /// The network part of a sync: manifest, rules, and the update itself.
     private func update(
         app: String, manifestURL: URL, installed: InstalledVersion?, check: CheckState,
-        publicKey: Curve25519.Signing.PublicKey?, options: SyncOptions, now: Date, fetcher: HTTPFetcher,
+        publicKeys: [Curve25519.Signing.PublicKey], options: SyncOptions, now: Date, fetcher: HTTPFetcher,
         report: inout SyncReport
     ) async throws {
         var check = check
-        let client = ManifestClient(fetcher: fetcher, publicKey: publicKey)
+        let client = ManifestClient(fetcher: fetcher, publicKeys: publicKeys)
         let etag = check.etagCurrent == (installed?.version.description ?? "") ? check.etag : nil
         let response: ManifestResponse
         do {
@@ -119,6 +184,11 @@ public actor Agent {
             try? store.saveCheckState(check, for: app)
             throw error
         }
+        if case .retryAfter = response {} else if check.notBefore != nil {
+            // The server answered (a forced check past its Retry-After): its wish is spent.
+            check.notBefore = nil
+            try store.saveCheckState(check, for: app)
+        }
         let manifest: Manifest
         let newETag: String?
         switch response {
@@ -126,7 +196,7 @@ public actor Agent {
             report.result = .upToDate
             return
         case .retryAfter(let until):
-            check.notBefore = until
+            check.notBefore = min(until, now.addingTimeInterval(Throttle.maxAhead))
             try store.saveCheckState(check, for: app)
             report.result = .throttled
             report.nextCheck = until
@@ -215,9 +285,13 @@ public actor Agent {
                     && Resolver.rolloutBucket(deviceID: device, app: app) <= installed.rollout
                     && !Lifecycle(store: store).isBad(app, installed.version)
             }
+            let backoff = AppName.isValid(app) ? BackoffState.load(store, app: app) : nil
+            let next = configuration.throttle.nextCheck(
+                after: check, backoff: backoff, policy: configuration.backoff, now: configuration.clock(), force: false)
             return AppStatus(
                 app: app, installed: installed, miniVersion: miniVersion, usable: usable,
-                path: installed.map { store.versionDirectory(app, $0.version) }, lastCheck: check.lastCheck)
+                path: installed.map { store.versionDirectory(app, $0.version) }, lastCheck: check.lastCheck,
+                nextCheck: next, failures: backoff?.failures ?? 0)
         }
     }
 

@@ -6,8 +6,8 @@ import NIOHTTP1
 
 /// Timeouts and limits for every request the agent makes.
 public struct NetworkSettings: Sendable, Equatable {
-    /// Time allowed to establish a connection.
-    public var connectTimeout: Duration = .seconds(20)
+    /// Time allowed to establish a connection. A refused connection fails at once, not after this.
+    public var connectTimeout: Duration = .seconds(10)
     /// Longest silence allowed between two reads of a response.
     public var readTimeout: Duration = .seconds(30)
     /// A download is aborted when it averages fewer bytes per second than this over `speedWindow`.
@@ -16,8 +16,9 @@ public struct NetworkSettings: Sendable, Equatable {
     public var speedWindow: Duration = .seconds(30)
     /// Redirects followed at most per request; https → http is never followed.
     public var maxRedirects = 10
-    /// The whole manifest exchange must finish within this time.
-    public var manifestTimeout: Duration = .seconds(60)
+    /// The whole manifest exchange (connect, headers, body, redirects, `.sig`) must
+    /// finish within this time, however slowly the server trickles bytes.
+    public var manifestTimeout: Duration = .seconds(30)
 
     public init() {}
 }
@@ -38,6 +39,10 @@ struct HTTPFetcher: Sendable {
             redirectConfiguration: .disallow,
             timeout: .init(connect: .init(settings.connectTimeout), read: .init(settings.readTimeout)))
         configuration.httpVersion = .http1Only
+        // AsyncHTTPClient retries a failed connection (refused, unreachable) with backoff
+        // until the connect timeout: a dead server would cost the whole timeout and hide
+        // the reason behind a generic error. One attempt, and the real errno.
+        configuration.connectionPool.retryConnectionEstablishment = false
         self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         self.settings = settings
     }
@@ -65,7 +70,7 @@ struct HTTPFetcher: Sendable {
             do {
                 response = try await client.execute(request, deadline: deadline)
             } catch {
-                throw OfflineAgentError(phase, "request failed: \(Self.describe(error))", path: current.absoluteString)
+                throw Self.failure(error, phase: phase, url: current)
             }
             keepCookies(of: response, from: current)
             guard [301, 302, 303, 307, 308].contains(response.status.code) else { return (response, current) }
@@ -104,15 +109,85 @@ struct HTTPFetcher: Sendable {
             default: return "\(error)"
             }
         }
+        if let errno = errnoCode(in: error) { return String(cString: strerror(errno)) }
         return "\(error)"
+    }
+
+    /// One readable error for a transport failure: who refused or did not answer, with
+    /// `.timeout` for an expired deadline and `.network` for an unreachable server.
+    static func failure(_ error: any Error, phase: OfflineAgentError.Code, url: URL) -> OfflineAgentError {
+        if let error = error as? OfflineAgentError { return error }
+        let endpoint = "\(url.host ?? "?"):\(url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80))"
+        let path = url.absoluteString
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .connectTimeout:
+                return OfflineAgentError(phase, "no connection to \(endpoint): connect timed out", cause: .network, path: path)
+            case .readTimeout:
+                return OfflineAgentError(phase, "\(endpoint) went silent: read timed out", cause: .timeout, path: path)
+            case .deadlineExceeded:
+                return OfflineAgentError(phase, "\(endpoint) did not answer within the deadline", cause: .timeout, path: path)
+            case .remoteConnectionClosed:
+                return OfflineAgentError(phase, "connection closed by \(endpoint)", cause: .network, path: path)
+            default:
+                break
+            }
+        }
+        if isDNSFailure(error) {
+            return OfflineAgentError(phase, "cannot resolve \(url.host ?? "?")", cause: .network, path: path)
+        }
+        switch errnoCode(in: error) {
+        case ECONNREFUSED?:
+            return OfflineAgentError(phase, "connection refused by \(endpoint)", cause: .network, path: path)
+        case ECONNRESET?, EPIPE?:
+            return OfflineAgentError(phase, "connection reset by \(endpoint)", cause: .network, path: path)
+        case ENETUNREACH?, EHOSTUNREACH?, EHOSTDOWN?, ENETDOWN?, EADDRNOTAVAIL?:
+            return OfflineAgentError(phase, "\(endpoint) is unreachable", cause: .network, path: path)
+        case ETIMEDOUT?:
+            return OfflineAgentError(phase, "no connection to \(endpoint): connect timed out", cause: .network, path: path)
+        case let code?:
+            return OfflineAgentError(phase, "request to \(endpoint) failed: \(String(cString: strerror(code)))", cause: .network, path: path)
+        case nil:
+            return OfflineAgentError(phase, "request to \(endpoint) failed: \(describe(error))", cause: .network, path: path)
+        }
+    }
+
+    /// The errno of a socket error, wherever NIO nested it (`IOError` inside
+    /// `NIOConnectionError`, which is not visible from this module's dependencies).
+    static func errnoCode(in error: any Error, depth: Int = 0) -> Int32? {
+        if let error = error as? IOError { return error.errnoCode }
+        guard depth < 4 else { return nil }
+        for child in Mirror(reflecting: error).children {
+            if let nested = child.value as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
+            if let list = child.value as? [Any] {
+                for element in list {
+                    if let nested = element as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
+                    for grandchild in Mirror(reflecting: element).children {
+                        if let nested = grandchild.value as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
+                    }
+                }
+            }
+        }
+        return nil
+    }
+
+    /// `NIOConnectionError` says "DNS error: …" when the name did not resolve.
+    private static func isDNSFailure(_ error: any Error) -> Bool {
+        String(describing: type(of: error)) == "NIOConnectionError" && String(describing: error).hasPrefix("DNS error")
     }
 }
 
 extension HTTPHeaders {
-    /// Seconds or an HTTP date, as `Retry-After` carries it.
+    /// Seconds or an HTTP date, as `Retry-After` carries it; nil when absent or unusable
+    /// (negative, garbage). Never earlier than `now`; the caller caps how far ahead.
     func retryAfter(now: Date) -> Date? {
         guard let value = first(name: "Retry-After")?.trimmingCharacters(in: .whitespaces) else { return nil }
-        if let seconds = Int64(value), seconds >= 0 { return now.addingTimeInterval(TimeInterval(Swift.min(seconds, 86_400 * 366))) }
-        return HTTPDate.parse(value).map { Date(timeIntervalSince1970: TimeInterval($0)) }
+        if value.allSatisfy(\.isASCII), value.allSatisfy(\.isNumber), !value.isEmpty {
+            // Digits only; a value too long for Int64 is simply "very far ahead".
+            let seconds = Int64(value) ?? Int64.max
+            return now.addingTimeInterval(TimeInterval(Swift.min(seconds, 86_400 * 366)))
+        }
+        guard let date = HTTPDate.parse(value).map({ Date(timeIntervalSince1970: TimeInterval($0)) }) else { return nil }
+        return Swift.max(date, now)
     }
 }

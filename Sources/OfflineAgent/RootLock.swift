@@ -7,7 +7,7 @@ import Glibc
 ///
 /// `flock` rather than `fcntl` locks: closing any descriptor of the file would drop
 /// an `fcntl` lock, and `flock` also excludes a second holder inside one process.
-final class RootLock {
+final class RootLock: Sendable {
     private let fd: Int32
 
     /// Takes the lock without waiting; throws `.busy` when another run holds it.

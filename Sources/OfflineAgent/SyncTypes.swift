@@ -11,6 +11,8 @@ public struct AgentConfiguration: Sendable {
     public var network = NetworkSettings()
     /// Throttle interval between manifest checks.
     public var throttle = Throttle()
+    /// The wait after consecutive failed checks.
+    public var backoff = Backoff()
     /// Largest file a manifest may name, and largest package extracted (default 1 GiB).
     public var maxPackageBytes: Int64 = 1 << 30
     /// Entry-count cap for extraction.
@@ -20,6 +22,8 @@ public struct AgentConfiguration: Sendable {
     /// Launches a newly installed version may have without being confirmed
     /// (`Agent.markGood`) before it is rolled back; 0 never rolls back automatically.
     public var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
+    /// The wall clock the throttle and manifest rules read; tests inject a wrong one.
+    public var clock: @Sendable () -> Date = { Date() }
 
     public init() {}
 
@@ -28,21 +32,30 @@ public struct AgentConfiguration: Sendable {
 
 /// Per-call options of `Agent.sync`.
 public struct SyncOptions: Sendable {
-    /// Skip the 5-minute throttle (a server's Retry-After still holds).
+    /// Check now: skip the 5-minute throttle, any `Retry-After` wait and the failure backoff.
     public var force = false
     /// Base64 Ed25519 public key; when set, every manifest must carry a valid signature.
     public var publicKey: String?
+    /// More trusted keys (rotation): a manifest signed by any of `publicKey` and these verifies.
+    public var publicKeys: [String] = []
     /// The device's network; `wifi` manifests are deferred on `.metered`.
     public var network: NetworkKind = .unmetered
     /// The cookie profile whose jar the sync's requests carry and fill (see `CookieProfile`).
     public var profile: String = CookieProfile.defaultName
 
-    public init(force: Bool = false, publicKey: String? = nil, network: NetworkKind = .unmetered, profile: String = CookieProfile.defaultName) {
+    public init(
+        force: Bool = false, publicKey: String? = nil, publicKeys: [String] = [], network: NetworkKind = .unmetered,
+        profile: String = CookieProfile.defaultName
+    ) {
         self.force = force
         self.publicKey = publicKey
+        self.publicKeys = publicKeys
         self.network = network
         self.profile = profile
     }
+
+    /// Every trusted key, `publicKey` first.
+    var trustedKeys: [String] { (publicKey.map { [$0] } ?? []) + publicKeys }
 }
 
 /// How a sync ended.
@@ -71,7 +84,7 @@ public struct SyncReport: Sendable {
     public var bytesDownloaded: Int64 = 0
     /// Why the sync failed, when it did; nothing installed changed.
     public var error: OfflineAgentError?
-    /// For `throttled`: when the next check may happen.
+    /// For `throttled`: when the next check may happen; for `failed` after a check: the backoff's next check.
     public var nextCheck: Date?
     /// Set when the patch could not be used and the full package was fetched instead.
     public var patchFallbackReason: String?
@@ -100,4 +113,8 @@ public struct AppStatus: Sendable {
     public var usable: Bool
     public var path: String?
     public var lastCheck: Date?
+    /// The earliest next check (throttle, `Retry-After`, backoff); nil when a check may happen now.
+    public var nextCheck: Date?
+    /// Consecutive failed checks; 0 after a success.
+    public var failures = 0
 }

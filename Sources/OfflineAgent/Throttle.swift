@@ -1,24 +1,48 @@
 import Foundation
 
 /// One manifest check per app per interval, and no check before a server's `Retry-After`.
+///
+/// Instants recorded while the clock was wrong are not trusted: a `notBefore` more than
+/// `maxAhead` after now is clamped to `maxAhead`, a `lastCheck` in the future is ignored,
+/// so a clock that ran years fast cannot freeze updates once it is corrected.
 public struct Throttle: Sendable, Equatable {
     /// The shortest time between two checks of one app (5 minutes).
     public var interval: TimeInterval = 300
+    /// No recorded instant holds checks back longer than this (24 h, the `Retry-After` cap).
+    public static let maxAhead: TimeInterval = 86_400
+    /// A `lastCheck` this far ahead of now is clock jitter, not a wrong clock.
+    static let tolerance: TimeInterval = 60
 
     public init(interval: TimeInterval = 300) {
         self.interval = interval
     }
 
-    /// When the next check may happen, or nil when it may happen now.
-    func nextCheck(after state: CheckState, now: Date, force: Bool) -> Date? {
-        if let notBefore = state.notBefore, notBefore > now {
-            // The server's wish holds even for a forced check.
-            return notBefore
+    /// `state` with the instants a wrong clock left behind distrusted: the caller persists
+    /// the result when it differs, so a clamped `notBefore` does not slide with the clock.
+    func sanitized(_ state: CheckState, now: Date) -> CheckState {
+        var state = state
+        if let last = state.lastCheck, last > now.addingTimeInterval(Self.tolerance) {
+            // The clock was set back (or ran fast when this was written): check again now.
+            state.lastCheck = nil
         }
-        guard !force, let last = state.lastCheck else { return nil }
-        let next = last.addingTimeInterval(interval)
-        // A clock set back must not freeze checks for long: treat a future lastCheck as stale.
-        if last > now.addingTimeInterval(60) { return nil }
-        return next > now ? next : nil
+        let cap = now.addingTimeInterval(Self.maxAhead)
+        if let notBefore = state.notBefore, notBefore > cap {
+            state.notBefore = cap
+        }
+        return state
+    }
+
+    /// When the next check may happen, or nil when it may happen now. `force` always checks.
+    ///
+    /// A backoff wait longer than `backoff` can produce was written by a wrong clock and is ignored.
+    func nextCheck(after state: CheckState, backoff: BackoffState? = nil, policy: Backoff = Backoff(), now: Date, force: Bool) -> Date? {
+        guard !force else { return nil }
+        let state = sanitized(state, now: now)
+        var waits: [Date] = []
+        if let notBefore = state.notBefore { waits.append(notBefore) }
+        if let last = state.lastCheck { waits.append(last.addingTimeInterval(interval)) }
+        if let backoff, backoff.nextCheck <= now.addingTimeInterval(policy.longest) { waits.append(backoff.nextCheck) }
+        guard let next = waits.max(), next > now else { return nil }
+        return next
     }
 }

@@ -33,7 +33,8 @@ struct Updater {
                 return Outcome(installed: record, bytesDownloaded: downloaded, patchFallbackReason: nil)
             } catch let error as OfflineAgentError where error.code == .patch || error.code == .download {
                 // Corrupt bytes, a wrong base, a 404: the full package still gets us there.
-                logger.warning("\(app): patch unusable (\(error)); falling back to the full package")
+                // Reported in SyncReport.patchFallbackReason (and the CLI's line); a log only with --verbose.
+                logger.notice("\(app): patch unusable (\(error)); falling back to the full package")
                 fallbackReason = error.description
             }
         }

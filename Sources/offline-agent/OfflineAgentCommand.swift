@@ -11,7 +11,7 @@ struct OfflineAgentCommand: AsyncParsableCommand {
         subcommands: [
             SyncCommand.self, StatusCommand.self, ResolveCommand.self, RollbackCommand.self,
             PatchCommand.self, ExtractCommand.self, ServeCommand.self, PublishCommand.self, KeygenCommand.self,
-            CookiesCommand.self, SessionURLCommand.self,
+            CookiesCommand.self, SessionURLCommand.self, CheckConfigCommand.self,
             MarkGoodCommand.self, MarkBadCommand.self, HoldCommand.self, UnholdCommand.self, HistoryCommand.self,
         ]
     )

@@ -4,18 +4,20 @@ import OfflineAgent
 import Glibc
 #endif
 
-/// Shows sync progress on stderr: a redrawn bar on a terminal, plain lines otherwise
-/// (so cron mail and journald get readable logs).
+/// Shows sync progress on stderr: a redrawn download bar on a terminal; with `verbose`,
+/// one plain line per phase (so cron mail and journald get readable logs). Without
+/// `verbose` a sync's only line is its summary.
 final class ProgressDisplay: Sendable {
     private let task: Task<Void, Never>
 
-    init(events: AsyncStream<ProgressEvent>) {
+    init(events: AsyncStream<ProgressEvent>, verbose: Bool = false) {
         let terminal = isatty(STDERR_FILENO) == 1
         task = Task {
-            var lastPhase: ProgressEvent.Phase?
+            // Per app: a batch syncs several apps at once over one event stream.
+            var lastPhase: [String: ProgressEvent.Phase] = [:]
             var lastDraw = Date.distantPast
             for await event in events {
-                if event.phase == .done { break }
+                if event.phase == .done { continue }
                 if terminal, event.phase == .downloading, event.total > 0 {
                     guard Date().timeIntervalSince(lastDraw) > 0.1 || event.completed == event.total else { continue }
                     lastDraw = Date()
@@ -26,13 +28,18 @@ final class ProgressDisplay: Sendable {
                     let line = "\r\(event.app): downloading [\(bar)] \(Int(fraction * 100))% \(event.completed)/\(event.total) bytes"
                     FileHandle.standardError.write(Data(line.utf8))
                     if event.completed == event.total { FileHandle.standardError.write(Data("\n".utf8)) }
-                } else if event.phase != lastPhase {
+                } else if verbose, event.phase != lastPhase[event.app] {
                     let detail = event.phase == .downloading && event.total > 0 ? " (\(event.total) bytes)" : ""
                     FileHandle.standardError.write(Data("\(event.app): \(event.phase.rawValue)\(detail)\n".utf8))
                 }
-                lastPhase = event.phase
+                lastPhase[event.app] = event.phase
             }
         }
+    }
+
+    /// Stops listening (the agent's stream outlives the batch).
+    func stop() {
+        task.cancel()
     }
 
     func finish() async {

@@ -40,6 +40,7 @@ struct StatusCommand: AsyncParsableCommand {
                 }
                 for bad in lifecycles[status.app]?.badVersions ?? [] { print("  bad: \(bad.version) (\(bad.reason))") }
                 if let path = status.path { print("  path: \(path)") }
+                if let next = status.nextCheck { print("  next check: \(RFC3339.string(from: next)) (\(status.failures) failed checks in a row)") }
                 for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
             }
         }

@@ -14,7 +14,12 @@ struct SyncCommand: AsyncParsableCommand {
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",
                "profile": "default", "maxTrialLaunches": 3,
                "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
-            "publicKey", "network", "profile" and "maxTrialLaunches" are optional; an app's own publicKey and profile win over the top-level ones.
+            "publicKeys" (a list, for key rotation: a manifest signed by any listed key verifies) may stand beside or instead of \
+            "publicKey"; an app's own keys and profile win over the top-level ones, which win over --public-key. An app with no \
+            key at all needs "allowUnsigned": true (top level or per app). Unknown keys and wrong types are usage errors \
+            (exit 64); `offline-agent check-config FILE` checks a file without touching the network.
+            The apps are checked 4 at a time; their lines come out in the file's order.
+            Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
             profiles never see each other's cookies. See `offline-agent cookies`.
             """
@@ -24,9 +29,10 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "The app to sync.") var app: String?
     @Option(help: "The manifest URL.") var manifest: String?
     @Option(help: "A JSON file listing apps to sync (see above).") var config: String?
-    @Flag(help: "Skip the 5-minute throttle.") var force = false
+    @Flag(help: "Check now: skip the 5-minute throttle, any Retry-After wait and the failure backoff.") var force = false
+    @Flag(help: "Log each step on stderr.") var verbose = false
     @Flag(help: "Print one JSON object per app on stdout.") var json = false
-    @Option(help: "Require manifests signed by this base64 Ed25519 public key.") var publicKey: String?
+    @Option(help: "Require manifests signed by this Ed25519 public key: base64, or the path of a file holding it.") var publicKey: String?
     @Option(help: "The network the device is on: metered or unmetered.") var network: NetworkKind = .unmetered
     @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
     @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
@@ -44,24 +50,44 @@ struct SyncCommand: AsyncParsableCommand {
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
     }
 
+    /// Apps of one root checked at the same time by `--config`.
+    static let concurrency = 4
+
     func run() async throws {
-        LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        let verbose = verbose
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            // Without --verbose a sync says its one summary line, plus warnings that need a person.
+            handler.logLevel = verbose ? .debug : .warning
+            return handler
+        }
         let jobs = try await reportingFailures { try loadJobs() }
         var worst: Int32 = 0
-        for job in jobs {
+        // One agent and one batch per root (a config has one root): the batch holds the
+        // root's lock once and runs its apps concurrently.
+        var roots: [String] = []
+        for job in jobs where !roots.contains(job.root) { roots.append(job.root) }
+        for root in roots {
+            let batch = jobs.filter { $0.root == root }
             var configuration = AgentConfiguration()
-            configuration.maxTrialLaunches = job.maxTrialLaunches
-            let agent = Agent(root: URL(fileURLWithPath: job.root), configuration: configuration)
-            let display = ProgressDisplay(events: agent.events)
-            let options = SyncOptions(force: force, publicKey: job.publicKey, network: job.network, profile: job.profile)
-            let report = await agent.sync(app: job.app, manifest: job.manifest, options: options)
-            await display.finish()
-            if json {
-                print(SyncJSON(report).encoded())
-            } else {
-                printError(SyncJSON.line(report))
+            configuration.maxTrialLaunches = batch[0].maxTrialLaunches
+            let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
+            let display = ProgressDisplay(events: agent.events, verbose: verbose)
+            let requests = batch.map { job in
+                SyncRequest(app: job.app, manifest: job.manifest,
+                            options: SyncOptions(force: force, publicKeys: job.publicKeys, network: job.network, profile: job.profile))
             }
-            if let error = report.error { worst = max(worst, error.exitStatus == 75 ? 75 : error.exitStatus == 64 ? 64 : 1) }
+            let reports = await agent.sync(requests, concurrency: Self.concurrency)
+            display.stop()
+            await display.finish()
+            for report in reports {
+                if json {
+                    print(SyncJSON(report).encoded())
+                } else {
+                    printError(SyncJSON.line(report))
+                }
+                if let error = report.error { worst = max(worst, error.exitStatus == 75 ? 75 : error.exitStatus == 64 ? 64 : 1) }
+            }
         }
         if worst != 0 { throw ExitCode(worst) }
     }
@@ -70,25 +96,24 @@ struct SyncCommand: AsyncParsableCommand {
         var root: String
         var app: String
         var manifest: URL
-        var publicKey: String?
+        var publicKeys: [String]
         var network: NetworkKind
         var profile: String
         var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
     }
 
-    private struct ConfigFile: Decodable {
-        struct App: Decodable {
-            var app: String
-            var manifest: String
-            var publicKey: String?
-            var profile: String?
+    /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
+    func commandLineKeys() throws -> [String] { try Self.keys(publicKey) }
+
+    static func keys(_ publicKey: String?) throws -> [String] {
+        guard let publicKey else { return [] }
+        if (try? ManifestSignature.publicKey(base64: publicKey)) != nil { return [publicKey] }
+        guard let data = FileManager.default.contents(atPath: publicKey) else {
+            throw OfflineAgentError(.usage, "--public-key is neither base64 nor a readable file", path: publicKey)
         }
-        var root: String
-        var publicKey: String?
-        var network: NetworkKind?
-        var profile: String?
-        var maxTrialLaunches: Int?
-        var apps: [App]
+        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        _ = try ManifestSignature.publicKey(base64: text)
+        return [text]
     }
 
     private func loadJobs() throws -> [Job] {
@@ -96,27 +121,14 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKey: publicKey, network: network, profile: profile,
+            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network, profile: profile,
                         maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches)]
         }
-        guard let data = FileManager.default.contents(atPath: config) else {
-            throw OfflineAgentError(.usage, "cannot read config file", path: config)
-        }
-        let file: ConfigFile
-        do { file = try JSONDecoder().decode(ConfigFile.self, from: data) } catch {
-            throw OfflineAgentError(.usage, "invalid config file: \(error)", path: config)
-        }
-        if let limit = file.maxTrialLaunches, limit < 0 {
-            throw OfflineAgentError(.usage, "invalid config file: maxTrialLaunches must be 0 or more", path: config)
-        }
-        return try file.apps.map { entry in
-            guard let url = URL(string: entry.manifest), url.scheme != nil else {
-                throw OfflineAgentError(.usage, "invalid manifest URL '\(entry.manifest)'", path: config)
-            }
-            return Job(root: root ?? file.root, app: entry.app, manifest: url,
-                       publicKey: entry.publicKey ?? file.publicKey ?? publicKey, network: file.network ?? network,
-                       profile: entry.profile ?? file.profile ?? profile,
-                       maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches)
+        let (file, entries) = try ConfigFile.load(config, fallbackKeys: try commandLineKeys())
+        return entries.map { entry in
+            Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
+                network: entry.network ?? network, profile: entry.profile ?? profile,
+                maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches)
         }
     }
 }
@@ -177,13 +189,19 @@ struct SyncJSON: Encodable {
         let version = report.version?.description ?? "none"
         switch report.result {
         case .updated:
-            return "\(report.app): updated \(report.previousVersion?.description ?? "none") -> \(version) via \(report.via?.rawValue ?? "?"), \(report.bytesDownloaded) bytes downloaded"
+            let fallback = report.patchFallbackReason.map { " (patch unusable: \($0))" } ?? ""
+            return "\(report.app): updated \(report.previousVersion?.description ?? "none") -> \(version) via \(report.via?.rawValue ?? "?"), \(report.bytesDownloaded) bytes downloaded\(fallback)"
         case .upToDate: return "\(report.app): up-to-date at \(version)"
         case .throttled: return "\(report.app): throttled, next check \(report.nextCheck.map(RFC3339.string(from:)) ?? "later")"
         case .deferred: return "\(report.app): deferred until an unmetered network"
         case .held: return "\(report.app): held at \(version); nothing downloaded (offline-agent unhold)"
         case .knownBad: return "\(report.app): the offered version is marked bad here; \(version) stays active"
         case .failed: return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active"
+        case .failed:
+            // Busy is not a fault: another run is doing the work.
+            if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }
+            let next = report.nextCheck.map { "; next check after \(RFC3339.string(from: $0))" } ?? ""
+            return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active\(next)"
         }
     }
 }

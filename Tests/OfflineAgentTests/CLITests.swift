@@ -84,7 +84,7 @@ struct CLITests {
         let config = h.root.file("agent.json")
         let root = h.root.file("data")
         let text = """
-            {"root": "\(root)", "apps": [{"app": "mall", "manifest": "\(h.origin.manifestURL)"},
+            {"root": "\(root)", "allowUnsigned": true, "apps": [{"app": "mall", "manifest": "\(h.origin.manifestURL)"},
                                           {"app": "shop", "manifest": "\(h.origin.manifestURL)"}]}
             """
         try text.write(toFile: config, atomically: true, encoding: .utf8)

@@ -213,9 +213,9 @@ struct CookieSyncTests {
             try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
             return path
         }
-        let top = try write(["root": h.root.path, "profile": "team", "apps": [["app": "mall", "manifest": manifest]]])
+        let top = try write(["root": h.root.path, "allowUnsigned": true, "profile": "team", "apps": [["app": "mall", "manifest": manifest]]])
         #expect(try CLI.run(["sync", "--config", top, "--force", "--profile", "ignored"]).status == 0)
-        let own = try write(["root": h.root.path, "profile": "team", "apps": [["app": "mall", "manifest": manifest, "profile": "dave"]]])
+        let own = try write(["root": h.root.path, "allowUnsigned": true, "profile": "team", "apps": [["app": "mall", "manifest": manifest, "profile": "dave"]]])
         #expect(try CLI.run(["sync", "--config", own, "--force"]).status == 0)
         #expect(CookieProfile.names(root: h.root.path) == ["dave", "team"])
     }

@@ -118,7 +118,7 @@ struct LifecycleCLITests {
         let config = h.root.file("agent.json")
         let root = h.root.file("data")
         try """
-            {"root": "\(root)", "maxTrialLaunches": 1, "apps": [{"app": "mall", "manifest": "\(h.origin.manifestURL)"}]}
+            {"root": "\(root)", "allowUnsigned": true, "maxTrialLaunches": 1, "apps": [{"app": "mall", "manifest": "\(h.origin.manifestURL)"}]}
             """.write(toFile: config, atomically: true, encoding: .utf8)
         #expect(try CLI.run(["sync", "--config", config]).status == 0)
         let status = CLI.json(try CLI.run(["status", "--root", root, "--app", "mall", "--json"]).stdout)

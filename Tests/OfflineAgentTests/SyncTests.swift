@@ -54,7 +54,7 @@ struct SyncTests {
         #expect(h.origin.requests(for: "/manifest").count == 2)
     }
 
-    @Test("Retry-After is persisted, honoured even when forced, capped at 24 h")
+    @Test("Retry-After is persisted, capped at 24 h; a forced sync asks again")
     func retryAfter() async throws {
         let h = try SyncHarness()
         h.origin.setManifestReply { _ in .status(503, headers: [("Retry-After", "999999")]) }
@@ -63,8 +63,10 @@ struct SyncTests {
         let next = try #require(report.nextCheck)
         #expect(next <= Date().addingTimeInterval(86_400 + 5))
         #expect(next >= Date().addingTimeInterval(86_400 - 60))
-        #expect(await h.sync(force: true).result == .throttled)
+        #expect(await h.sync(force: false).result == .throttled)
         #expect(h.origin.requests(for: "/manifest").count == 1)
+        #expect(await h.sync(force: true).result == .throttled)
+        #expect(h.origin.requests(for: "/manifest").count == 2)
     }
 
     @Test("Retry-After as an HTTP date on 429")

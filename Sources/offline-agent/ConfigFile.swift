@@ -1,0 +1,147 @@
+import Foundation
+import OfflineAgent
+
+/// The `sync --config` file, read fail-closed: an unknown key anywhere is a usage error
+/// naming its path and the nearest valid key, a wrong type names its path, and an app
+/// without a trusted key must say `"allowUnsigned": true` (top level or per app).
+struct ConfigFile: Decodable {
+    struct App: Decodable {
+        var app: String
+        var manifest: String
+        var publicKey: String?
+        var publicKeys: [String]?
+        var allowUnsigned: Bool?
+        var profile: String?
+    }
+
+    var root: String
+    var publicKey: String?
+    var publicKeys: [String]?
+    var allowUnsigned: Bool?
+    var network: NetworkKind?
+    var profile: String?
+    /// Unconfirmed launches a new version may have before it is rolled back.
+    var maxTrialLaunches: Int?
+    var apps: [App]
+
+    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "apps"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile"]
+
+    /// One app as the file (and the command line) configures it.
+    struct Entry {
+        var app: String
+        var manifest: URL
+        /// Trusted keys (base64); empty only when the app explicitly allows unsigned manifests.
+        var publicKeys: [String]
+        var network: NetworkKind?
+        var profile: String?
+    }
+
+    /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s.
+    static func load(_ path: String, fallbackKeys: [String]) throws -> (file: ConfigFile, entries: [Entry]) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw OfflineAgentError(.usage, "cannot read config file", path: path)
+        }
+        guard let object = try? JSONSerialization.jsonObject(with: data) else {
+            throw OfflineAgentError(.usage, "config file is not valid JSON", path: path)
+        }
+        try checkKeys(object, path: path)
+        let file: ConfigFile
+        do {
+            file = try JSONDecoder().decode(ConfigFile.self, from: data)
+        } catch let error as DecodingError {
+            throw OfflineAgentError(.usage, describe(error), path: path)
+        }
+        if let limit = file.maxTrialLaunches, limit < 0 {
+            throw OfflineAgentError(.usage, "maxTrialLaunches must be 0 or more", path: path)
+        }
+        let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
+        let entries = try file.apps.enumerated().map { index, entry in
+            guard let url = URL(string: entry.manifest), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+                throw OfflineAgentError(.usage, "apps[\(index)].manifest: invalid manifest URL '\(entry.manifest)'", path: path)
+            }
+            let appKeys = (entry.publicKey.map { [$0] } ?? []) + (entry.publicKeys ?? [])
+            let keys = [appKeys, fileKeys, fallbackKeys].first { !$0.isEmpty } ?? []
+            for (n, key) in keys.enumerated() {
+                do { _ = try ManifestSignature.publicKey(base64: key) } catch {
+                    throw OfflineAgentError(.usage, "app '\(entry.app)': trusted key \(n + 1) is not 32 bytes of base64", path: path)
+                }
+            }
+            if keys.isEmpty, (entry.allowUnsigned ?? file.allowUnsigned) != true {
+                throw OfflineAgentError(
+                    .usage, "app '\(entry.app)' has no trusted key: give publicKey or publicKeys, or say \"allowUnsigned\": true", path: path)
+            }
+            return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile)
+        }
+        return (file, entries)
+    }
+
+    private static func checkKeys(_ object: Any, path: String) throws {
+        guard let top = object as? [String: Any] else {
+            throw OfflineAgentError(.usage, "config file must hold a JSON object", path: path)
+        }
+        try unknown(in: top, allowed: topKeys, prefix: "", path: path)
+        for (index, app) in (top["apps"] as? [Any] ?? []).enumerated() {
+            guard let app = app as? [String: Any] else { continue }  // the decoder names the wrong type
+            try unknown(in: app, allowed: appKeys, prefix: "apps[\(index)].", path: path)
+        }
+    }
+
+    private static func unknown(in object: [String: Any], allowed: [String], prefix: String, path: String) throws {
+        for key in object.keys.sorted() where !allowed.contains(key) {
+            let nearest = allowed.min { distance(key, $0) < distance(key, $1) } ?? ""
+            throw OfflineAgentError(.usage, "unknown key '\(prefix)\(key)' (did you mean '\(nearest)'?)", path: path)
+        }
+    }
+
+    /// Levenshtein distance, case-insensitive: enough to suggest a key.
+    static func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.lowercased()), b = Array(b.lowercased())
+        var row = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var previous = row[0]
+            row[0] = i
+            for j in 1...max(b.count, 1) where !b.isEmpty {
+                let current = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (a[i - 1] == b[j - 1] ? 0 : 1))
+                previous = current
+            }
+        }
+        return row[b.count]
+    }
+
+    /// A decoding error as one line naming the key path, never the decoder's dump.
+    static func describe(_ error: DecodingError) -> String {
+        func keyPath(_ path: [any CodingKey]) -> String {
+            path.reduce("") { text, key in
+                if let index = key.intValue { return "\(text)[\(index)]" }
+                return text.isEmpty ? key.stringValue : "\(text).\(key.stringValue)"
+            }
+        }
+        switch error {
+        case .typeMismatch(let type, let context):
+            return "\(keyPath(context.codingPath)): expected \(name(of: type))"
+        case .valueNotFound(let type, let context):
+            return "\(keyPath(context.codingPath)): expected \(name(of: type)), found null"
+        case .keyNotFound(let key, let context):
+            return "missing key '\(keyPath(context.codingPath + [key]))'"
+        case .dataCorrupted(let context):
+            let where_ = keyPath(context.codingPath)
+            if context.codingPath.last?.stringValue == "network" { return "\(where_): expected \"metered\" or \"unmetered\"" }
+            return where_.isEmpty ? "config file is not valid JSON" : "\(where_): invalid value"
+        @unknown default:
+            return "invalid config file"
+        }
+    }
+
+    private static func name(of type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Bool.Type: "true or false"
+        case is Int.Type: "an integer"
+        case is [Any].Type, is [String].Type, is [App].Type: "a list"
+        case is [String: Any].Type, is App.Type: "an object"
+        default: "\(type)"
+        }
+    }
+}
