@@ -1,6 +1,8 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
+import NIOCore
 import OfflineAgent
 import ServiceLifecycle
 
@@ -53,13 +55,30 @@ public struct LocalServer: Sendable {
         public var deviceID: String?
         /// Allows a non-loopback bind and turns the `Host` header check off.
         public var allowRemote: Bool
+        /// At most this many connections at once (256 by default, lowered to
+        /// (soft `RLIMIT_NOFILE` − 64) / 2 when that is smaller); one beyond it gets a
+        /// 503 and is closed at once.
+        public var maxConnections: Int
+        /// A new connection, or one whose next request has begun, must send a complete
+        /// request head within this time (10 s by default), or it is closed.
+        public var headerTimeout: Duration
+        /// A connection on which nothing is read or written for this long after a
+        /// response has started is closed (60 s by default): an idle keep-alive
+        /// connection, or a client that stopped reading its response.
+        public var idleTimeout: Duration
 
-        public init(root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false) {
+        public init(
+            root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false,
+            maxConnections: Int = 256, headerTimeout: Duration = .seconds(10), idleTimeout: Duration = .seconds(60)
+        ) {
             self.root = root
             self.host = host
             self.port = port
             self.deviceID = deviceID
             self.allowRemote = allowRemote
+            self.maxConnections = maxConnections
+            self.headerTimeout = headerTimeout
+            self.idleTimeout = idleTimeout
         }
     }
 
@@ -80,10 +99,17 @@ public struct LocalServer: Sendable {
     /// Checks the configuration and reads (or creates) the root's device id.
     ///
     /// - Throws: `OfflineAgentError(.usage)` for a non-loopback host without
-    ///   `allowRemote` or a port outside 0…65535.
+    ///   `allowRemote`, a port outside 0…65535, a connection cap below 1 or a timeout
+    ///   that is not positive.
     public init(configuration: Configuration, logger: Logger = LocalServer.defaultLogger) throws {
         guard (0...65535).contains(configuration.port) else {
             throw OfflineAgentError(.usage, "port \(configuration.port) is outside 0...65535")
+        }
+        guard configuration.maxConnections >= 1 else {
+            throw OfflineAgentError(.usage, "the connection cap must be at least 1 (got \(configuration.maxConnections))")
+        }
+        guard configuration.headerTimeout > .zero, configuration.idleTimeout > .zero else {
+            throw OfflineAgentError(.usage, "the header and idle timeouts must be positive")
         }
         guard configuration.allowRemote || LocalHost.isLoopback(host: configuration.host) else {
             throw OfflineAgentError(
@@ -105,25 +131,71 @@ public struct LocalServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
-        try await ServiceRunner.run(makeApplication(onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
+        do {
+            try await ServiceRunner.run(makeApplication(onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
+        } catch {
+            throw listenFailure(error)
+        }
     }
 
     /// Starts the server in the background and returns once it listens: the
     /// in-process form for tests (use port 0 and read `port`).
+    ///
+    /// - Throws: `OfflineAgentError(.serve, cause: .listenFailed)` when the address
+    ///   cannot be bound (in use, not on this machine, not permitted).
     public func start() async throws -> RunningLocalServer {
-        let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
-        return RunningLocalServer(host: configuration.host, metrics: metrics, service: service)
+        do {
+            let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
+            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service)
+        } catch {
+            throw listenFailure(error)
+        }
+    }
+
+    /// The one error for a server that could not listen: "cannot serve on HOST:PORT: why".
+    private func listenFailure(_ error: any Error) -> any Error {
+        if error is OfflineAgentError || error is CancellationError { return error }
+        let address = "\(LocalHost.urlHost(configuration.host)):\(configuration.port)"
+        let why: String
+        if let failure = error as? IOError {
+            switch failure.errnoCode {
+            case EADDRINUSE: why = "address in use"
+            case EADDRNOTAVAIL: why = "address not available on this machine"
+            case EACCES, EPERM: why = "permission denied"
+            default: why = String(cString: strerror(failure.errnoCode))
+            }
+        } else if error is SocketAddressError {
+            why = "cannot resolve the address"
+        } else {
+            why = "\(error)"
+        }
+        return OfflineAgentError(.serve, "cannot serve on \(address): \(why)", cause: .listenFailed)
     }
 
     private func makeApplication(onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
         let responder = LocalServerResponder(
-            versions: LocalVersions(store: resolver.store), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote, logger: logger)
+            versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
+            logger: logger)
+        let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
+        let headerTimeout = Self.timeAmount(configuration.headerTimeout), idleTimeout = Self.timeAmount(configuration.idleTimeout)
+        let metrics = self.metrics
+        let server = HTTPServerBuilder { respond in
+            LocalServerChannel(
+                http1: HTTP1Channel(responder: respond), limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
+                metrics: metrics)
+        }
         return Application(
             responder: responder,
+            server: server,
             configuration: .init(address: .hostname(host, port: configuration.port)),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)
+    }
+
+    private static func timeAmount(_ duration: Duration) -> TimeAmount {
+        let (seconds, attoseconds) = duration.components
+        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }
 

@@ -18,7 +18,12 @@ struct ServeCommand: AsyncParsableCommand {
             /session/item?url=<URL> entries, which redirect like /open (see `session-url`); \
             GET /metrics gives Prometheus counters. Prints "listening on http://HOST:PORT" on stdout once \
             bound (useful with --port 0). Stops gracefully on SIGTERM or SIGINT.
-            Exit status: 0 stopped by a signal; 1 failed (e.g. the port is taken); 64 usage.
+            An app whose active version is below the known miniVersion, or outside rollout for this device, \
+            is not served on any route: /<app>/… answers 302 to the whitelisted network URL instead.
+            Hostile clients: at most --max-connections at once (more get 503), a request head must arrive \
+            within --header-timeout seconds, and a connection idle for --idle-timeout seconds is closed.
+            Exit status: 0 stopped by a signal; 1 failed (e.g. the port is taken: "serve: cannot serve on \
+            HOST:PORT: address in use"); 64 usage.
             """
     )
 
@@ -29,6 +34,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Allow a non-loopback --host and accept any Host header (turns off the DNS-rebinding check).")
     var allowRemote = false
     @Flag(help: "Log one line per request on stderr.") var verbose = false
+    @Option(help: "At most this many connections at once (lowered to fit the descriptor limit).")
+    var maxConnections: Int = 256
+    @Option(help: "Seconds a connection has to send a complete request head.") var headerTimeout: Double = 10
+    @Option(help: "Seconds a connection may stay idle (no request, or a response not being read).")
+    var idleTimeout: Double = 60
 
     func run() async throws {
         #if canImport(Glibc)
@@ -40,8 +50,14 @@ struct ServeCommand: AsyncParsableCommand {
         var logger = Logger(label: "offline-agent.serve") { StreamLogHandler.standardError(label: $0) }
         logger.logLevel = verbose ? .debug : .notice
         try await reportingFailures {
+            guard headerTimeout > 0, headerTimeout.isFinite, idleTimeout > 0, idleTimeout.isFinite else {
+                throw OfflineAgentError(.usage, "--header-timeout and --idle-timeout must be positive numbers of seconds")
+            }
             let server = try LocalServer(
-                configuration: .init(root: root, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote),
+                configuration: .init(
+                    root: root, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote, maxConnections: maxConnections,
+                    headerTimeout: .milliseconds(Int64((headerTimeout * 1000).rounded(.up))),
+                    idleTimeout: .milliseconds(Int64((idleTimeout * 1000).rounded(.up)))),
                 logger: logger)
             do {
                 try await server.run(stopOnSignals: true) { host, port in
@@ -52,7 +68,7 @@ struct ServeCommand: AsyncParsableCommand {
             } catch let error as OfflineAgentError {
                 throw error
             } catch {
-                throw OfflineAgentError(.install, "cannot serve on \(host):\(port): \(error)")
+                throw OfflineAgentError(.serve, "cannot serve on \(host):\(port): \(error)", cause: .unexpected)
             }
         }
     }
