@@ -4,11 +4,15 @@ import NIOCore
 /// the first handler of each connection's pipeline, it sees raw bytes both ways.
 ///
 /// - header timeout: from the connection's start, or from the first byte of a request
-///   after a response, the server must have started answering within `headerTimeout`
-///   (a half-sent or trickled head never completes, so it is never answered);
+///   after the previous one, the request head (up to its empty line) must arrive within
+///   `headerTimeout` (a half-sent or trickled head never completes);
 /// - idle timeout: once the server has written, the connection is closed when nothing
 ///   is read or written for `idleTimeout` (an idle keep-alive connection, or a response
 ///   the client stopped reading, whose writes then stall).
+///
+/// Between a complete head and the server's first write no timer runs: a slow answer
+/// is the server's doing, not the client's. Only the end of a head is looked for (an
+/// empty line); `GET` and `HEAD` carry no body, and any other bytes count as a new head.
 ///
 /// Every request and response only updates a few fields: a timer is rescheduled when
 /// the deadline moves earlier than the pending one, or when that one fires early.
@@ -21,10 +25,16 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
     private let headerTimeout: TimeAmount
     private let idleTimeout: TimeAmount
     private let metrics: LocalServerMetrics
-    /// True from a request's first byte until the server writes: its head is being read.
-    /// A new connection starts here, so one that sends nothing gets the header timeout.
-    private var readingRequest = true
-    private var requestStarted: NIODeadline
+    /// True from a head's first byte until its empty line. A new connection starts
+    /// here, so one that sends nothing gets the header timeout.
+    private var readingHead = true
+    /// The head being read has a byte other than CR and LF.
+    private var headHasBytes = false
+    /// Inside a head: the current line has no byte yet but CRs.
+    private var atLineStart = false
+    /// A head is complete and the server has not written since.
+    private var awaitingResponse = false
+    private var headStarted: NIODeadline
     private var lastActivity: NIODeadline
     private var timer: Scheduled<Void>?
     private var timerDeadline: NIODeadline?
@@ -34,12 +44,15 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
         self.idleTimeout = idleTimeout
         self.metrics = metrics
         let now = NIODeadline.now()
-        requestStarted = now
+        headStarted = now
         lastActivity = now
     }
 
-    private var deadline: (at: NIODeadline, kind: LocalConnectionTimeout) {
-        readingRequest ? (requestStarted + headerTimeout, .header) : (lastActivity + idleTimeout, .idle)
+    /// The next deadline and what it enforces; nil while the server owes an answer.
+    private var deadline: (at: NIODeadline, kind: LocalConnectionTimeout)? {
+        if readingHead { return (headStarted + headerTimeout, .header) }
+        if awaitingResponse { return nil }
+        return (lastActivity + idleTimeout, .idle)
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -63,18 +76,44 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let now = NIODeadline.now()
         lastActivity = now
-        if !readingRequest {
-            readingRequest = true
-            requestStarted = now
-            arm(context)
-        }
+        let wasReading = readingHead
+        scan(unwrapInboundIn(data), now: now)
+        if readingHead != wasReading || readingHead { arm(context) }
         context.fireChannelRead(data)
+    }
+
+    /// Follows head boundaries through `bytes`: an empty line (`\r\n` or `\n`) ends a
+    /// head; CR and LF before a head's first byte are ignored, as HTTP/1.1 parsers do.
+    private func scan(_ bytes: ByteBuffer, now: NIODeadline) {
+        bytes.withUnsafeReadableBytes { raw in
+            for byte in raw {
+                if !readingHead || !headHasBytes {
+                    if byte == 13 || byte == 10 { continue }
+                    if !readingHead {
+                        readingHead = true
+                        headStarted = now
+                    }
+                    headHasBytes = true
+                    atLineStart = false
+                } else if byte == 10 {
+                    if atLineStart {
+                        readingHead = false
+                        headHasBytes = false
+                        awaitingResponse = true
+                    } else {
+                        atLineStart = true
+                    }
+                } else if byte != 13 {
+                    atLineStart = false
+                }
+            }
+        }
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         lastActivity = .now()
-        if readingRequest {
-            readingRequest = false
+        if awaitingResponse {
+            awaitingResponse = false
             arm(context)
         }
         context.write(data, promise: promise)
@@ -82,7 +121,7 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
 
     /// Makes sure a timer fires no later than the current deadline.
     private func arm(_ context: ChannelHandlerContext) {
-        let at = deadline.at
+        guard let at = deadline?.at else { return }
         if let pending = timerDeadline, pending <= at { return }
         timer?.cancel()
         timerDeadline = at
@@ -94,7 +133,7 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
     private func fired(_ context: ChannelHandlerContext) {
         timer = nil
         timerDeadline = nil
-        let (at, kind) = deadline
+        guard let (at, kind) = deadline else { return }
         guard NIODeadline.now() >= at else {
             arm(context)
             return

@@ -33,7 +33,17 @@ import ServiceLifecycle
 /// - `GET /metrics` — Prometheus text (see `LocalServerMetrics`).
 ///
 /// Requests whose `Host` header is not a loopback name (`localhost`, `127.x.x.x`,
-/// `[::1]`, any port) get 403 unless `allowRemote` is set (DNS-rebinding defence).
+/// `[::1]`, any port) get 403 unless `allowRemote` is set (DNS-rebinding defence);
+/// a request with two `Host` lines gets 400 either way.
+///
+/// The kill switch holds on every route: an app whose active version is below the
+/// known miniVersion or outside rollout for this device (`Resolver.fallbackReason`)
+/// has no response made from its files; `/<app>/…` answers 302 to the network URL it
+/// stands for, with `X-Offline-Fallback: <reason>`, as `/open` redirects to the network.
+///
+/// Hostile clients: at most `maxConnections` connections (one more gets 503 and is
+/// closed at once), a request head within `headerTimeout`, and no connection idle for
+/// longer than `idleTimeout` (see `Configuration`).
 ///
 /// Each file response pins the version it reads (the shared lock `Store.pin` takes, see
 /// `LocalVersions`) and takes every byte from one source: a descriptor opened once and

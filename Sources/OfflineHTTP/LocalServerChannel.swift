@@ -29,8 +29,12 @@ struct LocalServerChannel: ServerChildChannel {
             metrics.recordRefusedConnection()
             return channel.eventLoop.makeSucceededFuture(Value(channel: channel, http: nil))
         }
-        let limiter = self.limiter
-        channel.closeFuture.whenComplete { _ in limiter.release() }
+        let limiter = self.limiter, metrics = self.metrics
+        metrics.recordConnection(opened: true)
+        channel.closeFuture.whenComplete { _ in
+            limiter.release()
+            metrics.recordConnection(opened: false)
+        }
         do {
             try channel.pipeline.syncOperations.addHandler(
                 LocalConnectionGuard(headerTimeout: headerTimeout, idleTimeout: idleTimeout, metrics: metrics))

@@ -2,7 +2,7 @@ import Foundation
 import OfflineAgent
 
 /// Counters of the loopback package server, exposed at `GET /metrics` in the
-/// Prometheus text format (version 0.0.4). Thread-safe; every count only grows.
+/// Prometheus text format (version 0.0.4). Thread-safe; every count but the open-connection gauge only grows.
 ///
 /// - `offline_agent_offline_hits_total{app}` — `/open` URLs served from a package
 ///   (redirected to the local copy).
@@ -13,6 +13,7 @@ import OfflineAgent
 /// - `offline_agent_file_responses_total{app,code}` — responses to `GET|HEAD /<app>/…`
 ///   by status (200, 206, 302, 304, 404, 416); `app` is empty for names with no active version.
 /// - `offline_agent_forbidden_host_total` — requests refused for a non-loopback `Host`.
+/// - `offline_agent_open_connections` — connections open now (a gauge).
 /// - `offline_agent_refused_connections_total` — connections closed at once (503)
 ///   because `maxConnections` were open.
 /// - `offline_agent_timed_out_connections_total{timeout}` — connections closed by the
@@ -34,6 +35,7 @@ public final class LocalServerMetrics: @unchecked Sendable {
     private var files: [FileKey: Int] = [:]
     private var forbidden = 0
     private var refused = 0
+    private var open = 0
     private var timeouts: [LocalConnectionTimeout: Int] = [:]
 
     public init() {}
@@ -54,6 +56,13 @@ public final class LocalServerMetrics: @unchecked Sendable {
     func recordFallback(app: String, reason: FallbackReason) {
         lock.lock()
         fallbacks[FallbackKey(app: app, reason: reason), default: 0] += 1
+        lock.unlock()
+    }
+
+    /// Counts a connection given a slot, or (`opened` false) its slot given back.
+    func recordConnection(opened: Bool) {
+        lock.lock()
+        open += opened ? 1 : -1
         lock.unlock()
     }
 
@@ -112,6 +121,13 @@ public final class LocalServerMetrics: @unchecked Sendable {
         return forbidden
     }
 
+    /// Connections open now (each holding one of `maxConnections` slots).
+    public var openConnections: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return open
+    }
+
     /// Connections closed at once because `maxConnections` were already open.
     public var refusedConnections: Int {
         lock.lock()
@@ -130,7 +146,7 @@ public final class LocalServerMetrics: @unchecked Sendable {
     public func prometheusText() -> String {
         lock.lock()
         let hits = self.hits, fallbacks = self.fallbacks, files = self.files, forbidden = self.forbidden
-        let refused = self.refused, timeouts = self.timeouts
+        let refused = self.refused, timeouts = self.timeouts, open = self.open
         lock.unlock()
 
         var out = ""
@@ -152,6 +168,9 @@ public final class LocalServerMetrics: @unchecked Sendable {
         out += "# HELP offline_agent_forbidden_host_total Requests refused because their Host header is not a loopback name.\n"
         out += "# TYPE offline_agent_forbidden_host_total counter\n"
         out += "offline_agent_forbidden_host_total \(forbidden)\n"
+        out += "# HELP offline_agent_open_connections Connections open now.\n"
+        out += "# TYPE offline_agent_open_connections gauge\n"
+        out += "offline_agent_open_connections \(open)\n"
         out += "# HELP offline_agent_refused_connections_total Connections closed at once because the connection cap was reached.\n"
         out += "# TYPE offline_agent_refused_connections_total counter\n"
         out += "offline_agent_refused_connections_total \(refused)\n"
