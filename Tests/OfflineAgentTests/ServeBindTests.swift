@@ -34,15 +34,19 @@ struct ServeBindTests {
         }
     }
 
-    @Test("invalid hostile-client settings are usage errors", arguments: [
-        ["--max-connections", "0"], ["--header-timeout", "0"], ["--idle-timeout", "-1"], ["--header-timeout", "nan"],
+    @Test("invalid hostile-client settings are usage errors that say which", arguments: [
+        (["--max-connections", "0"], "offline-agent: usage: the connection cap must be at least 1 (got 0)\n"),
+        (["--header-timeout", "0"], "offline-agent: usage: --header-timeout and --idle-timeout must be positive numbers of seconds\n"),
+        (["--idle-timeout=-1"], "offline-agent: usage: --header-timeout and --idle-timeout must be positive numbers of seconds\n"),
+        (["--header-timeout", "nan"], "offline-agent: usage: --header-timeout and --idle-timeout must be positive numbers of seconds\n"),
     ])
-    func invalidSettings(arguments: [String]) async throws {
+    func invalidSettings(arguments: [String], message: String) async throws {
         let f = try LocalServerTests.mall()
         let result = try await LocalHTTP.onThread {
             try CLI.run(["serve", "--root", f.root.path, "--port", "0", "--device-id", "d"] + arguments)
         }
         #expect(result.status == 64, "\(arguments): \(result.stderr)")
+        #expect(result.stderr == message)
         #expect(!result.stdout.contains("listening"))
     }
 }
