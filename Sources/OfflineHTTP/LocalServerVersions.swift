@@ -76,7 +76,8 @@ final class LocalVersions: @unchecked Sendable {
     var store: Store { resolver.store }
     private let appsDirectory: String
     private let lock = NSLock()
-    private var pins: [String: (key: Key, pin: LocalPin)] = [:]
+    /// The kept pin of each app, with the path of its check state (made once).
+    private var pins: [String: (key: Key, pin: LocalPin, checkPath: String)] = [:]
 
     init(resolver: Resolver) {
         self.resolver = resolver
@@ -93,14 +94,15 @@ final class LocalVersions: @unchecked Sendable {
                 lock.withLock { pins[app] = nil }
                 return nil
             }
-            let checkPath = resolver.checkStatePath(app: app)
             // Fast path: the same link target, record and check state as the kept pin.
-            if let kept = lock.withLock({ pins[app] }), kept.key.target == target {
+            let kept = lock.withLock { pins[app] }
+            if let kept, kept.key.target == target {
                 var st = stat()
-                if stat(kept.pin.record, &st) == 0, Key(target: target, st, check: FileFingerprint(path: checkPath)) == kept.key {
+                if stat(kept.pin.record, &st) == 0, Key(target: target, st, check: FileFingerprint(path: kept.checkPath)) == kept.key {
                     return kept.pin
                 }
             }
+            let checkPath = kept?.checkPath ?? resolver.checkStatePath(app: app)
             guard target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))) else {
                 lock.withLock { pins[app] = nil }
                 return nil
@@ -124,7 +126,7 @@ final class LocalVersions: @unchecked Sendable {
             let pin = LocalPin(
                 app: app, installed: active, directory: directory, record: record, recordIdentity: FileFingerprint(st),
                 fallback: resolver.fallbackReason(app: app, installed: active), lock: readerLock)
-            lock.withLock { pins[app] = (Key(target: target, st, check: check), pin) }
+            lock.withLock { pins[app] = (Key(target: target, st, check: check), pin, checkPath) }
             return pin
         }
         return nil
