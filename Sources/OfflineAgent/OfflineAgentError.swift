@@ -21,6 +21,8 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case usage
         /// Building or publishing packages.
         case publish
+        /// Running the loopback package server (`offline-agent serve`).
+        case serve
     }
 
     /// Why it failed: a stable, documented code (`docs/PROTOCOL.md`, "Error codes"),
@@ -75,6 +77,8 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case usage
         /// A publishing step failed.
         case publish
+        /// `serve` cannot listen on its address (in use, not on this machine, not permitted).
+        case listenFailed = "listen-failed"
         /// Anything not classified above.
         case unexpected
 
@@ -89,6 +93,7 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
             case .busy: .busy
             case .usage: .usage
             case .publish: .publish
+            case .serve: .listenFailed
             }
         }
     }

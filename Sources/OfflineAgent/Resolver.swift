@@ -70,14 +70,30 @@ public struct Resolver: Sendable {
         guard let best else { return .network(.notWhitelisted, app: nil) }
         let app = best.app, installed = best.installed
         guard !Lifecycle(store: store).isBad(app, installed.version) else { return .network(.badVersion, app: app) }
-        let miniVersion = store.effectiveMiniVersion(app, record: installed)
-        guard installed.version >= miniVersion else { return .network(.belowMiniVersion, app: app) }
-        guard Self.rolloutBucket(deviceID: deviceID, app: app) <= installed.rollout else {
-            return .network(.outsideRollout, app: app)
-        }
+        if let reason = fallbackReason(app: app, installed: installed) { return .network(reason, app: app) }
         let directory = store.versionDirectory(app, installed.version)
         guard let path = Self.file(at: best.rest, in: directory) else { return .network(.missingFile, app: app) }
         return .file(ResolvedFile(app: app, version: installed.version, path: path, versionDirectory: directory, relativePath: best.rest))
+    }
+
+    /// Why the active version `installed` of `app` is not used offline at all, or nil
+    /// when it is: PROTOCOL.md's rules 1 and 2, the kill switch every way of serving a
+    /// package applies (`resolve`, and each response of `offline-agent serve`).
+    ///
+    /// - `belowMiniVersion`: the version is below the higher of its record's `miniVersion`
+    ///   and the last trusted manifest's (`checkStatePath(app:)`);
+    /// - `outsideRollout`: this device's bucket is above the record's `rollout`.
+    public func fallbackReason(app: String, installed: InstalledVersion) -> FallbackReason? {
+        guard installed.version >= store.effectiveMiniVersion(app, record: installed) else { return .belowMiniVersion }
+        guard Self.rolloutBucket(deviceID: deviceID, app: app) <= installed.rollout else { return .outsideRollout }
+        return nil
+    }
+
+    /// The file besides the version record whose contents `fallbackReason` reads (the
+    /// app's check state, with the last known `miniVersion`): a cache of its answer is
+    /// stale once either file changes.
+    public func checkStatePath(app: String) -> String {
+        store.checkStatePath(app)
     }
 
     /// The regular file a percent-encoded relative path names inside `directory`, or nil when

@@ -32,6 +32,11 @@ struct LocalServerResponder: HTTPResponder {
     }
 
     private func route(_ request: Request) -> Response {
+        // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
+        // `authority`; any left among the fields is a second one, maybe naming another host.
+        if request.headers.contains(Self.hostField) {
+            return Self.text(.badRequest, "bad request: more than one Host header\n")
+        }
         if checkHost, !LocalHost.isLoopback(authority: request.head.authority) {
             metrics.recordForbiddenHost()
             return Self.text(.forbidden, "forbidden: Host is not a loopback name\n")
@@ -71,16 +76,44 @@ struct LocalServerResponder: HTTPResponder {
             metrics.recordFile(app: "", code: 404)
             return Self.text(.notFound, "not found\n", head: head)
         }
-        guard let slash else {
+        let rest = slash.map { String(afterSlash[afterSlash.index(after: $0)...]) } ?? ""
+        // The pin holds the version's directory until the response is fully written.
+        guard let pinned = versions.pin(app) else {
+            metrics.recordFile(app: "", code: 404)
+            return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
+        }
+        // The kill switch, in one place for every response made from an app's files
+        // (bytes, ranges, 304s, redirects): below miniVersion or outside rollout, the
+        // request goes to the network like a URL `/open` does not serve offline.
+        if let reason = pinned.fallback {
+            return networkFallback(request, pinned: pinned, rest: rest, reason: reason)
+        }
+        // A version marked bad is not served, whatever `current` still names.
+        if lifecycle.isBad(app, pinned.version) {
+            return networkFallback(request, pinned: pinned, rest: rest, reason: .badVersion)
+        }
+        guard slash != nil else {
             // `/<app>`: the app root is a directory; relative links need the slash.
-            guard versions.pin(app) != nil else {
-                metrics.recordFile(app: "", code: 404)
-                return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
-            }
             return Self.redirect(.movedPermanently, to: "/\(app)/" + Self.query(of: request))
         }
-        let rest = String(afterSlash[afterSlash.index(after: slash)...])
-        return file(request, app: app, rest: rest, head: head)
+        return file(request, pinned: pinned, rest: rest, head: head)
+    }
+
+    /// A request for a version the kill switch turns off: 302 to the URL it stands for
+    /// (the app's first http or https whitelist prefix, the rest of the path and the
+    /// query), or 404 when the whitelist names none.
+    private func networkFallback(_ request: Request, pinned: LocalPin, rest: String, reason: FallbackReason) -> Response {
+        metrics.recordFallback(app: pinned.app, reason: reason)
+        guard let location = LocalNetworkFallback.location(whitelist: pinned.whitelist, rest: rest, query: request.uri.query) else {
+            metrics.recordFile(app: pinned.app, code: 404)
+            var response = Self.text(.notFound, "not served offline (\(reason.rawValue))\n", head: request.method == .head)
+            response.headers[Self.fallbackHeader] = reason.rawValue
+            return response
+        }
+        metrics.recordFile(app: pinned.app, code: 302)
+        var response = Self.redirect(.found, to: location)
+        response.headers[Self.fallbackHeader] = reason.rawValue
+        return response
     }
 
     // MARK: /open
@@ -113,17 +146,9 @@ struct LocalServerResponder: HTTPResponder {
 
     // MARK: Files
 
-    private func file(_ request: Request, app: String, rest: String, head: Bool) -> Response {
-        // The pin holds the version's directory until the response is fully written.
-        guard let pinned = versions.pin(app) else {
-            metrics.recordFile(app: "", code: 404)
-            return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
-        }
-        // A version marked bad is not served, whatever `current` still names.
-        guard !lifecycle.isBad(app, pinned.version) else {
-            metrics.recordFile(app: app, code: 404)
-            return Self.text(.notFound, "not served offline: \(app) \(pinned.versionText) is marked bad\n", head: head)
-        }
+    /// A file of `pinned`, a version the kill switch lets through.
+    private func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
+        let app = pinned.app
         guard let entry = files.resolve(rest, in: pinned.directory) else {
             if rest.removingPercentEncoding == nil {
                 metrics.recordFile(app: app, code: 400)
@@ -262,6 +287,9 @@ struct LocalServerResponder: HTTPResponder {
     }
 
     static let versionHeader = HTTPFields.Element.Name("X-Offline-Version")!
+    /// On a response the kill switch sent to the network: why (a `FallbackReason`).
+    static let fallbackHeader = HTTPFields.Element.Name("X-Offline-Fallback")!
+    static let hostField = HTTPFields.Element.Name("Host")!
 
     /// Where a response's bytes come from.
     private enum Source {

@@ -20,27 +20,40 @@ final class LocalPin: Sendable {
     let recordModified: Int
     /// The record file's identity when pinned: a reinstall or rollback writes a new one.
     let recordIdentity: FileFingerprint
+    /// Why this version must not be served at all (`Resolver.fallbackReason`: below the
+    /// known miniVersion, or this device outside rollout); nil when it may be.
+    let fallback: FallbackReason?
+    /// The record's whitelist: where a refused request is sent instead.
+    let whitelist: [String]
     private let lock: ReaderLock
 
-    init(app: String, version: Version, directory: String, record: String, recordIdentity: FileFingerprint, lock: ReaderLock) {
+    init(
+        app: String, installed: InstalledVersion, directory: String, record: String, recordIdentity: FileFingerprint,
+        fallback: FallbackReason?, lock: ReaderLock
+    ) {
         self.app = app
-        self.version = version
-        versionText = version.description
+        version = installed.version
+        versionText = installed.version.description
         self.directory = directory
         self.record = record
         self.recordModified = recordIdentity.modifiedSeconds
         self.recordIdentity = recordIdentity
+        self.fallback = fallback
+        whitelist = installed.whitelist
         self.lock = lock
     }
 }
 
-/// Pins active versions per request like `Store.pin`, cheaply.
+/// Pins active versions per request like `Store.pin`, cheaply, with the kill-switch
+/// decision (`Resolver.fallbackReason`) for each.
 ///
-/// The first request after a change validates the (link target, record file identity)
-/// pair with `Store.active`, takes the shared lock and keeps that pin; later requests
-/// share it while `readlink` of `current` and a `stat` of the record still give the
-/// same pair, so a swap or a rewritten record is seen by the very next request, and
-/// each response holds its pin until its body is written.
+/// The first request after a change validates the (link target, record file identity,
+/// check state identity) triple with `Store.active`, decides the gate, takes the shared
+/// lock and keeps that pin; later requests share it while `readlink` of `current` and a
+/// `stat` of the record and of the check state still give the same triple, so a swap, a
+/// rewritten record (new rollout) or a new check state (new known miniVersion) is seen
+/// by the very next request, and each response holds its pin until its body is written.
+/// Identities are taken before the files are read: a change after that is a new triple.
 ///
 /// The kept pin is replaced by the first request after a swap: until then (an idle
 /// server) the version that was active at the last request stays locked, and the next
@@ -49,21 +62,26 @@ final class LocalVersions: @unchecked Sendable {
     private struct Key: Equatable {
         var target: String
         var record: FileFingerprint
+        /// The check state's identity; nil when the file is missing.
+        var check: FileFingerprint?
 
-        init(target: String, _ st: stat) {
+        init(target: String, _ st: stat, check: FileFingerprint?) {
             self.target = target
             record = FileFingerprint(st)
+            self.check = check
         }
     }
 
-    let store: Store
+    let resolver: Resolver
+    var store: Store { resolver.store }
     private let appsDirectory: String
     private let lock = NSLock()
-    private var pins: [String: (key: Key, pin: LocalPin)] = [:]
+    /// The kept pin of each app, with the path of its check state (made once).
+    private var pins: [String: (key: Key, pin: LocalPin, checkPath: String)] = [:]
 
-    init(store: Store) {
-        self.store = store
-        appsDirectory = "\(store.root)/apps"
+    init(resolver: Resolver) {
+        self.resolver = resolver
+        appsDirectory = "\(resolver.store.root)/apps"
     }
 
     /// Pins the active version of `app`, or nil when none is usable (as `Store.pin`).
@@ -76,11 +94,15 @@ final class LocalVersions: @unchecked Sendable {
                 lock.withLock { pins[app] = nil }
                 return nil
             }
-            // Fast path: the same link target and the same record as the kept pin.
-            if let kept = lock.withLock({ pins[app] }), kept.key.target == target {
+            // Fast path: the same link target, record and check state as the kept pin.
+            let kept = lock.withLock { pins[app] }
+            if let kept, kept.key.target == target {
                 var st = stat()
-                if stat(kept.pin.record, &st) == 0, Key(target: target, st) == kept.key { return kept.pin }
+                if stat(kept.pin.record, &st) == 0, Key(target: target, st, check: FileFingerprint(path: kept.checkPath)) == kept.key {
+                    return kept.pin
+                }
             }
+            let checkPath = kept?.checkPath ?? resolver.checkStatePath(app: app)
             guard target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))) else {
                 lock.withLock { pins[app] = nil }
                 return nil
@@ -91,7 +113,9 @@ final class LocalVersions: @unchecked Sendable {
             var st = stat()
             guard stat(record, &st) == 0, let readerLock = ReaderLock.shared(record) else { continue }
             var locked = stat()
-            guard stat(record, &locked) == 0, Key(target: target, locked) == Key(target: target, st) else { continue }
+            guard stat(record, &locked) == 0, FileFingerprint(locked) == FileFingerprint(st) else { continue }
+            // Before reading it: a check state written after this stat makes a new key.
+            let check = FileFingerprint(path: checkPath)
             // The store's own check: the record decodes and names the linked version.
             guard let active = store.active(app), active.version.description == version.description else {
                 lock.withLock { pins[app] = nil }
@@ -100,9 +124,9 @@ final class LocalVersions: @unchecked Sendable {
             var dir = stat()
             guard stat(directory, &dir) == 0, (dir.st_mode & S_IFMT) == S_IFDIR else { continue }
             let pin = LocalPin(
-                app: app, version: version, directory: directory, record: record, recordIdentity: FileFingerprint(st),
-                lock: readerLock)
-            lock.withLock { pins[app] = (Key(target: target, st), pin) }
+                app: app, installed: active, directory: directory, record: record, recordIdentity: FileFingerprint(st),
+                fallback: resolver.fallbackReason(app: app, installed: active), lock: readerLock)
+            lock.withLock { pins[app] = (Key(target: target, st, check: check), pin, checkPath) }
             return pin
         }
         return nil

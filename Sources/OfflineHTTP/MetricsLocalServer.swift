@@ -2,16 +2,22 @@ import Foundation
 import OfflineAgent
 
 /// Counters of the loopback package server, exposed at `GET /metrics` in the
-/// Prometheus text format (version 0.0.4). Thread-safe; every count only grows.
+/// Prometheus text format (version 0.0.4). Thread-safe; every count but the open-connection gauge only grows.
 ///
 /// - `offline_agent_offline_hits_total{app}` — `/open` URLs served from a package
 ///   (redirected to the local copy).
 /// - `offline_agent_network_fallbacks_total{app,reason}` — `/open` URLs sent to the
 ///   network, by reason (`not-whitelisted`, `below-mini-version`, `outside-rollout`,
-///   `missing-file`); `app` is empty when no app's whitelist matched.
+///   `missing-file`); `app` is empty when no app's whitelist matched. Requests under
+///   `/<app>/` that the kill switch sends to the network count here too.
 /// - `offline_agent_file_responses_total{app,code}` — responses to `GET|HEAD /<app>/…`
-///   by status (200, 206, 304, 404, 416); `app` is empty for names with no active version.
+///   by status (200, 206, 302, 304, 404, 416); `app` is empty for names with no active version.
 /// - `offline_agent_forbidden_host_total` — requests refused for a non-loopback `Host`.
+/// - `offline_agent_open_connections` — connections open now (a gauge).
+/// - `offline_agent_refused_connections_total` — connections closed at once (503)
+///   because `maxConnections` were open.
+/// - `offline_agent_timed_out_connections_total{timeout}` — connections closed by the
+///   `header` or `idle` timeout.
 public final class LocalServerMetrics: @unchecked Sendable {
     private struct FallbackKey: Hashable {
         var app: String
@@ -28,6 +34,9 @@ public final class LocalServerMetrics: @unchecked Sendable {
     private var fallbacks: [FallbackKey: Int] = [:]
     private var files: [FileKey: Int] = [:]
     private var forbidden = 0
+    private var refused = 0
+    private var open = 0
+    private var timeouts: [LocalConnectionTimeout: Int] = [:]
 
     public init() {}
 
@@ -41,6 +50,34 @@ public final class LocalServerMetrics: @unchecked Sendable {
         case .network(let reason, let app):
             fallbacks[FallbackKey(app: app ?? "", reason: reason), default: 0] += 1
         }
+    }
+
+    /// Counts one request under `/<app>/` the kill switch sent to the network.
+    func recordFallback(app: String, reason: FallbackReason) {
+        lock.lock()
+        fallbacks[FallbackKey(app: app, reason: reason), default: 0] += 1
+        lock.unlock()
+    }
+
+    /// Counts a connection given a slot, or (`opened` false) its slot given back.
+    func recordConnection(opened: Bool) {
+        lock.lock()
+        open += opened ? 1 : -1
+        lock.unlock()
+    }
+
+    /// Counts one connection refused because `maxConnections` were open.
+    func recordRefusedConnection() {
+        lock.lock()
+        refused += 1
+        lock.unlock()
+    }
+
+    /// Counts one connection closed by the header or idle timeout.
+    func recordTimeout(_ kind: LocalConnectionTimeout) {
+        lock.lock()
+        timeouts[kind, default: 0] += 1
+        lock.unlock()
     }
 
     /// Counts one response under `/<app>/`.
@@ -84,10 +121,32 @@ public final class LocalServerMetrics: @unchecked Sendable {
         return forbidden
     }
 
+    /// Connections open now (each holding one of `maxConnections` slots).
+    public var openConnections: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return open
+    }
+
+    /// Connections closed at once because `maxConnections` were already open.
+    public var refusedConnections: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return refused
+    }
+
+    /// Connections closed by a timeout of `kind`.
+    public func timedOutConnections(_ kind: LocalConnectionTimeout) -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return timeouts[kind] ?? 0
+    }
+
     /// The Prometheus text exposition of every counter, lines sorted for stable output.
     public func prometheusText() -> String {
         lock.lock()
         let hits = self.hits, fallbacks = self.fallbacks, files = self.files, forbidden = self.forbidden
+        let refused = self.refused, timeouts = self.timeouts, open = self.open
         lock.unlock()
 
         var out = ""
@@ -109,6 +168,17 @@ public final class LocalServerMetrics: @unchecked Sendable {
         out += "# HELP offline_agent_forbidden_host_total Requests refused because their Host header is not a loopback name.\n"
         out += "# TYPE offline_agent_forbidden_host_total counter\n"
         out += "offline_agent_forbidden_host_total \(forbidden)\n"
+        out += "# HELP offline_agent_open_connections Connections open now.\n"
+        out += "# TYPE offline_agent_open_connections gauge\n"
+        out += "offline_agent_open_connections \(open)\n"
+        out += "# HELP offline_agent_refused_connections_total Connections closed at once because the connection cap was reached.\n"
+        out += "# TYPE offline_agent_refused_connections_total counter\n"
+        out += "offline_agent_refused_connections_total \(refused)\n"
+        out += "# HELP offline_agent_timed_out_connections_total Connections closed by the header or idle timeout.\n"
+        out += "# TYPE offline_agent_timed_out_connections_total counter\n"
+        for kind in LocalConnectionTimeout.allCases {
+            out += "offline_agent_timed_out_connections_total{timeout=\"\(kind.rawValue)\"} \(timeouts[kind] ?? 0)\n"
+        }
         return out
     }
 

@@ -19,7 +19,12 @@ struct ServeCommand: AsyncParsableCommand {
             GET /metrics gives Prometheus counters. Each /open and /session/restore of a version on trial counts \
             a launch; POST /.offline-agent/mark-good?app=NAME (or mark-bad) from the page confirms or rolls back. Prints "listening on http://HOST:PORT" on stdout once \
             bound (useful with --port 0). Stops gracefully on SIGTERM or SIGINT.
-            Exit status: 0 stopped by a signal; 1 failed (e.g. the port is taken); 64 usage.
+            An app whose active version is below the known miniVersion, or outside rollout for this device, \
+            is not served on any route: /<app>/… answers 302 to the whitelisted network URL instead.
+            Hostile clients: at most --max-connections at once (more get 503), a request head must arrive \
+            within --header-timeout seconds, and a connection idle for --idle-timeout seconds is closed.
+            Exit status: 0 stopped by a signal; 1 failed (e.g. the port is taken: "serve: cannot serve on \
+            HOST:PORT: address in use"); 64 usage.
             """
     )
 
@@ -32,6 +37,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Log one line per request on stderr.") var verbose = false
     @Option(help: "Launches (/open, /session/restore) a new version may have unconfirmed before it is rolled back (default: the sync's, 3; 0: never).")
     var maxTrialLaunches: Int?
+
+    @Option(help: "At most this many connections at once (lowered to fit the descriptor limit).")
+    var maxConnections: Int = 256
+    @Option(help: "Seconds a connection has to send a complete request head.") var headerTimeout: Double = 10
+    @Option(help: "Seconds a connection may stay idle (no request, or a response not being read).")
+    var idleTimeout: Double = 60
 
     func validate() throws {
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
@@ -47,9 +58,16 @@ struct ServeCommand: AsyncParsableCommand {
         var logger = Logger(label: "offline-agent.serve") { StreamLogHandler.standardError(label: $0) }
         logger.logLevel = verbose ? .debug : .notice
         try await reportingFailures {
+            // Bounded so the conversion to milliseconds below can never trap (NaN fails too).
+            guard (0.001...86_400).contains(headerTimeout), (0.001...86_400).contains(idleTimeout) else {
+                throw OfflineAgentError(.usage, "--header-timeout and --idle-timeout must be positive numbers of seconds, at most 86400")
+            }
             let server = try LocalServer(
-                configuration: .init(root: root, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote,
-                               maxTrialLaunches: maxTrialLaunches),
+                configuration: .init(
+                    root: root, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote,
+                    maxTrialLaunches: maxTrialLaunches, maxConnections: maxConnections,
+                    headerTimeout: .milliseconds(Int64((headerTimeout * 1000).rounded(.up))),
+                    idleTimeout: .milliseconds(Int64((idleTimeout * 1000).rounded(.up)))),
                 logger: logger)
             do {
                 try await server.run(stopOnSignals: true) { host, port in
@@ -60,7 +78,7 @@ struct ServeCommand: AsyncParsableCommand {
             } catch let error as OfflineAgentError {
                 throw error
             } catch {
-                throw OfflineAgentError(.install, "cannot serve on \(host):\(port): \(error)")
+                throw OfflineAgentError(.serve, "cannot serve on \(host):\(port): \(error)", cause: .unexpected)
             }
         }
     }

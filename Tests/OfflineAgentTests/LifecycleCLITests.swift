@@ -216,7 +216,9 @@ struct LifecycleCLITests {
         #expect(again.status == 409)
         let open = try await Self.open(port)
         #expect(open.header("location") == SyncHarness.whitelist + "index.html")
-        #expect(try await LocalHTTP.request(port: port, "/mall/index.html").status == 404)
+        let gated = try await LocalHTTP.request(port: port, "/mall/index.html")
+        #expect(gated.status == 302 && gated.header("x-offline-fallback") == "bad-version", "\(gated.status)")
+        #expect(gated.header("location") == SyncHarness.whitelist + "index.html")
         let resolve = try CLI.run(["resolve"] + s.base + [SyncHarness.whitelist + "index.html"])
         #expect(resolve.status == 1 && resolve.stderr.contains("bad-version"), "\(resolve.stderr)")
     }
