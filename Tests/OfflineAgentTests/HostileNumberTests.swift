@@ -233,6 +233,19 @@ struct HostileNumberTests {
         #expect(h.activeMatches("1.1.0"))
     }
 
+    @Test("a Retry-After date with an absurd year is no date: the check fails cleanly",
+          arguments: ["Sun, 06 Nov 99999999999 08:49:37 GMT", "Sun, 06 Nov \(maxInt64) 08:49:37 GMT"])
+    func retryAfterYear(_ value: String) async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        h.origin.setManifestReply { _ in .status(429, headers: [("Retry-After", value)]) }
+        let report = await h.sync()
+        #expect(report.result == .failed)
+        #expect(report.error?.code == .manifest, "\(report.error?.description ?? "")")
+        #expect(report.error?.reason.contains("without Retry-After") == true, "\(report.error?.description ?? "")")
+        #expect(h.activeMatches("1.0.0"))
+    }
+
     // MARK: - Zip records
 
     /// A valid stored zip whose end record claims zip64 and whose zip64 locator points at `recordOffset`.
