@@ -60,22 +60,26 @@ struct Downloader: Sendable {
             switch response.status.code {
             case 200:
                 offset = 0
-                if let length = response.headers.first(name: "Content-Length").flatMap(Int64.init), length != target.size {
-                    throw OfflineAgentError(.download, "server announces \(length) bytes, manifest says \(target.size)", path: target.url.absoluteString)
-                }
+                try Self.checkContentLength(response, expected: target.size, url: target.url)
             case 206 where existing > 0:
+                // The range must be exactly the missing tail: start where the part ends, end at size - 1.
                 guard let range = ContentRange(response.headers.first(name: "Content-Range")),
-                      range.start == existing, range.total == nil || range.total == target.size else {
+                      range.start == existing, range.end == target.size - 1, range.total == nil || range.total == target.size else {
                     FileSystem.remove(part)
                     if attempt == 0 { continue }
-                    throw OfflineAgentError(.download, "server sent a mismatched Content-Range", path: target.url.absoluteString)
+                    throw OfflineAgentError(.download, "server sent a mismatched Content-Range", cause: .protocolViolation,
+                                            path: target.url.absoluteString)
                 }
                 offset = existing
+                try Self.checkContentLength(response, expected: target.size - existing, url: target.url)
             case 416 where attempt == 0:
                 FileSystem.remove(part)
                 continue
+            case 206, 416:
+                throw OfflineAgentError(.download, "server answered \(response.status.code) to a request it was not asked",
+                                        cause: .protocolViolation, path: target.url.absoluteString)
             default:
-                throw OfflineAgentError(.download, "server answered \(response.status.code)", path: target.url.absoluteString)
+                throw OfflineAgentError(.download, "server answered \(response.status.code)", cause: .httpStatus, path: target.url.absoluteString)
             }
             let validator = response.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : $0 }
                 ?? response.headers.first(name: "Last-Modified")
@@ -87,12 +91,13 @@ struct Downloader: Sendable {
             break
         }
         guard let digest, FileSystem.fileSize(part) == target.size else {
-            throw OfflineAgentError(.download, "download incomplete", path: target.url.absoluteString)
+            throw OfflineAgentError(.download, "download incomplete", cause: .protocolViolation, path: target.url.absoluteString)
         }
         if let expected = target.sha256, digest != expected {
             FileSystem.remove(part)
             FileSystem.remove(infoPath)
-            throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(expected)", path: target.url.absoluteString)
+            throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(expected)", cause: .hashMismatch,
+                                    path: target.url.absoluteString)
         }
         try FileSystem.sync(part)
         try FileSystem.renameDurably(part, to: final)
@@ -110,11 +115,11 @@ struct Downloader: Sendable {
         if offset > 0 { try FileHasher.update(&seed, with: part, upTo: offset) }
         let fd = open(part, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard fd >= 0 else {
-            throw OfflineAgentError(.download, "cannot open partial file", path: part, underlying: POSIXFailure("open"))
+            throw OfflineAgentError(.download, "cannot open partial file", cause: .io, path: part, underlying: POSIXFailure("open"))
         }
         defer { close(fd) }
         guard ftruncate(fd, off_t(offset)) == 0, lseek(fd, off_t(offset), SEEK_SET) == off_t(offset) else {
-            throw OfflineAgentError(.download, "cannot prepare partial file", path: part, underlying: POSIXFailure("ftruncate"))
+            throw OfflineAgentError(.download, "cannot prepare partial file", cause: .io, path: part, underlying: POSIXFailure("ftruncate"))
         }
         let meter = TransferMeter()
         let settings = fetcher.settings
@@ -139,7 +144,8 @@ struct Downloader: Sendable {
                         if count > allowed {
                             // Never write more than `size`: the body is cut and the file refused.
                             ftruncate(fd, 0)
-                            throw OfflineAgentError(.download, "server sent more than the \(target.size) bytes announced", path: url)
+                            throw OfflineAgentError(.download, "server sent more than the \(target.size) bytes announced",
+                                                    cause: .protocolViolation, path: url)
                         }
                     }
                 } catch let error as OfflineAgentError {
@@ -148,7 +154,7 @@ struct Downloader: Sendable {
                     throw OfflineAgentError(.download, "transfer failed after \(written) of \(target.size) bytes: \(HTTPFetcher.describe(error))", path: url)
                 }
                 if written < target.size {
-                    throw OfflineAgentError(.download, "truncated body: \(written) of \(target.size) bytes", path: url)
+                    throw OfflineAgentError(.download, "truncated body: \(written) of \(target.size) bytes", cause: .protocolViolation, path: url)
                 }
                 meter.finish()
                 return (written - offset, hasher.finalize().hex)
@@ -167,6 +173,18 @@ struct Downloader: Sendable {
         }
     }
 
+    /// A `Content-Length` must be plain digits and equal what the manifest (and range) promise.
+    private static func checkContentLength(_ response: HTTPClientResponse, expected: Int64, url: URL) throws {
+        guard let header = response.headers.first(name: "Content-Length") else { return }
+        guard let length = ContentRange.integer(header[...]) else {
+            throw OfflineAgentError(.download, "server announced an invalid Content-Length", cause: .protocolViolation, path: url.absoluteString)
+        }
+        guard length == expected else {
+            throw OfflineAgentError(.download, "server announces \(length) bytes, manifest says \(expected)",
+                                    cause: .protocolViolation, path: url.absoluteString)
+        }
+    }
+
     private static func writeAll(_ fd: Int32, _ base: UnsafeRawPointer, _ count: Int, path: String) throws {
         var done = 0
         while done < count {
@@ -174,8 +192,9 @@ struct Downloader: Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 let failure = POSIXFailure("write")
-                let reason = failure.errno == ENOSPC ? "disk full while downloading" : "cannot write download"
-                throw OfflineAgentError(.download, reason, path: path, underlying: failure)
+                let full = failure.errno == ENOSPC || failure.errno == EDQUOT
+                throw OfflineAgentError(.download, full ? "disk full while downloading" : "cannot write download",
+                                        cause: full ? .diskFull : .io, path: path, underlying: failure)
             }
             done += n
         }
@@ -192,11 +211,25 @@ struct ContentRange: Equatable {
         guard let header, header.hasPrefix("bytes ") else { return nil }
         let parts = header.dropFirst(6).split(separator: "/", maxSplits: 1)
         guard parts.count == 2 else { return nil }
-        let bounds = parts[0].split(separator: "-")
-        guard bounds.count == 2, let start = Int64(bounds[0]), let end = Int64(bounds[1]), start <= end else { return nil }
+        let bounds = parts[0].split(separator: "-", omittingEmptySubsequences: false)
+        guard bounds.count == 2, let start = Self.integer(bounds[0]), let end = Self.integer(bounds[1]), start <= end else { return nil }
+        let total: Int64?
+        if parts[1] == "*" {
+            total = nil
+        } else {
+            // A total the range does not fit in is no range at all.
+            guard let value = Self.integer(parts[1]), end < value else { return nil }
+            total = value
+        }
         self.start = start
         self.end = end
-        self.total = parts[1] == "*" ? nil : Int64(parts[1])
+        self.total = total
+    }
+
+    /// Plain decimal digits (no sign, no spaces) that fit an Int64; nil otherwise, never a trap.
+    static func integer(_ text: Substring) -> Int64? {
+        guard !text.isEmpty, text.utf8.count <= 19, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
+        return Int64(text)
     }
 }
 
@@ -223,7 +256,7 @@ final class TransferMeter: @unchecked Sendable {
                 samples.removeFirst(samples.count - needed - 1)
                 let seconds = Double(window.components.seconds) + Double(window.components.attoseconds) / 1e18
                 if Double(count - samples[0]) < Double(minimum) * seconds {
-                    throw OfflineAgentError(.download, "transfer slower than \(minimum) bytes/s over \(window)", path: url)
+                    throw OfflineAgentError(.download, "transfer slower than \(minimum) bytes/s over \(window)", cause: .timeout, path: url)
                 }
             }
         }

@@ -11,11 +11,11 @@ enum GzipDecoder {
     /// Decodes `source` into `destination` (written via a temp file, renamed on success)
     /// and returns the SHA-256 of the decoded bytes.
     static func decode(_ source: String, to destination: String, maxOutputBytes: Int64) throws -> String {
-        func fail(_ reason: String, _ underlying: POSIXFailure? = nil) -> OfflineAgentError {
-            OfflineAgentError(.download, reason, path: source, underlying: underlying)
+        func fail(_ reason: String, _ cause: OfflineAgentError.Cause, _ underlying: POSIXFailure? = nil) -> OfflineAgentError {
+            OfflineAgentError(.download, reason, cause: cause, path: source, underlying: underlying)
         }
         let input = open(source, O_RDONLY | O_CLOEXEC)
-        guard input >= 0 else { throw fail("cannot open compressed package", POSIXFailure("open")) }
+        guard input >= 0 else { throw fail("cannot open compressed package", .io, POSIXFailure("open")) }
         defer { close(input) }
         let (output, temp) = try FileSystem.makeTemporaryFile(in: FileSystem.parent(of: destination), prefix: ".gunzip-")
         var outputOpen = true
@@ -23,7 +23,7 @@ enum GzipDecoder {
         var stream = z_stream()
         guard inflateInit2_(&stream, 15 + 16, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
             unlink(temp)
-            throw fail("cannot initialise zlib")
+            throw fail("cannot initialise zlib", .unexpected)
         }
         defer { inflateEnd(&stream) }
         let chunk = 256 << 10
@@ -38,9 +38,9 @@ enum GzipDecoder {
                 let n = read(input, inBuffer, chunk)
                 if n < 0 {
                     if errno == EINTR { continue }
-                    throw fail("cannot read compressed package", POSIXFailure("read"))
+                    throw fail("cannot read compressed package", .io, POSIXFailure("read"))
                 }
-                if n == 0 { throw fail("compressed package is truncated") }
+                if n == 0 { throw fail("compressed package is truncated", .archiveCorrupt) }
                 stream.next_in = inBuffer
                 stream.avail_in = UInt32(n)
                 repeat {
@@ -48,34 +48,36 @@ enum GzipDecoder {
                     stream.avail_out = UInt32(chunk)
                     let status = inflate(&stream, Z_NO_FLUSH)
                     guard status == Z_OK || status == Z_STREAM_END || status == Z_BUF_ERROR else {
-                        throw fail("corrupt gzip data (zlib status \(status))")
+                        throw fail("corrupt gzip data (zlib status \(status))", .archiveCorrupt)
                     }
                     let count = chunk - Int(stream.avail_out)
-                    produced += Int64(count)
-                    guard produced <= maxOutputBytes else {
-                        throw fail("decompressed package exceeds \(maxOutputBytes) bytes")
+                    let (total, overflow) = produced.addingReportingOverflow(Int64(count))
+                    guard !overflow, total <= maxOutputBytes else {
+                        throw fail("decompressed package exceeds \(maxOutputBytes) bytes", .tooLarge)
                     }
+                    produced = total
                     hasher.update(bufferPointer: UnsafeRawBufferPointer(start: outBuffer, count: count))
                     var written = 0
                     while written < count {
                         let w = write(output, outBuffer + written, count - written)
                         if w < 0 {
                             if errno == EINTR { continue }
-                            throw fail(errno == ENOSPC ? "disk full while decompressing" : "cannot write package", POSIXFailure("write"))
+                            let full = errno == ENOSPC || errno == EDQUOT
+                            throw fail(full ? "disk full while decompressing" : "cannot write package", full ? .diskFull : .io, POSIXFailure("write"))
                         }
                         written += w
                     }
                     if status == Z_STREAM_END {
                         // Only one member is expected; trailing bytes mean a different file.
                         guard stream.avail_in == 0, read(input, inBuffer, 1) == 0 else {
-                            throw fail("unexpected data after the gzip stream")
+                            throw fail("unexpected data after the gzip stream", .archiveCorrupt)
                         }
                         finished = true
                         break
                     }
                 } while stream.avail_out == 0 || stream.avail_in > 0
             }
-            guard fsync(output) == 0 else { throw fail("cannot sync package", POSIXFailure("fsync")) }
+            guard fsync(output) == 0 else { throw fail("cannot sync package", .io, POSIXFailure("fsync")) }
             close(output)
             outputOpen = false
             try FileSystem.renameDurably(temp, to: destination)

@@ -22,7 +22,7 @@ public enum HTTPDate {
         let parts = text.trimmingCharacters(in: .whitespaces).split(separator: " ")
         guard parts.count == 6, parts[0].hasSuffix(","), parts[5] == "GMT",
               let day = Int(parts[1]), let month = months.firstIndex(where: { $0.lowercased() == parts[2].lowercased() }),
-              let year = Int(parts[3]), year >= 1970 else { return nil }
+              let year = Int(parts[3]), (1970...9999).contains(year) else { return nil }  // 4 digits: tm_year is an Int32
         let clock = parts[4].split(separator: ":")
         guard clock.count == 3, let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
               (1...31).contains(day), (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second)

@@ -107,58 +107,74 @@ public struct Manifest: Sendable, Equatable, Codable {
 
     /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
     /// `validate(forApp:installed:now:)` adds the rules that depend on the device.
+    ///
+    /// The body is read strictly (`StrictJSON`): a key repeated anywhere, invalid UTF-8
+    /// or any other leniency refuses it whole, and every field error names the field
+    /// and the rule it breaks (PROTOCOL.md, "The manifest").
+    /// - Throws: `OfflineAgentError(.manifest, cause: .manifestInvalid)`.
     public static func decode(_ body: Data) throws -> Manifest {
-        let manifest: Manifest
+        let root: StrictJSON
         do {
-            manifest = try JSONDecoder().decode(Manifest.self, from: body)
-        } catch let error as DecodingError {
-            throw OfflineAgentError(.manifest, "invalid manifest: \(Self.describe(error))")
+            root = try StrictJSON.parse(body)
         } catch {
-            throw OfflineAgentError(.manifest, "invalid manifest JSON")
+            throw OfflineAgentError(.manifest, "invalid manifest JSON: \(error)", cause: .manifestInvalid)
         }
+        guard case .object(let object) = root else {
+            throw OfflineAgentError(.manifest, "invalid manifest: the body must be a JSON object", cause: .manifestInvalid)
+        }
+        let fields = ManifestFields(object)
+        let manifest = try Manifest(
+            app: fields.app("app"),
+            version: fields.version("version"),
+            miniVersion: fields.version("miniVersion"),
+            isPatch: fields.bool("isPatch"),
+            baseVersion: fields.optional("baseVersion", fields.version),
+            url: fields.url("url"),
+            size: fields.size("size"),
+            sha256: fields.sha256("sha256"),
+            packageSha256: fields.sha256("packageSha256"),
+            fullUrl: fields.optional("fullUrl", fields.url),
+            fullSize: fields.optional("fullSize", fields.size),
+            fullSha256: fields.optional("fullSha256", fields.sha256),
+            whitelist: fields.whitelist("whitelist"),
+            networkType: fields.optional("networkType", fields.networkType) ?? .any,
+            rollout: fields.optional("rollout", fields.rollout) ?? 100,
+            expires: fields.optional("expires", fields.time),
+            compression: fields.optional("compression", fields.compression) ?? .none)
         try manifest.checkFields()
         return manifest
     }
 
     func checkFields() throws {
-        func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.manifest, reason) }
-        guard AppName.isValid(app) else { throw fail("invalid app name '\(app)'") }
+        func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.manifest, reason, cause: .manifestInvalid) }
+        guard AppName.isValid(app) else { throw fail(ManifestFields.rule("app")) }
         guard miniVersion <= version else { throw fail("miniVersion \(miniVersion) is above version \(version)") }
-        guard size >= 0 else { throw fail("negative size") }
-        guard SHA256Hex.isValid(sha256) else { throw fail("sha256 is not 64 lowercase hex digits") }
-        guard SHA256Hex.isValid(packageSha256) else { throw fail("packageSha256 is not 64 lowercase hex digits") }
-        guard (0...100).contains(rollout) else { throw fail("rollout \(rollout) is outside 0…100") }
-        if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail("fullSha256 is not 64 lowercase hex digits") }
+        guard size >= 0 else { throw fail(ManifestFields.rule("size")) }
+        guard SHA256Hex.isValid(sha256) else { throw fail(ManifestFields.rule("sha256")) }
+        guard SHA256Hex.isValid(packageSha256) else { throw fail(ManifestFields.rule("packageSha256")) }
+        guard (0...100).contains(rollout) else { throw fail(ManifestFields.rule("rollout")) }
+        if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail(ManifestFields.rule("fullSha256")) }
+        if let fullSize, fullSize < 0 { throw fail(ManifestFields.rule("fullSize")) }
         if isPatch {
-            guard let baseVersion else { throw fail("patch manifest without baseVersion") }
+            guard let baseVersion else { throw fail("baseVersion is required when isPatch is true") }
             guard baseVersion < version else { throw fail("baseVersion \(baseVersion) is not below version \(version)") }
-            guard fullUrl != nil, let fullSize, fullSize >= 0 else { throw fail("patch manifest without fullUrl/fullSize") }
+            guard fullUrl != nil else { throw fail("fullUrl is required when isPatch is true") }
+            guard fullSize != nil else { throw fail("fullSize is required when isPatch is true") }
         } else if compression == .none, sha256 != packageSha256 {
-            throw fail("sha256 differs from packageSha256 for an uncompressed full package")
+            throw fail("sha256 must equal packageSha256 for an uncompressed full package")
         }
     }
 
     /// The device-dependent rules: right app, not expired, strictly newer than what is installed.
     public func validate(forApp expected: String, installed: Version?, now: Date = Date()) throws {
         guard app == expected else {
-            throw OfflineAgentError(.manifest, "manifest is for app '\(app)', not '\(expected)'")
+            throw OfflineAgentError(.manifest, "manifest is for app '\(app)', not '\(expected)'", cause: .wrongApp)
         }
         if let expires, expires <= now {
-            throw OfflineAgentError(.manifest, "manifest expired at \(RFC3339.string(from: expires))")
+            throw OfflineAgentError(.manifest, "manifest expired at \(RFC3339.string(from: expires))", cause: .expired)
         }
         if let installed, version <= installed {
-            throw OfflineAgentError(.manifest, "manifest offers \(version), not newer than installed \(installed)")
-        }
-    }
-
-    private static func describe(_ error: DecodingError) -> String {
-        switch error {
-        case .keyNotFound(let key, _): "missing field '\(key.stringValue)'"
-        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
-            context.codingPath.isEmpty
-                ? context.debugDescription
-                : "field '\(context.codingPath.map(\.stringValue).joined(separator: "."))': \(context.debugDescription)"
-        @unknown default: "\(error)"
+            throw OfflineAgentError(.manifest, "manifest offers \(version), not newer than installed \(installed)", cause: .downgrade)
         }
     }
 }

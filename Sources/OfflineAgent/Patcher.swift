@@ -103,7 +103,8 @@ public enum Patcher {
     }
 
     private static func failure(_ cause: PatchFailure, patch: URL) -> OfflineAgentError {
+        // A local I/O failure is not the patch's fault; everything else the C side refuses is.
         OfflineAgentError(.patch, cause.message.isEmpty ? "patch refused (\(cause.name))" : cause.message,
-                          path: patch.path, underlying: cause)
+                          cause: cause.status == PatchFailure.io ? .io : .patchInvalid, path: patch.path, underlying: cause)
     }
 }

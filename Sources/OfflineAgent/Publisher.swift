@@ -104,6 +104,11 @@ public enum Publisher {
             guard options.version > previous.latest else {
                 throw OfflineAgentError(.publish, "version \(options.version) is not greater than the latest published \(previous.latest)")
             }
+            // Keeping an expiry that has passed since would publish a manifest every device rejects.
+            if options.expires == .keep, let kept = previous.expires, let date = RFC3339.date(from: kept), date <= Date() {
+                throw OfflineAgentError(
+                    .usage, "the kept expires \(kept) has already passed: no device would accept the manifest; give --expires with a later time or 'never'")
+            }
         }
         let entries = try PublishZip.collect(source: source)
 
@@ -178,6 +183,7 @@ public enum Publisher {
         case .never: nil
         case .at(let date): RFC3339.string(from: date)
         }
+
         let state = PublishState(
             app: options.app, latest: version,
             miniVersion: options.miniVersion ?? previous?.miniVersion ?? version,
@@ -278,6 +284,10 @@ public enum Publisher {
             throw usage("base URL '\(baseURL)' is not an absolute http(s) URL")
         }
         guard options.patchBaseCount >= 0 else { throw usage("negative patch count") }
+        // Every device rejects a manifest whose expiry has passed: publishing one would strand them all.
+        if case .at(let date) = options.expires, date <= Date() {
+            throw usage("expires \(RFC3339.string(from: date)) has already passed: no device would accept the manifest")
+        }
     }
 
     private static func isHTTPURL(_ text: String) -> Bool {

@@ -24,6 +24,7 @@ struct Updater {
     private var downloader: Downloader { Downloader(fetcher: fetcher, directory: store.downloadsDirectory(app)) }
 
     func run() async throws -> Outcome {
+        try checkDeclaredSizes()
         var downloaded: Int64 = 0
         var fallbackReason: String?
         if manifest.isPatch {
@@ -54,13 +55,21 @@ struct Updater {
         }
         let oldSize = FileSystem.fileSize(old) ?? 0
         // Patch + the new package (about the old one's size) + its extraction.
-        try checkDiskSpace(needed: manifest.size + 2 * max(oldSize, manifest.compression == .none ? manifest.fullSize ?? 0 : 0))
+        let packageEstimate = max(oldSize, manifest.compression == .none ? manifest.fullSize ?? 0 : 0)
+        try checkDiskSpace(needed: try Self.sum(manifest.size, try Self.product(packageEstimate, 2)))
         let target = try self.target(url: manifest.url, size: manifest.size, sha256: manifest.sha256)
         let patch = try await download(target, downloaded: &downloaded)
         continuation.yield(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
         let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
         let expected: Int64? = manifest.compression == .none ? manifest.fullSize : nil
         do {
+            // The header's new size is the patch author's word: over the cap, the patch is not worth applying.
+            let newSize = try Patcher.header(of: URL(fileURLWithPath: patch)).newSize
+            guard newSize <= configuration.maxPackageBytes else {
+                throw OfflineAgentError(
+                    .patch, "patch would produce \(newSize) bytes, above the cap of \(configuration.maxPackageBytes)",
+                    cause: .tooLarge, path: patch)
+            }
             try Patcher.apply(old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: patch),
                               to: URL(fileURLWithPath: output), expectedSize: expected)
         } catch {
@@ -72,7 +81,7 @@ struct Updater {
         let digest = try FileHasher.sha256(of: output)
         guard digest == manifest.packageSha256 else {
             FileSystem.remove(output)
-            throw OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)")
+            throw OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
         }
         return output
     }
@@ -85,8 +94,10 @@ struct Updater {
             : (manifest.url, manifest.size, manifest.sha256)
         let compressed = manifest.compression == .gzip
         // A gzip package expands: estimate 4× its size, or the installed package's size if larger.
-        let packageEstimate = compressed ? max(size * 4, installed.flatMap { FileSystem.fileSize(store.packagePath(app, $0.version)) } ?? 0) : size
-        try checkDiskSpace(needed: size + (compressed ? packageEstimate : 0) + packageEstimate)
+        let packageEstimate = compressed
+            ? max(try Self.product(size, 4), installed.flatMap { FileSystem.fileSize(store.packagePath(app, $0.version)) } ?? 0)
+            : size
+        try checkDiskSpace(needed: try Self.sum(size, compressed ? packageEstimate : 0, packageEstimate))
         // An uncompressed package is the file itself: without its own hash, packageSha256 checks it.
         let fileHash = sha256 ?? (compressed ? nil : manifest.packageSha256)
         let file = try await download(try target(url: url, size: size, sha256: fileHash), downloaded: &downloaded)
@@ -99,7 +110,7 @@ struct Updater {
             let digest = try FileHasher.sha256(of: file)
             guard digest == manifest.packageSha256 else {
                 FileSystem.remove(file)
-                throw OfflineAgentError(.download, "package hashes to \(digest), expected packageSha256 \(manifest.packageSha256)")
+                throw OfflineAgentError(.download, "package hashes to \(digest), expected packageSha256 \(manifest.packageSha256)", cause: .hashMismatch)
             }
             return file
         }
@@ -108,7 +119,7 @@ struct Updater {
         FileSystem.remove(file)
         guard digest == manifest.packageSha256 else {
             FileSystem.remove(output)
-            throw OfflineAgentError(.download, "decompressed package hashes to \(digest), expected \(manifest.packageSha256)")
+            throw OfflineAgentError(.download, "decompressed package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
         }
         return output
     }
@@ -118,10 +129,11 @@ struct Updater {
     private func target(url: String, size: Int64, sha256: String?) throws -> DownloadTarget {
         guard let resolved = URL(string: url, relativeTo: manifestURL)?.absoluteURL,
               let scheme = resolved.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
-            throw OfflineAgentError(.manifest, "invalid file URL '\(url)'")
+            throw OfflineAgentError(.manifest, "invalid file URL '\(url)'", cause: .manifestInvalid)
         }
         guard size >= 0, size <= configuration.maxPackageBytes else {
-            throw OfflineAgentError(.download, "file of \(size) bytes exceeds the cap of \(configuration.maxPackageBytes)", path: resolved.absoluteString)
+            throw OfflineAgentError(.download, "file of \(size) bytes exceeds the cap of \(configuration.maxPackageBytes)",
+                                    cause: .tooLarge, path: resolved.absoluteString)
         }
         return DownloadTarget(url: resolved, size: size, sha256: sha256)
     }
@@ -141,10 +153,37 @@ struct Updater {
     private func checkDiskSpace(needed: Int64) throws {
         let dir = store.downloadsDirectory(app)
         guard let available = FileSystem.availableBytes(at: dir) else { return }
-        let required = needed + configuration.diskReserveBytes
+        let required = try Self.sum(needed, max(0, configuration.diskReserveBytes))
         guard available >= required else {
-            throw OfflineAgentError(.install, "not enough disk space: the update needs \(required) bytes, \(available) are free", path: dir)
+            throw OfflineAgentError(.install, "not enough disk space: the update needs \(required) bytes, \(available) are free",
+                                    cause: .diskFull, path: dir)
         }
+    }
+
+    /// Every size the manifest declares against the cap, before any file is requested:
+    /// a full fallback that could never be taken must not cost a patch download first.
+    private func checkDeclaredSizes() throws {
+        let cap = configuration.maxPackageBytes
+        var declared: [(field: String, size: Int64, url: String)] = [("size", manifest.size, manifest.url)]
+        if manifest.isPatch, let fullSize = manifest.fullSize { declared.append(("fullSize", fullSize, manifest.fullUrl ?? "")) }
+        for (field, size, url) in declared where size < 0 || size > cap {
+            throw OfflineAgentError(.download, "\(field) of \(size) bytes exceeds the cap of \(cap)", cause: .tooLarge, path: url)
+        }
+    }
+
+    /// Disk-budget arithmetic on declared sizes: an overflow is an absurd size, not a crash.
+    private static func sum(_ terms: Int64...) throws -> Int64 {
+        try terms.reduce(0) { total, term in
+            let (result, overflow) = total.addingReportingOverflow(term)
+            guard !overflow else { throw OfflineAgentError(.download, "the update's sizes add up past \(Int64.max) bytes", cause: .tooLarge) }
+            return result
+        }
+    }
+
+    private static func product(_ size: Int64, _ factor: Int64) throws -> Int64 {
+        let (result, overflow) = size.multipliedReportingOverflow(by: factor)
+        guard !overflow else { throw OfflineAgentError(.download, "\(size) bytes × \(factor) overflows", cause: .tooLarge) }
+        return result
     }
 
     private func install(_ package: String, via: UpdateMethod) throws -> InstalledVersion {

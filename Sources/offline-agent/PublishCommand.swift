@@ -15,7 +15,8 @@ struct PublishCommand: AsyncParsableCommand {
 
             Settings not given (mini version, whitelist, rollout, network type, expiry) keep their \
             previous values; a first publish defaults to: mini version = VERSION, empty whitelist, \
-            rollout 100, network type any, no expiry. VERSION must be greater than the latest. \
+            rollout 100, network type any, no expiry. VERSION must be greater than the latest, and an \
+            expiry that has already passed (given or kept) is refused: no device would accept it. \
             Nothing in OUT changes unless the whole publish succeeds.
             """
     )
@@ -66,7 +67,8 @@ struct PublishCommand: AsyncParsableCommand {
             if expires == "never" {
                 options.expires = .never
             } else {
-                guard let date = RFC3339.date(from: expires) else { throw usage("expires '\(expires)' is not an RFC 3339 time") }
+                guard let date = RFC3339.date(from: expires) else { throw usage("--expires '\(expires)' is not an RFC 3339 time") }
+                guard date > Date() else { throw usage("--expires \(expires) has already passed: no device would accept the manifest") }
                 options.expires = .at(date)
             }
         }

@@ -118,9 +118,9 @@ struct SyncTests {
     }
 
     static let rejections: [Rejection] = [
-        Rejection(label: "invalid version", reason: "invalid version") { json($0.full("1.1.0", ["version": "1.1.x"])) },
-        Rejection(label: "version with a sign", reason: "invalid version") { json($0.full("1.1.0", ["version": "+1.1"])) },
-        Rejection(label: "too many components", reason: "invalid version") { json($0.full("1.1.0", ["version": "1.1.0.0.0.0.0.0.0"])) },
+        Rejection(label: "invalid version", reason: "version must be dotted decimal numbers") { json($0.full("1.1.0", ["version": "1.1.x"])) },
+        Rejection(label: "version with a sign", reason: "version must be dotted decimal numbers") { json($0.full("1.1.0", ["version": "+1.1"])) },
+        Rejection(label: "too many components", reason: "version must be dotted decimal numbers") { json($0.full("1.1.0", ["version": "1.1.0.0.0.0.0.0.0"])) },
         Rejection(label: "missing field", reason: "missing field 'packageSha256'") {
             var object = $0.full("1.1.0")
             object.removeValue(forKey: "packageSha256")
