@@ -25,7 +25,12 @@ enum ZipCentralDirectory {
             guard end >= 20, tail.le32(end - 20) == 0x0706_4b50 else {
                 throw OfflineAgentError(.extract, "missing zip64 end locator", path: path)
             }
-            try handle.seek(toOffset: tail.le64(end - 20 + 8))
+            // Checked before the seek: FileHandle traps (ends the process) on an offset above Int64.max.
+            let recordOffset = tail.le64(end - 20 + 8)
+            guard recordOffset <= fileSize else {
+                throw OfflineAgentError(.extract, "zip64 end record lies outside the file", path: path)
+            }
+            try handle.seek(toOffset: recordOffset)
             let record = [UInt8](try handle.read(upToCount: 56) ?? Data())
             guard record.count == 56, record.le32(0) == 0x0606_4b50 else {
                 throw OfflineAgentError(.extract, "bad zip64 end record", path: path)
