@@ -1329,7 +1329,7 @@ static int prefetch_read(stream *st, prefetch *pf) {
     if (pf->slot >= 0 && pf->slot_fill > 0) prefetch_publish(st, pf);
     /* Nothing more will come: say so now. Waiting for the end of the control
        stream instead could deadlock, as its worker may wait for ring room that
-       only the main thread, waiting here for old bytes, would make. */
+       only the main thread, waiting in old_fetch for these bytes, would make. */
     if (pf->stopped) prefetch_finish(st, pf);
     return 0;
 }
