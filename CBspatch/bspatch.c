@@ -1223,6 +1223,7 @@ typedef struct prefetch_s {
     int fd;
     int64_t new_size, old_size, newpos, oldpos;
     int stopped;
+    int finished; /* prefetch_finish ran */
     uint8_t partial[24];
     size_t partial_len;
     int64_t (*reads)[2]; /* (position, length) of the reads of one control slot */
@@ -1280,9 +1281,15 @@ static void prefetch_publish(stream *st, prefetch *pf) {
     pf->slot_fill = 0;
 }
 
-/* Performs the parsed reads into the ring; returns -1 when cancelled. */
+static void prefetch_finish(stream *st, prefetch *pf);
+
+/* Performs the parsed reads into the ring; returns -1 when cancelled.
+   Parsing may have stopped at a later triple of the same control slot, but the
+   reads of the triples before it are still done: the main thread needs them
+   before it meets (and refuses) that triple. */
 static int prefetch_read(stream *st, prefetch *pf) {
-    for (size_t i = 0; i < pf->nreads && !pf->stopped; i++) {
+    int failed = 0;
+    for (size_t i = 0; i < pf->nreads && !failed; i++) {
         int64_t pos = pf->reads[i][0], left = pf->reads[i][1];
         while (left > 0) {
             if (pf->slot < 0) {
@@ -1307,6 +1314,7 @@ static int prefetch_read(stream *st, prefetch *pf) {
                              (long long)pos);
                 pthread_mutex_unlock(&st->mutex);
                 pf->stopped = 1;
+                failed = 1;
                 break;
             }
             pf->slot_fill += want;
@@ -1319,11 +1327,17 @@ static int prefetch_read(stream *st, prefetch *pf) {
     /* Publish the partial slot too: the worker may block on its control ring
        next, and the reader must not wait for these bytes meanwhile. */
     if (pf->slot >= 0 && pf->slot_fill > 0) prefetch_publish(st, pf);
+    /* Nothing more will come: say so now. Waiting for the end of the control
+       stream instead could deadlock, as its worker may wait for ring room that
+       only the main thread, waiting in old_fetch for these bytes, would make. */
+    if (pf->stopped) prefetch_finish(st, pf);
     return 0;
 }
 
-/* Publishes what is left and tells the reader there is no more. */
+/* Publishes what is left and tells the reader there is no more (once). */
 static void prefetch_finish(stream *st, prefetch *pf) {
+    if (pf->finished) return;
+    pf->finished = 1;
     if (pf->slot >= 0 && pf->slot_fill > 0) prefetch_publish(st, pf);
     if (pf->slots_touched < PREFETCH_SLOTS) /* never used, so free to touch: see worker_main */
         touch_pages(pf->slots + (size_t)pf->slots_touched * SLOT_SIZE,

@@ -174,6 +174,44 @@ struct PatcherTests {
         }
     }
 
+    /// Found by fuzzing: the control worker, reading old bytes ahead, stopped at the
+    /// refused triple and dropped the reads of the valid triples before it, so the
+    /// apply waited for them forever once the control ring was full. A long control
+    /// stream (past the ring's three 64 KiB slots) after the refused triple fills it.
+    @Test("a refused triple after a valid one in a long control stream is refused, never a hang",
+          arguments: [
+              ("negative x", (-1, 0, 0), PatchFailure.control),
+              ("old read past the end", (2000, 0, 0), PatchFailure.bounds),
+              ("extra past new size", (0, 500, 0), PatchFailure.bounds),
+              ("z overflows", (10, 0, Int64.max), PatchFailure.control),
+          ] as [(String, (Int64, Int64, Int64), Int32)])
+    func refusedTripleAfterValidOne(name: String, bad: (Int64, Int64, Int64), status: Int32) throws {
+        let dir = TemporaryDirectory("patcher-prefetch-stop")
+        let old = dir.file("old"), patch = dir.file("patch"), new = dir.file("new")
+        try Data(HostileCase.oldBytes).write(to: URL(fileURLWithPath: old))
+        let triples = [(50, 0, 0), bad] + Array(repeating: (0, 0, 0), count: 12_000)
+        try Data(try PatchWork.patch(triples, diff: Array(repeating: 1, count: 60), extra: [], newSize: 100, in: dir))
+            .write(to: URL(fileURLWithPath: patch))
+        let outcome = FuzzRegressionTests.Outcome()
+        Thread {
+            do {
+                try Patcher.apply(old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: patch),
+                                  to: URL(fileURLWithPath: new), durable: false)
+                outcome.finish(nil)
+            } catch {
+                outcome.finish(error)
+            }
+        }.start()
+        guard outcome.done.wait(timeout: .now() + 60) == .success else {
+            Issue.record("\(name): neither applied nor refused within 60 s")
+            return
+        }
+        let error = try #require(outcome.error as? OfflineAgentError, "\(name) was applied")
+        #expect((error.underlying as? PatchFailure)?.status == status, "\(name): \(error.reason)")
+        #expect(error.cause == .patchInvalid)
+        #expect(!FileManager.default.fileExists(atPath: new))
+    }
+
     @Test("every hostile case has a distinct reason")
     func distinctReasons() throws {
         let dir = TemporaryDirectory("patcher-reasons")
