@@ -196,7 +196,6 @@ struct SyncJSON: Encodable {
         case .deferred: return "\(report.app): deferred until an unmetered network"
         case .held: return "\(report.app): held at \(version); nothing downloaded (offline-agent unhold)"
         case .knownBad: return "\(report.app): the offered version is marked bad here; \(version) stays active"
-        case .failed: return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active"
         case .failed:
             // Busy is not a fault: another run is doing the work.
             if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }

@@ -58,7 +58,8 @@ struct CrashSafetyTests {
     @Test("two syncs at once: one installs, the other exits 75")
     func concurrentSyncs() async throws {
         let h = try SyncHarness()
-        h.origin.slow("1.0.0.zip", chunk: 8192)
+        // Slow enough (about 2 s) that the second process starts while the first downloads.
+        h.origin.slow("1.0.0.zip", chunk: 1024, pause: 0.05)
         h.origin.setManifest(h.full("1.0.0"))
         let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
         let first = try CLI.start(args)

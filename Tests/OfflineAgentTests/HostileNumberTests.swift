@@ -242,7 +242,8 @@ struct HostileNumberTests {
         let report = await h.sync()
         #expect(report.result == .failed)
         #expect(report.error?.code == .manifest, "\(report.error?.description ?? "")")
-        #expect(report.error?.reason.contains("without Retry-After") == true, "\(report.error?.description ?? "")")
+        #expect(report.error?.cause == .manifestUnavailable, "\(report.error?.description ?? "")")
+        #expect(report.error?.reason.contains("without a usable Retry-After") == true, "\(report.error?.description ?? "")")
         #expect(h.activeMatches("1.0.0"))
     }
 
