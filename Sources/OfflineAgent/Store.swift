@@ -168,9 +168,13 @@ public struct Store: Sendable {
             let base = name.hasSuffix(".json") ? String(name.dropLast(5)) : name
             guard !keepNames.contains(base), let version = Version(base) else { continue }
             guard let guardLock = ReaderLock.tryExclusive(metadataPath(app, version)) else { continue }
-            FileSystem.remove(versionDirectory(app, version))
-            FileSystem.remove(packagePath(app, version))
-            FileSystem.remove(metadataPath(app, version))
+            // The record goes last, only once the tree is gone: a version whose removal
+            // failed keeps its record, and the next collection tries again.
+            do {
+                try FileSystem.removeTree(versionDirectory(app, version))
+                try FileSystem.removeTree(packagePath(app, version))
+                try FileSystem.removeTree(metadataPath(app, version))
+            } catch {}
             _ = guardLock
         }
         let packages = "\(appDirectory(app))/packages"
