@@ -76,6 +76,7 @@ public actor Agent {
             return
         }
         store.cleanLeftovers(app)
+        store.collectDownloads(app, plan: nil)
         let installed = store.active(app)
         report.previousVersion = installed?.version
         report.version = installed?.version
@@ -139,6 +140,7 @@ public actor Agent {
             }
         }
         CrashPoint.afterManifest.hit()
+        store.collectDownloads(app, plan: manifest, manifestURL: manifestURL, installed: installed?.version)
         // A trusted manifest's miniVersion holds from now on, whatever happens to the download.
         check.knownMiniVersion = max(check.knownMiniVersion ?? manifest.miniVersion, manifest.miniVersion)
         check.etag = nil
@@ -203,7 +205,8 @@ public actor Agent {
             }
             return AppStatus(
                 app: app, installed: installed, miniVersion: miniVersion, usable: usable,
-                path: installed.map { store.versionDirectory(app, $0.version) }, lastCheck: check.lastCheck)
+                path: installed.map { store.versionDirectory(app, $0.version) }, lastCheck: check.lastCheck,
+                diskUsage: AppName.isValid(app) ? store.diskUsage(app) : DiskUsage())
         }
     }
 

@@ -93,4 +93,6 @@ public struct AppStatus: Sendable {
     public var usable: Bool
     public var path: String?
     public var lastCheck: Date?
+    /// The bytes the app keeps on disk: versions, kept packages, downloads.
+    public var diskUsage = DiskUsage()
 }

@@ -33,20 +33,23 @@ struct StatusCommand: AsyncParsableCommand {
                 let checked = status.lastCheck.map(RFC3339.string(from:)) ?? "never"
                 print("\(status.app) \(version) (\(usable); miniVersion \(status.miniVersion?.description ?? "-"); last check \(checked))")
                 if let path = status.path { print("  path: \(path)") }
+                let disk = status.diskUsage
+                print("  disk: \(disk.total) bytes (versions \(disk.versions), packages \(disk.packages), downloads \(disk.downloads))")
                 for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
             }
         }
     }
 }
 
-/// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist.
+/// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist,
+/// rollout, previousVersion, diskBytes (`{"versions", "packages", "downloads", "total"}`).
 struct StatusJSON: Encodable {
     var status: AppStatus
 
     init(_ status: AppStatus) { self.status = status }
 
     private enum CodingKeys: String, CodingKey {
-        case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion
+        case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion, diskBytes
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -60,5 +63,6 @@ struct StatusJSON: Encodable {
         try c.encode(status.installed?.whitelist ?? [], forKey: .whitelist)
         try c.encode(status.installed?.rollout, forKey: .rollout)
         try c.encode(status.installed?.previousVersion?.description, forKey: .previousVersion)
+        try c.encode(status.diskUsage, forKey: .diskBytes)
     }
 }
