@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import NIOCore
+import NIOHTTP1
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -61,21 +62,21 @@ struct Downloader: Sendable {
             case 200:
                 offset = 0
                 if let length = response.headers.first(name: "Content-Length").flatMap(Int64.init), length != target.size {
-                    throw OfflineAgentError(.download, "server announces \(length) bytes, manifest says \(target.size)", path: target.url.absoluteString)
+                    throw OfflineAgentError(.download, "server announces \(length) bytes, manifest says \(target.size)", cause: .protocolViolation, path: target.url.absoluteString)
                 }
             case 206 where existing > 0:
                 guard let range = ContentRange(response.headers.first(name: "Content-Range")),
                       range.start == existing, range.total == nil || range.total == target.size else {
                     FileSystem.remove(part)
                     if attempt == 0 { continue }
-                    throw OfflineAgentError(.download, "server sent a mismatched Content-Range", path: target.url.absoluteString)
+                    throw OfflineAgentError(.download, "server sent a mismatched Content-Range", cause: .protocolViolation, path: target.url.absoluteString)
                 }
                 offset = existing
             case 416 where attempt == 0:
                 FileSystem.remove(part)
                 continue
             default:
-                throw OfflineAgentError(.download, "server answered \(response.status.code)", path: target.url.absoluteString)
+                throw OfflineAgentError(.download, "server answered \(response.status.code)", cause: .httpStatus, path: target.url.absoluteString)
             }
             let validator = response.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : $0 }
                 ?? response.headers.first(name: "Last-Modified")
@@ -87,12 +88,12 @@ struct Downloader: Sendable {
             break
         }
         guard let digest, FileSystem.fileSize(part) == target.size else {
-            throw OfflineAgentError(.download, "download incomplete", path: target.url.absoluteString)
+            throw OfflineAgentError(.download, "download incomplete", cause: .protocolViolation, path: target.url.absoluteString)
         }
         if let expected = target.sha256, digest != expected {
             FileSystem.remove(part)
             FileSystem.remove(infoPath)
-            throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(expected)", path: target.url.absoluteString)
+            throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(expected)", cause: .hashMismatch, path: target.url.absoluteString)
         }
         try FileSystem.sync(part)
         try FileSystem.renameDurably(part, to: final)
@@ -139,16 +140,17 @@ struct Downloader: Sendable {
                         if count > allowed {
                             // Never write more than `size`: the body is cut and the file refused.
                             ftruncate(fd, 0)
-                            throw OfflineAgentError(.download, "server sent more than the \(target.size) bytes announced", path: url)
+                            throw OfflineAgentError(.download, "server sent more than the \(target.size) bytes announced", cause: .protocolViolation, path: url)
                         }
                     }
                 } catch let error as OfflineAgentError {
                     throw error
                 } catch {
-                    throw OfflineAgentError(.download, "transfer failed after \(written) of \(target.size) bytes: \(HTTPFetcher.describe(error))", path: url)
+                    throw OfflineAgentError(.download, "transfer failed after \(written) of \(target.size) bytes: \(HTTPFetcher.describe(error))",
+                                            cause: Self.cause(ofTransferError: error), path: url)
                 }
                 if written < target.size {
-                    throw OfflineAgentError(.download, "truncated body: \(written) of \(target.size) bytes", path: url)
+                    throw OfflineAgentError(.download, "truncated body: \(written) of \(target.size) bytes", cause: .protocolViolation, path: url)
                 }
                 meter.finish()
                 return (written - offset, hasher.finalize().hex)
@@ -167,6 +169,13 @@ struct Downloader: Sendable {
         }
     }
 
+    /// A body that stopped: a deadline, a body cut short of its length (the HTTP
+    /// contract broken), or the network.
+    private static func cause(ofTransferError error: any Error) -> OfflineAgentError.Cause {
+        if let error = error as? HTTPClientError, [.readTimeout, .connectTimeout, .deadlineExceeded].contains(error) { return .timeout }
+        return error is HTTPParserError ? .protocolViolation : .network
+    }
+
     private static func writeAll(_ fd: Int32, _ base: UnsafeRawPointer, _ count: Int, path: String) throws {
         var done = 0
         while done < count {
@@ -175,7 +184,8 @@ struct Downloader: Sendable {
                 if errno == EINTR { continue }
                 let failure = POSIXFailure("write")
                 let reason = failure.errno == ENOSPC ? "disk full while downloading" : "cannot write download"
-                throw OfflineAgentError(.download, reason, path: path, underlying: failure)
+                throw OfflineAgentError(.download, reason, cause: failure.errno == ENOSPC || failure.errno == EDQUOT ? .diskFull : .io,
+                                        path: path, underlying: failure)
             }
             done += n
         }
@@ -223,7 +233,7 @@ final class TransferMeter: @unchecked Sendable {
                 samples.removeFirst(samples.count - needed - 1)
                 let seconds = Double(window.components.seconds) + Double(window.components.attoseconds) / 1e18
                 if Double(count - samples[0]) < Double(minimum) * seconds {
-                    throw OfflineAgentError(.download, "transfer slower than \(minimum) bytes/s over \(window)", path: url)
+                    throw OfflineAgentError(.download, "transfer slower than \(minimum) bytes/s over \(window)", cause: .timeout, path: url)
                 }
             }
         }
