@@ -203,7 +203,9 @@ struct CrashSafetyTests {
         let report = await Agent(root: root, configuration: h.configuration).sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
         #expect(report.result == .failed)
         #expect(report.error?.description.contains("Read-only file system") == true, "\(report.error?.description ?? "")")
+        #expect(report.error?.cause == .io, "\(report.error?.description ?? "")")
         #expect(Store(root: root.path).active("mall")?.version.description == "1.0.0")
+        #expect(Self.tree(of: "\(root.path)/apps/mall/versions/1.0.0", equals: "\(Repo.fixtures)/sample-app/1.0.0"), "old version byte for byte")
         #expect(disk.remount(readOnly: false))
     }
 }
