@@ -14,14 +14,14 @@ struct TreeRemovalTests {
     }
 
     static let shapes: [Shape] = [
-        Shape(label: "3000 levels (beyond PATH_MAX)") { path, _ in
+        Shape(label: "1500 levels (beyond PATH_MAX)") { path, _ in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-            try DeepTree.make(under: path, components: Array(repeating: "lvl", count: 3000))
+            try DeepTree.make(under: path, components: Array(repeating: "lvl", count: 1500))
         },
-        Shape(label: "wide: 3000 files in 60 directories") { path, _ in
-            for d in 0..<60 {
+        Shape(label: "wide: 600 files in 20 directories") { path, _ in
+            for d in 0..<20 {
                 try FileManager.default.createDirectory(atPath: "\(path)/d\(d)/sub", withIntermediateDirectories: true)
-                for f in 0..<50 { try Data("\(f)".utf8).write(to: URL(fileURLWithPath: "\(path)/d\(d)/sub/f\(f)")) }
+                for f in 0..<30 { try Data("\(f)".utf8).write(to: URL(fileURLWithPath: "\(path)/d\(d)/sub/f\(f)")) }
             }
         },
         Shape(label: "links out of the tree are removed, not followed") { path, outside in
