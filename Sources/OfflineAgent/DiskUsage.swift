@@ -21,16 +21,20 @@ public struct DiskUsage: Sendable, Equatable, Codable {
         self.total = total
     }
 
+    /// Levels measured below a directory: one descriptor each. Extraction never makes
+    /// trees deeper than its limit (64); anything below this is not counted.
+    static let maxDepth = 256
+
     /// The bytes of the regular files under `path` (a file counts itself), walking by
-    /// descriptors so any depth is measured; 0 when it does not exist.
+    /// descriptors (no PATH_MAX limit); 0 when it does not exist.
     static func bytes(under path: String) -> Int64 {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { return 0 }
-        return bytes(of: fd)
+        return bytes(of: fd, depth: 0)
     }
 
     /// Takes ownership of `fd`. Descends with one descriptor per level.
-    private static func bytes(of fd: Int32) -> Int64 {
+    private static func bytes(of fd: Int32, depth: Int) -> Int64 {
         var st = stat()
         guard fstat(fd, &st) == 0 else {
             close(fd)
@@ -40,7 +44,7 @@ public struct DiskUsage: Sendable, Equatable, Codable {
             close(fd)
             return st.st_mode & S_IFMT == S_IFREG ? Int64(st.st_size) : 0
         }
-        guard let stream = fdopendir(fd) else {
+        guard depth < maxDepth, let stream = fdopendir(fd) else {
             close(fd)
             return 0
         }
@@ -53,7 +57,7 @@ public struct DiskUsage: Sendable, Equatable, Codable {
             if name == "." || name == ".." { continue }
             let child = openat(dirfd(stream), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
             if child >= 0 {
-                total += bytes(of: child)
+                total += bytes(of: child, depth: depth + 1)
             } else {
                 var childStat = stat()
                 if fstatat(dirfd(stream), name, &childStat, AT_SYMLINK_NOFOLLOW) == 0, childStat.st_mode & S_IFMT == S_IFREG {
