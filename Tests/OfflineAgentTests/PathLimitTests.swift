@@ -118,11 +118,12 @@ struct PathLimitTests {
         for i in 0..<50 { zip.file("a/b\(i % 7)/c\(i % 3)/d/f\(i).txt", "\(i)") }
         try zip.write(to: scratch.file("a.zip"))
         let before = DeepTree.openDescriptors()
-        for round in 0..<5 {
+        for round in 0..<40 {
             try ZipExtractor.extract(archive: URL(fileURLWithPath: scratch.file("a.zip")), to: scratch.url.appendingPathComponent("out\(round)"))
         }
-        // Other tests run in parallel: allow a little noise, never 5 rounds' worth of directories.
-        #expect(DeepTree.openDescriptors() <= before + 8)
-        #expect(FileManager.default.contents(atPath: scratch.file("out4/a/b0/c1/d/f49.txt")) == Data("49".utf8))
+        // The count is the whole process's and other suites open sockets meanwhile: allow
+        // that noise, far below the ~2000 descriptors 40 rounds of 50 directories would leak.
+        #expect(DeepTree.openDescriptors() <= before + 300)
+        #expect(FileManager.default.contents(atPath: scratch.file("out39/a/b0/c1/d/f49.txt")) == Data("49".utf8))
     }
 }
