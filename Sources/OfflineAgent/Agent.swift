@@ -136,6 +136,7 @@ public actor Agent {
         store.cleanLeftovers(app)
         // Finish a rollback a crash or a busy root left half done, before deciding anything.
         try Lifecycle(store: store).repair(app)
+        store.collectDownloads(app, plan: nil)
         let installed = store.active(app)
         report.previousVersion = installed?.version
         report.version = installed?.version
@@ -211,6 +212,7 @@ public actor Agent {
             }
         }
         CrashPoint.afterManifest.hit()
+        store.collectDownloads(app, plan: manifest, manifestURL: manifestURL, installed: installed?.version)
         // A trusted manifest's miniVersion holds from now on, whatever happens to the download.
         check.knownMiniVersion = max(check.knownMiniVersion ?? manifest.miniVersion, manifest.miniVersion)
         check.etag = nil
@@ -291,7 +293,8 @@ public actor Agent {
             return AppStatus(
                 app: app, installed: installed, miniVersion: miniVersion, usable: usable,
                 path: installed.map { store.versionDirectory(app, $0.version) }, lastCheck: check.lastCheck,
-                nextCheck: next, failures: backoff?.failures ?? 0)
+                nextCheck: next, failures: backoff?.failures ?? 0,
+                diskUsage: AppName.isValid(app) ? store.diskUsage(app) : DiskUsage())
         }
     }
 

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import NIOCore
+import NIOHTTP1
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -151,7 +152,8 @@ struct Downloader: Sendable {
                 } catch let error as OfflineAgentError {
                     throw error
                 } catch {
-                    throw OfflineAgentError(.download, "transfer failed after \(written) of \(target.size) bytes: \(HTTPFetcher.describe(error))", path: url)
+                    throw OfflineAgentError(.download, "transfer failed after \(written) of \(target.size) bytes: \(HTTPFetcher.describe(error))",
+                                            cause: Self.cause(ofTransferError: error), path: url)
                 }
                 if written < target.size {
                     throw OfflineAgentError(.download, "truncated body: \(written) of \(target.size) bytes", cause: .protocolViolation, path: url)
@@ -183,6 +185,13 @@ struct Downloader: Sendable {
             throw OfflineAgentError(.download, "server announces \(length) bytes, manifest says \(expected)",
                                     cause: .protocolViolation, path: url.absoluteString)
         }
+    }
+
+    /// A body that stopped: a deadline, a body cut short of its length (the HTTP
+    /// contract broken), or the network.
+    private static func cause(ofTransferError error: any Error) -> OfflineAgentError.Cause {
+        if let error = error as? HTTPClientError, [.readTimeout, .connectTimeout, .deadlineExceeded].contains(error) { return .timeout }
+        return error is HTTPParserError ? .protocolViolation : .network
     }
 
     private static func writeAll(_ fd: Int32, _ base: UnsafeRawPointer, _ count: Int, path: String) throws {

@@ -29,9 +29,120 @@ enum FileSystem {
         String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// Removes a file or a directory tree; missing paths are fine.
+    /// Removes a file or a directory tree; missing paths are fine. Errors are ignored:
+    /// callers that must know the tree is gone use `removeTree`.
     static func remove(_ path: String) {
-        try? FileManager.default.removeItem(atPath: path)
+        try? removeTree(path)
+    }
+
+    /// Removes a file or a directory tree of any depth; a missing path is fine.
+    ///
+    /// Works through directory descriptors (`openat`/`unlinkat`/`fdopendir`), never by
+    /// path strings, so a tree deeper than PATH_MAX goes too, and holds at most two
+    /// descriptors whatever the depth: it descends into one directory at a time and
+    /// climbs back through `..`, checking that `..` is the directory it came from
+    /// (device and inode), so a concurrent rename cannot turn it loose elsewhere.
+    /// - Throws: `POSIXFailure` when something could not be removed; the rest of the
+    ///   tree may then remain, but never anything outside it.
+    static func removeTree(_ path: String) throws {
+        let parentFD = open(parent(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard parentFD >= 0 else {
+            if errno == ENOENT { return }
+            throw POSIXFailure("open \(parent(of: path))")
+        }
+        defer { close(parentFD) }
+        try removeTree(in: parentFD, name: name(of: path))
+    }
+
+    /// Removes the entry `name` of the directory `parentFD` and, for a directory, everything in it.
+    static func removeTree(in parentFD: Int32, name: String) throws {
+        var st = stat()
+        guard fstatat(parentFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
+            if errno == ENOENT { return }
+            throw POSIXFailure("stat \(name)")
+        }
+        guard st.st_mode & S_IFMT == S_IFDIR else {
+            guard unlinkat(parentFD, name, 0) == 0 || errno == ENOENT else { throw POSIXFailure("unlink \(name)") }
+            return
+        }
+        // The path from `name` down to the directory being emptied: names and identities.
+        var names: [String] = []
+        var identities: [(dev: UInt, ino: UInt)] = []
+        var current = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard current >= 0 else { throw POSIXFailure("open \(name)") }
+        names.append(name)
+        identities.append((UInt(st.st_dev), UInt(st.st_ino)))
+        while true {
+            // Empty `current`: unlink files, stop at the first subdirectory and go down into it.
+            guard let stream = fdopendir(current) else {
+                let failure = POSIXFailure("opendir \(name)")
+                close(current)
+                throw failure
+            }
+            var child: String?
+            var failure: POSIXFailure?
+            while let entry = readdir(stream) {
+                let entryName = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if entryName == "." || entryName == ".." { continue }
+                if entry.pointee.d_type == UInt8(DT_DIR) {
+                    child = entryName
+                    break
+                }
+                if unlinkat(current, entryName, 0) == 0 || errno == ENOENT { continue }
+                if errno == EISDIR {  // d_type was unknown (DT_UNKNOWN on some file systems)
+                    child = entryName
+                    break
+                }
+                failure = POSIXFailure("unlink \(entryName)")
+                break
+            }
+            if let failure {
+                closedir(stream)
+                throw failure
+            }
+            if let child {
+                let next = openat(current, child, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                var childStat = stat()
+                guard next >= 0, fstat(next, &childStat) == 0 else {
+                    let failure = POSIXFailure("open \(child)")
+                    if next >= 0 { close(next) }
+                    closedir(stream)
+                    throw failure
+                }
+                closedir(stream)
+                names.append(child)
+                identities.append((UInt(childStat.st_dev), UInt(childStat.st_ino)))
+                current = next
+                continue
+            }
+            // `current` is empty: climb to its parent and remove it.
+            let emptied = names.removeLast()
+            identities.removeLast()
+            if names.isEmpty {
+                closedir(stream)
+                guard unlinkat(parentFD, emptied, AT_REMOVEDIR) == 0 || errno == ENOENT else {
+                    throw POSIXFailure("rmdir \(emptied)")
+                }
+                return
+            }
+            let up = openat(current, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            closedir(stream)
+            var upStat = stat()
+            guard up >= 0, fstat(up, &upStat) == 0,
+                  UInt(upStat.st_dev) == identities.last!.dev, UInt(upStat.st_ino) == identities.last!.ino else {
+                let failure = POSIXFailure("climb from \(emptied)", errno: up >= 0 ? ESTALE : errno)
+                if up >= 0 { close(up) }
+                throw failure
+            }
+            guard unlinkat(up, emptied, AT_REMOVEDIR) == 0 || errno == ENOENT else {
+                let failure = POSIXFailure("rmdir \(emptied)")
+                close(up)
+                throw failure
+            }
+            current = up
+        }
     }
 
     /// fsyncs a file or directory by path.

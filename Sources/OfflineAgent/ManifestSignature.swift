@@ -32,10 +32,10 @@ public enum ManifestSignature {
     /// Verifies a base64 signature of `body`; throws `.manifest` when it is malformed or wrong.
     public static func verify(_ signature: String, of body: Data, with key: Curve25519.Signing.PublicKey) throws {
         guard let raw = Data(base64Encoded: signature.trimmingCharacters(in: .whitespacesAndNewlines)), raw.count == 64 else {
-            throw OfflineAgentError(.manifest, "manifest signature is not 64 bytes of base64")
+            throw OfflineAgentError(.manifest, "manifest signature is not 64 bytes of base64", cause: .signatureInvalid)
         }
         guard key.isValidSignature(raw, for: body) else {
-            throw OfflineAgentError(.manifest, "manifest signature does not verify")
+            throw OfflineAgentError(.manifest, "manifest signature does not verify", cause: .signatureInvalid)
         }
     }
 }

@@ -100,6 +100,51 @@ public struct Store: Sendable {
         }
     }
 
+    /// Keeps in `downloads/` only what the current plan needs, under the lock.
+    ///
+    /// With `plan`, that is the files the manifest names (patch and full package,
+    /// complete or as a resumable `.part` with its `.part.json`) unless that version is
+    /// already installed: partials of versions no longer offered, intermediate products
+    /// and strays go. Without a plan (before the manifest is known), names the
+    /// downloader never makes and intermediate `.zip` products go.
+    func collectDownloads(_ app: String, plan: Manifest?, manifestURL: URL? = nil, installed: Version? = nil) {
+        let dir = downloadsDirectory(app)
+        let keep: Set<String>? = plan.map { manifest in
+            guard manifest.version != installed else { return [] }
+            var keys = Set([manifest.sha256, manifest.packageSha256] + [manifest.fullSha256].compactMap { $0 })
+            // A compressed package without its own hash is kept under a name derived from its URL.
+            for url in [manifest.url, manifest.fullUrl].compactMap({ $0 }) {
+                if let resolved = URL(string: url, relativeTo: manifestURL)?.absoluteURL {
+                    keys.insert(DownloadTarget(url: resolved, size: 0, sha256: nil).key)
+                }
+            }
+            return keys
+        }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
+            let key = String(name.prefix { $0 != "." })
+            let suffix = name.dropFirst(key.count)
+            let wellFormed = Self.isDownloadKey(key) && ["", ".part", ".part.json", ".zip"].contains(suffix)
+            // `<packageSha256>.zip` is what a patch or a gzip decode made: never reused, remade each time.
+            let needed = wellFormed && suffix != ".zip" && (keep?.contains(key) ?? true)
+            if !needed { FileSystem.remove("\(dir)/\(name)") }
+        }
+    }
+
+    /// A name the downloader gives a file: a SHA-256, or `unverified-` and one.
+    private static func isDownloadKey(_ key: String) -> Bool {
+        let hex = key.hasPrefix("unverified-") ? String(key.dropFirst("unverified-".count)) : key
+        return SHA256Hex.isValid(hex)
+    }
+
+    /// The bytes `app` keeps on disk, by area.
+    public func diskUsage(_ app: String) -> DiskUsage {
+        DiskUsage(
+            versions: DiskUsage.bytes(under: versionsDirectory(app)),
+            packages: DiskUsage.bytes(under: "\(appDirectory(app))/packages"),
+            downloads: DiskUsage.bytes(under: downloadsDirectory(app)),
+            total: DiskUsage.bytes(under: appDirectory(app)))
+    }
+
     /// Extracts `package` as `manifest.version`, records it, and makes it active.
     func install(
         app: String, package: String, packageSha256: String, manifest: Manifest, via: UpdateMethod,
@@ -111,7 +156,13 @@ public struct Store: Sendable {
         // A directory of this version that isn't active is a leftover: replace it.
         FileSystem.remove(target)
         FileSystem.remove(metadataPath(app, version))
-        try ZipExtractor.extract(archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true)
+        do {
+            try ZipExtractor.extract(archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true)
+        } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
+            // A refused package would only be refused again: it must not stay in downloads/.
+            if FileSystem.parent(of: package) == downloadsDirectory(app) { FileSystem.remove(package) }
+            throw error
+        }
         CrashPoint.afterExtract.hit()
         do {
             let kept = packagePath(app, version)
@@ -168,9 +219,13 @@ public struct Store: Sendable {
             let base = name.hasSuffix(".json") ? String(name.dropLast(5)) : name
             guard !keepNames.contains(base), let version = Version(base) else { continue }
             guard let guardLock = ReaderLock.tryExclusive(metadataPath(app, version)) else { continue }
-            FileSystem.remove(versionDirectory(app, version))
-            FileSystem.remove(packagePath(app, version))
-            FileSystem.remove(metadataPath(app, version))
+            // The record goes last, only once the tree is gone: a version whose removal
+            // failed keeps its record, and the next collection tries again.
+            do {
+                try FileSystem.removeTree(versionDirectory(app, version))
+                try FileSystem.removeTree(packagePath(app, version))
+                try FileSystem.removeTree(metadataPath(app, version))
+            } catch {}
             _ = guardLock
         }
         let packages = "\(appDirectory(app))/packages"

@@ -117,4 +117,6 @@ public struct AppStatus: Sendable {
     public var nextCheck: Date?
     /// Consecutive failed checks; 0 after a success.
     public var failures = 0
+    /// The bytes the app keeps on disk: versions, kept packages, downloads.
+    public var diskUsage = DiskUsage()
 }

@@ -12,7 +12,9 @@ final class ZipArchive {
     init(path: String) throws {
         var code: Int32 = 0
         guard let handle = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) else {
-            throw OfflineAgentError(.extract, Self.openFailure(code), path: path)
+            // Duplicate names and overlapping entries are attacks (bombs); the rest is damage.
+            let hostile = code == ZIP_ER_EXISTS || code == ZIP_ER_INCONS
+            throw OfflineAgentError(.extract, Self.openFailure(code), cause: hostile ? .hostileArchive : .archiveCorrupt, path: path)
         }
         self.handle = handle
         self.path = path

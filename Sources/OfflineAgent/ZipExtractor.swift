@@ -6,15 +6,31 @@ import Glibc
 #endif
 
 /// Limits that bound what one archive may make the extractor write.
+///
+/// Every entry is checked against them before anything is written, so an archive
+/// breaking one is refused whole.
 public struct ExtractionLimits: Sendable, Equatable {
     /// The most bytes all entries together may expand to (default 1 GiB).
     public var maxTotalBytes: Int64
     /// The most entries an archive may hold (default 100 000).
     public var maxEntries: Int
+    /// The longest entry name, in UTF-8 bytes, trailing `/` included (default 1024).
+    public var maxNameBytes: Int
+    /// The longest component of an entry name, in UTF-8 bytes (default 255, the
+    /// common file system limit).
+    public var maxComponentBytes: Int
+    /// The most components (directory levels plus the file) a name may have (default 64).
+    public var maxDepth: Int
 
-    public init(maxTotalBytes: Int64 = 1 << 30, maxEntries: Int = 100_000) {
+    public init(
+        maxTotalBytes: Int64 = 1 << 30, maxEntries: Int = 100_000,
+        maxNameBytes: Int = 1024, maxComponentBytes: Int = 255, maxDepth: Int = 64
+    ) {
         self.maxTotalBytes = maxTotalBytes
         self.maxEntries = maxEntries
+        self.maxNameBytes = maxNameBytes
+        self.maxComponentBytes = maxComponentBytes
+        self.maxDepth = maxDepth
     }
 }
 
@@ -27,15 +43,20 @@ public struct ExtractionSummary: Sendable, Equatable {
 
 /// Extracts package archives with libzip, refusing hostile archives whole.
 ///
-/// The archive is checked before anything is written (names, types, methods,
-/// declared sizes), then written into a fresh temporary directory beside the
-/// destination and renamed into place only when every entry has been read to its
-/// end with a good CRC. On any failure nothing is left behind.
+/// The archive is checked before anything is written (names and their limits,
+/// clashes, types, methods, declared sizes), then written into a fresh temporary
+/// directory beside the destination and renamed into place only when every entry has
+/// been read to its end with a good CRC. On any failure nothing is left behind.
+/// Directories are created and opened through descriptors one component at a time
+/// (`mkdirat`/`openat` with `O_NOFOLLOW`), in tree order, so the work is linear in the
+/// total bytes of the names.
 public enum ZipExtractor {
     /// One entry that passed the checks.
     struct Entry: Sendable {
         var index: Int64
-        var components: [String]
+        /// The entry's node in the tree; for a file, `directory` is its parent's.
+        var node: Int
+        var directory: Int
         var isDirectory: Bool
         var size: Int64
         var mode: mode_t
@@ -45,7 +66,9 @@ public enum ZipExtractor {
     ///
     /// - Parameter durable: flush the extracted files to disk before the final rename
     ///   (what an installer needs; a one-off extraction may skip it).
-    /// - Throws: `OfflineAgentError` with code `.extract` naming the first problem found.
+    /// - Throws: `OfflineAgentError` with code `.extract` naming the first problem found;
+    ///   its cause is `.hostileArchive` for what no package may do, `.archiveCorrupt` for
+    ///   damage, `.diskFull` or `.io` when writing fails.
     @discardableResult
     public static func extract(
         archive: URL, to destination: URL, limits: ExtractionLimits = ExtractionLimits(), durable: Bool = true
@@ -53,18 +76,19 @@ public enum ZipExtractor {
         let archivePath = archive.path
         let destinationPath = FileSystem.absolute(destination.path)
         guard !FileSystem.exists(destinationPath) else {
-            throw OfflineAgentError(.extract, "destination already exists", path: destinationPath)
+            throw OfflineAgentError(.extract, "destination already exists", cause: .io, path: destinationPath)
         }
-        let entries = try plan(archivePath: archivePath, limits: limits)
+        let (entries, tree) = try plan(archivePath: archivePath, limits: limits)
         let parent = FileSystem.parent(of: destinationPath)
         let staging: String
         do {
             staging = try FileSystem.makeTemporaryDirectory(in: parent, prefix: ".\(FileSystem.name(of: destinationPath)).extract-")
         } catch {
-            throw OfflineAgentError(.extract, "cannot create staging directory", path: parent, underlying: error as? POSIXFailure)
+            let failure = error as? POSIXFailure
+            throw OfflineAgentError(.extract, "cannot create staging directory", cause: writeCause(failure), path: parent, underlying: failure)
         }
         do {
-            let summary = try write(entries, from: archivePath, into: staging)
+            let summary = try write(entries, tree: tree, from: archivePath, into: staging)
             guard chmod(staging, 0o755) == 0 else { throw POSIXFailure("chmod \(staging)") }
             if durable { try FileSystem.syncFilesystem(containing: staging) }
             guard rename(staging, destinationPath) == 0 else { throw POSIXFailure("rename \(staging)") }
@@ -75,85 +99,113 @@ public enum ZipExtractor {
             throw error
         } catch {
             FileSystem.remove(staging)
-            throw OfflineAgentError(.extract, "cannot write extracted files", path: destinationPath, underlying: error as? POSIXFailure)
+            let failure = error as? POSIXFailure
+            let reason = writeCause(failure) == .diskFull ? "disk full writing extracted files" : "cannot write extracted files"
+            throw OfflineAgentError(.extract, reason, cause: writeCause(failure), path: destinationPath, underlying: failure)
         }
+    }
+
+    /// `.diskFull` for ENOSPC/EDQUOT, `.io` for any other local failure.
+    static func writeCause(_ failure: POSIXFailure?) -> OfflineAgentError.Cause {
+        failure?.errno == ENOSPC || failure?.errno == EDQUOT ? .diskFull : .io
     }
 
     // MARK: - Checking the whole archive before writing
 
-    static func plan(archivePath: String, limits: ExtractionLimits) throws -> [Entry] {
+    static func plan(archivePath: String, limits: ExtractionLimits) throws -> (entries: [Entry], tree: EntryTree) {
         for name in try ZipCentralDirectory.rawNames(of: archivePath) where name.contains(0) {
-            throw refusal("entry name contains NUL", archivePath)
+            throw hostile("entry name contains NUL", archivePath)
         }
         let archive = try ZipArchive(path: archivePath)
         let count = archive.entryCount
-        guard count >= 0 else { throw refusal("cannot count entries", archivePath) }
+        guard count >= 0 else { throw corrupt("cannot count entries", archivePath) }
         guard count <= limits.maxEntries else {
-            throw refusal("\(count) entries exceed the limit of \(limits.maxEntries)", archivePath)
+            throw hostile("\(count) entries exceed the limit of \(limits.maxEntries)", archivePath)
         }
         var entries: [Entry] = []
         entries.reserveCapacity(Int(count))
-        var seen: Set<String> = []
-        var files: Set<String> = []
-        var directories: Set<String> = []
+        var tree = EntryTree()
         var total: Int64 = 0
         for index in 0..<count {
             let st = try archive.stat(index)
-            guard let cName = st.name else { throw refusal("entry \(index) has no name", archivePath) }
+            guard let cName = st.name else { throw corrupt("entry \(index) has no name", archivePath) }
             let name = String(cString: cName)
-            let (components, isDirectory) = try validate(name: name, archivePath: archivePath)
-            let folded = components.joined(separator: "/").lowercased()
-            guard seen.insert(folded).inserted else { throw refusal("duplicate entry '\(name)'", archivePath) }
+            let (components, isDirectory) = try validate(name: name, limits: limits, archivePath: archivePath)
+            let node: Int
+            do {
+                node = try tree.add(components, isDirectory: isDirectory)
+            } catch {
+                switch error {
+                case .duplicate:
+                    throw hostile("duplicate entry '\(quoted(name))'", archivePath)
+                case .caseOrNormalisation(let existing):
+                    throw hostile("duplicate entry '\(quoted(name))': differs from '\(quoted(existing))' only in case or Unicode normalisation", archivePath)
+                case .fileAndDirectory(let path):
+                    throw hostile("'\(quoted(path))' is both a file and a directory", archivePath)
+                }
+            }
 
             if st.valid & UInt64(ZIP_STAT_ENCRYPTION_METHOD) != 0, st.encryption_method != UInt16(ZIP_EM_NONE) {
-                throw refusal("entry '\(name)' is encrypted", archivePath)
+                throw hostile("entry '\(quoted(name))' is encrypted", archivePath)
             }
             guard st.valid & UInt64(ZIP_STAT_COMP_METHOD) != 0,
                   zip_compression_method_supported(Int32(st.comp_method), 0) != 0 else {
-                throw refusal("entry '\(name)' uses unknown compression method \(st.comp_method)", archivePath)
+                throw hostile("entry '\(quoted(name))' uses unknown compression method \(st.comp_method)", archivePath)
             }
             guard st.valid & UInt64(ZIP_STAT_SIZE) != 0, st.size <= UInt64(Int64.max) else {
-                throw refusal("entry '\(name)' has no valid size", archivePath)
+                throw corrupt("entry '\(quoted(name))' has no valid size", archivePath)
             }
             let size = Int64(st.size)
             let mode = try fileMode(archive: archive, index: index, name: name, isDirectory: isDirectory)
             if isDirectory {
-                guard size == 0 else { throw refusal("directory entry '\(name)' has data", archivePath) }
-                directories.insert(folded)
+                guard size == 0 else { throw hostile("directory entry '\(quoted(name))' has data", archivePath) }
             } else {
-                files.insert(folded)
                 let (sum, overflow) = total.addingReportingOverflow(size)
                 guard !overflow, sum <= limits.maxTotalBytes else {
-                    throw refusal("entries expand past the limit of \(limits.maxTotalBytes) bytes", archivePath)
+                    throw hostile("entries expand past the limit of \(limits.maxTotalBytes) bytes", archivePath)
                 }
                 total = sum
             }
-            for depth in 1..<max(components.count, 1) {
-                directories.insert(components[0..<depth].joined(separator: "/").lowercased())
-            }
-            entries.append(Entry(index: index, components: components, isDirectory: isDirectory, size: size, mode: mode))
+            entries.append(Entry(index: index, node: node, directory: isDirectory ? node : tree.nodes[node].parent,
+                                 isDirectory: isDirectory, size: size, mode: mode))
         }
-        if let clash = files.intersection(directories).first {
-            throw refusal("'\(clash)' is both a file and a directory", archivePath)
-        }
-        return entries
+        return (entries, tree)
     }
 
     /// Splits an entry name into safe components, or throws why it is unsafe.
-    static func validate(name: String, archivePath: String) throws -> (components: [String], isDirectory: Bool) {
-        guard !name.isEmpty else { throw refusal("empty entry name", archivePath) }
-        guard !name.contains("\0") else { throw refusal("entry name contains NUL", archivePath) }
-        guard !name.contains("\\") else { throw refusal("entry name '\(name)' contains a backslash", archivePath) }
-        guard !name.hasPrefix("/") else { throw refusal("absolute entry name '\(name)'", archivePath) }
+    ///
+    /// The length limits are checked first, on bytes, so an absurd name costs no more
+    /// than reading it once.
+    static func validate(name: String, limits: ExtractionLimits, archivePath: String) throws -> (components: [String], isDirectory: Bool) {
+        guard !name.isEmpty else { throw hostile("empty entry name", archivePath) }
+        let bytes = name.utf8.count
+        guard bytes <= limits.maxNameBytes else {
+            throw hostile("entry name '\(quoted(name))' is \(bytes) bytes long, above the limit of \(limits.maxNameBytes)", archivePath)
+        }
+        guard !name.contains("\0") else { throw hostile("entry name contains NUL", archivePath) }
+        guard !name.contains("\\") else { throw hostile("entry name '\(quoted(name))' contains a backslash", archivePath) }
+        guard !name.hasPrefix("/") else { throw hostile("absolute entry name '\(quoted(name))'", archivePath) }
         let isDirectory = name.hasSuffix("/")
         let components = (isDirectory ? String(name.dropLast()) : name)
             .split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard components.count <= limits.maxDepth else {
+            throw hostile("entry name '\(quoted(name))' is \(components.count) levels deep, above the limit of \(limits.maxDepth)", archivePath)
+        }
         for component in components {
-            if component.isEmpty { throw refusal("entry name '\(name)' has an empty component", archivePath) }
-            if component == ".." { throw refusal("entry name '\(name)' contains '..'", archivePath) }
-            if component == "." { throw refusal("entry name '\(name)' contains '.'", archivePath) }
+            if component.isEmpty { throw hostile("entry name '\(quoted(name))' has an empty component", archivePath) }
+            if component == ".." { throw hostile("entry name '\(quoted(name))' contains '..'", archivePath) }
+            if component == "." { throw hostile("entry name '\(quoted(name))' contains '.'", archivePath) }
+            guard component.utf8.count <= limits.maxComponentBytes else {
+                throw hostile("entry name '\(quoted(name))' has a component of \(component.utf8.count) bytes, above the limit of \(limits.maxComponentBytes)", archivePath)
+            }
         }
         return (components, isDirectory)
+    }
+
+    /// A name short enough for a one-line reason: long ones keep their start and end.
+    static func quoted(_ name: String) -> String {
+        guard name.utf8.count > 160 else { return name }
+        return "\(name.prefix(80))…\(name.suffix(40))"
     }
 
     /// The permission bits to create an entry with: only regular files and directories
@@ -166,11 +218,11 @@ public enum ZipExtractor {
             switch mode & S_IFMT {
             case 0: break
             case S_IFREG:
-                guard !isDirectory else { throw refusal("entry '\(name)' is a file named like a directory", archive.path) }
+                guard !isDirectory else { throw hostile("entry '\(quoted(name))' is a file named like a directory", archive.path) }
             case S_IFDIR:
-                guard isDirectory else { throw refusal("entry '\(name)' is a directory named like a file", archive.path) }
-            case S_IFLNK: throw refusal("entry '\(name)' is a symbolic link", archive.path)
-            default: throw refusal("entry '\(name)' is a device, fifo or socket", archive.path)
+                guard isDirectory else { throw hostile("entry '\(quoted(name))' is a directory named like a file", archive.path) }
+            case S_IFLNK: throw hostile("entry '\(quoted(name))' is a symbolic link", archive.path)
+            default: throw hostile("entry '\(quoted(name))' is a device, fifo or socket", archive.path)
             }
             executable = mode & 0o111 != 0
         }
@@ -179,20 +231,19 @@ public enum ZipExtractor {
 
     // MARK: - Writing
 
-    private static func write(_ entries: [Entry], from archivePath: String, into staging: String) throws -> ExtractionSummary {
+    private static func write(_ entries: [Entry], tree: EntryTree, from archivePath: String, into staging: String) throws -> ExtractionSummary {
         let root = open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard root >= 0 else { throw POSIXFailure("open \(staging)") }
         defer { close(root) }
-        // Directories first, in order, so workers only ever create files.
-        var made: Set<[String]> = []
+        // Directories first, in preorder, so workers only ever create files.
+        let (order, rank) = tree.preorder()
         var directoryCount = 0
-        for entry in entries {
-            let dirs = entry.isDirectory ? entry.components : Array(entry.components.dropLast())
-            for depth in stride(from: 1, through: dirs.count, by: 1) where made.insert(Array(dirs[0..<depth])).inserted {
-                let parentFD = try openDirectory(root: root, Array(dirs[0..<(depth - 1)]))
-                defer { if parentFD != root { close(parentFD) } }
-                guard mkdirat(parentFD, dirs[depth - 1], 0o755) == 0 else {
-                    throw POSIXFailure("mkdir \(dirs[0..<depth].joined(separator: "/"))")
+        do {
+            let cursor = DirectoryCursor(tree: tree, rootFD: root)
+            for node in order where node != EntryTree.root && tree.isDirectory(node) {
+                let parentFD = try cursor.move(to: tree.nodes[node].parent)
+                guard mkdirat(parentFD, tree.nodes[node].name, 0o755) == 0 else {
+                    throw POSIXFailure("mkdir \(tree.path(of: node))")
                 }
                 directoryCount += 1
             }
@@ -202,16 +253,19 @@ public enum ZipExtractor {
         // Two readers (each with its own libzip handle: zip_t is not thread-safe) keep
         // both cores busy inflating; small archives aren't worth a second open.
         let workers = bytes > 4 << 20 && files.count > 1 ? 2 : 1
-        let shares = split(files, into: workers)
+        // Each share in tree order, so its cursor opens each directory about once.
+        let shares = split(files, into: workers).map { share in share.sorted { rank[$0.directory] < rank[$1.directory] } }
         let outcome = WorkerOutcome()
         DispatchQueue.concurrentPerform(iterations: workers) { worker in
             do {
                 let archive = try ZipArchive(path: archivePath)
+                let cursor = DirectoryCursor(tree: tree, rootFD: root)
                 let buffer = UnsafeMutableRawPointer.allocate(byteCount: 256 << 10, alignment: 16)
                 defer { buffer.deallocate() }
                 for (number, entry) in shares[worker].enumerated() {
                     if outcome.failed { return }
-                    try writeFile(entry, archive: archive, root: root, buffer: buffer, bufferSize: 256 << 10)
+                    let dir = try cursor.move(to: entry.directory)
+                    try writeFile(entry, tree: tree, archive: archive, in: dir, buffer: buffer, bufferSize: 256 << 10)
                     if number == 1 { CrashPoint.duringExtract.hit() }
                 }
             } catch {
@@ -235,59 +289,51 @@ public enum ZipExtractor {
         return shares
     }
 
-    private static func openDirectory(root: Int32, _ components: [String]) throws -> Int32 {
-        var fd = root
-        for component in components {
-            let next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            if fd != root { close(fd) }
-            guard next >= 0 else { throw POSIXFailure("open directory \(components.joined(separator: "/"))") }
-            fd = next
-        }
-        return fd
-    }
-
     private static func writeFile(
-        _ entry: Entry, archive: ZipArchive, root: Int32, buffer: UnsafeMutableRawPointer, bufferSize: Int
+        _ entry: Entry, tree: EntryTree, archive: ZipArchive, in dir: Int32, buffer: UnsafeMutableRawPointer, bufferSize: Int
     ) throws {
-        let name = entry.components.joined(separator: "/")
-        let dir = try openDirectory(root: root, Array(entry.components.dropLast()))
-        defer { if dir != root { close(dir) } }
-        let fd = openat(dir, entry.components.last!, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, entry.mode)
-        guard fd >= 0 else { throw POSIXFailure("create \(name)") }
+        let fd = openat(dir, tree.nodes[entry.node].name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, entry.mode)
+        guard fd >= 0 else { throw POSIXFailure("create \(tree.path(of: entry.node))") }
         defer { close(fd) }
         let reader = try archive.open(entry.index)
         var written: Int64 = 0
         while true {
             let n: Int
             do { n = try reader.read(into: buffer, count: bufferSize) } catch let error as OfflineAgentError {
-                throw refusal("entry '\(name)': \(error.reason)", archive.path)
+                throw corrupt("entry '\(quoted(tree.path(of: entry.node)))': \(error.reason)", archive.path)
             }
             if n == 0 { break }
             // Never write past the declared size: a lying header must not fill the disk.
             guard Int64(n) <= entry.size - written else {
-                throw refusal("entry '\(name)' holds more bytes than its declared \(entry.size)", archive.path)
+                throw hostile("entry '\(quoted(tree.path(of: entry.node)))' holds more bytes than its declared \(entry.size)", archive.path)
             }
             var offset = 0
             while offset < n {
                 let w = Glibc.write(fd, buffer + offset, n - offset)
                 if w < 0 {
                     if errno == EINTR { continue }
-                    throw POSIXFailure("write \(name)")
+                    throw POSIXFailure("write \(tree.path(of: entry.node))")
                 }
                 offset += w
             }
             written += Int64(n)
         }
         guard written == entry.size else {
-            throw refusal("entry '\(name)' holds \(written) bytes, declared \(entry.size)", archive.path)
+            throw corrupt("entry '\(quoted(tree.path(of: entry.node)))' holds \(written) bytes, declared \(entry.size)", archive.path)
         }
         do { try reader.close() } catch let error as OfflineAgentError {
-            throw refusal("entry '\(name)': \(error.reason)", archive.path)
+            throw corrupt("entry '\(quoted(tree.path(of: entry.node)))': \(error.reason)", archive.path)
         }
     }
 
-    private static func refusal(_ reason: String, _ path: String) -> OfflineAgentError {
-        OfflineAgentError(.extract, reason, path: path)
+    /// A refusal of something no package may do.
+    private static func hostile(_ reason: String, _ path: String) -> OfflineAgentError {
+        OfflineAgentError(.extract, reason, cause: .hostileArchive, path: path)
+    }
+
+    /// A refusal of a damaged archive.
+    private static func corrupt(_ reason: String, _ path: String) -> OfflineAgentError {
+        OfflineAgentError(.extract, reason, cause: .archiveCorrupt, path: path)
     }
 }
 

@@ -41,6 +41,8 @@ struct StatusCommand: AsyncParsableCommand {
                 for bad in lifecycles[status.app]?.badVersions ?? [] { print("  bad: \(bad.version) (\(bad.reason))") }
                 if let path = status.path { print("  path: \(path)") }
                 if let next = status.nextCheck { print("  next check: \(RFC3339.string(from: next)) (\(status.failures) failed checks in a row)") }
+                let disk = status.diskUsage
+                print("  disk: \(disk.total) bytes (versions \(disk.versions), packages \(disk.packages), downloads \(disk.downloads))")
                 for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
             }
         }
@@ -48,6 +50,8 @@ struct StatusCommand: AsyncParsableCommand {
 }
 
 /// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist,
+/// rollout, previousVersion, diskBytes (`{"versions", "packages", "downloads", "total"}`),
+/// nextCheck and failures (throttle, `Retry-After`, backoff),
 /// and the lifecycle: state, launches, maxTrialLaunches, held, badVersions, history.
 struct StatusJSON: Encodable {
     var status: AppStatus
@@ -59,7 +63,8 @@ struct StatusJSON: Encodable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion
+        case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion, diskBytes
+        case nextCheck, failures
         case state, launches, maxTrialLaunches, held, badVersions, history
     }
 
@@ -80,5 +85,8 @@ struct StatusJSON: Encodable {
         try c.encode(lifecycle?.held ?? false, forKey: .held)
         try c.encode(lifecycle?.badVersions.map(\.version.description) ?? [], forKey: .badVersions)
         try c.encode(lifecycle?.history.map(LifecycleEventJSON.init) ?? [], forKey: .history)
+        try c.encode(status.diskUsage, forKey: .diskBytes)
+        try c.encode(status.nextCheck.map(RFC3339.string(from:)), forKey: .nextCheck)
+        try c.encode(status.failures, forKey: .failures)
     }
 }

@@ -127,6 +127,7 @@ struct CrashSafetyTests {
         let during = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
         #expect(during.result == .failed)
         #expect(during.error?.code == .download)
+        #expect(during.error?.cause == .diskFull, "\(during.error?.description ?? "")")
         #expect(during.error?.description.contains("disk full") == true, "\(during.error?.description ?? "")")
         #expect(Store(root: root).active("mall")?.version.description == "1.0.0")
 
@@ -141,16 +142,30 @@ struct CrashSafetyTests {
         }
         let extracting = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
         #expect(extracting.result == .failed)
-        #expect([.extract, .install, .download].contains(extracting.error?.code), "\(extracting.error?.description ?? "")")
+        // The download fitted: the failure is the extraction's, for want of space.
+        #expect(h.origin.requests(for: "/files/1.1.0.zip").count >= 2)
+        #expect([.extract, .install].contains(extracting.error?.code), "\(extracting.error?.description ?? "")")
+        #expect(extracting.error?.cause == .diskFull, "\(extracting.error?.description ?? "")")
+        #expect(Self.tree(of: "\(root)/apps/mall/versions/1.0.0", equals: "\(Repo.fixtures)/sample-app/1.0.0"), "the old version is intact byte for byte")
         #expect(Store(root: root).active("mall")?.version.description == "1.0.0")
-        let index = FileManager.default.contents(atPath: "\(root)/apps/mall/current/index.html").map { [UInt8]($0) }
-        #expect(index == h.expected("1.0.0", "index.html") ? true : false)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: "\(root)/apps/mall/versions").filter { $0.hasPrefix(".") }
+        #expect(leftovers.isEmpty, "no staging directory left: \(leftovers)")
 
         FileSystem.remove(filler)
         h.origin.clearOverrides()
         let healed = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
         #expect(healed.result == .updated, "\(healed.error?.description ?? "")")
+        #expect(Self.tree(of: "\(root)/apps/mall/versions/1.1.0", equals: "\(Repo.fixtures)/sample-app/1.1.0"))
         _ = package
+    }
+
+    /// True when `path` holds exactly the files of `source`, byte for byte.
+    static func tree(of path: String, equals source: String) -> Bool {
+        guard OfflineAgentTests.tree(path) == OfflineAgentTests.tree(source) else { return false }
+        return OfflineAgentTests.tree(source).allSatisfy { name in
+            FileSystem.isDirectory("\(source)/\(name)")
+                || FileManager.default.contents(atPath: "\(source)/\(name)") == FileManager.default.contents(atPath: "\(path)/\(name)")
+        }
     }
 
     @Test("not enough space for the plan: refused before downloading")
@@ -189,7 +204,9 @@ struct CrashSafetyTests {
         let report = await Agent(root: root, configuration: h.configuration).sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
         #expect(report.result == .failed)
         #expect(report.error?.description.contains("Read-only file system") == true, "\(report.error?.description ?? "")")
+        #expect(report.error?.cause == .io, "\(report.error?.description ?? "")")
         #expect(Store(root: root.path).active("mall")?.version.description == "1.0.0")
+        #expect(Self.tree(of: "\(root.path)/apps/mall/versions/1.0.0", equals: "\(Repo.fixtures)/sample-app/1.0.0"), "old version byte for byte")
         #expect(disk.remount(readOnly: false))
     }
 }

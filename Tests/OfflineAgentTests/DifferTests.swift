@@ -59,6 +59,40 @@ import Testing
         }
     }
 
+    /// README's claim: the native bsdiff writes the very bytes Debian's `bsdiff` writes
+    /// (same suffix sort, same scan, same bzip2 streams), for real release pairs and
+    /// for synthetic ones (identical, unrelated, shifted). An empty old file is left
+    /// out: Debian's `bsdiff` cannot `mmap` it.
+    @Test(.enabled(if: haveBsdiff && haveSampleApp, "needs bsdiff and fixtures/sample-app"))
+    func patchIsByteIdenticalToDebianBsdiff() throws {
+        let dir = try DifferTestDir()
+        var pairs: [(String, Data, Data)] = []
+        let versions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
+        var zips: [String: Data] = [:]
+        for version in versions {
+            zips[version] = try DifferTestZip.data(entries: try Self.tree(Self.sampleApp.appendingPathComponent(version)))
+        }
+        for (from, to) in zip(versions, versions.dropFirst()) + [("1.0.0", "1.3.0")] {
+            pairs.append(("\(from)→\(to)", zips[from]!, zips[to]!))
+        }
+        let text = try DifferTestBundle.text(seed: 21, bytes: 40_000)
+        pairs.append(("web bundle v1→v2", try DifferTestZip.data(entries: DifferTestBundle.files(version: 1)),
+                      try DifferTestZip.data(entries: DifferTestBundle.files(version: 2))))
+        pairs.append(("identical", text, text))
+        pairs.append(("shifted", text, Data("prefix inserted".utf8) + text))
+        pairs.append(("unrelated", text, try DifferTestBundle.text(seed: 22, bytes: 30_000)))
+        for (label, oldBytes, newBytes) in pairs {
+            let old = dir.url("old"), new = dir.url("new"), ours = dir.url("ours"), theirs = dir.url("theirs")
+            try oldBytes.write(to: old)
+            try newBytes.write(to: new)
+            try? FileManager.default.removeItem(at: ours)
+            try Differ.makePatch(from: old, to: new, writingTo: ours)
+            try run(Self.bsdiff, old.path, new.path, theirs.path)
+            let a = try Data(contentsOf: ours), b = try Data(contentsOf: theirs)
+            #expect(a == b, "\(label): ours \(a.count) bytes, Debian's \(b.count) bytes")
+        }
+    }
+
     /// The regular files under `root`, by relative path in byte order, like `find | LC_ALL=C sort`.
     private static func tree(_ root: URL) throws -> [(String, Data)] {
         let base = root.standardizedFileURL.path
@@ -204,18 +238,26 @@ import Testing
         }
         #expect(try dir.contents().sorted() == ["new", "old"])
 
-        // A read-only directory stops everyone but root.
-        if getuid() != 0 {
-            let locked = dir.url("locked")
-            try FileManager.default.createDirectory(at: locked, withIntermediateDirectories: false)
+        // A read-only directory: permission bits stop everyone but root, so as root (how
+        // CI runs) it is a read-only tmpfs, which stops root too.
+        let locked = dir.url("locked")
+        try FileManager.default.createDirectory(at: locked, withIntermediateDirectories: false)
+        var mounted = false
+        if geteuid() == 0 {
+            mounted = (try? OfflineAgentTests.run("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", locked.path]))?.status == 0
+            try #require(mounted, "cannot mount a read-only tmpfs as root")
+        } else {
             try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: locked.path)
-            defer { try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: locked.path) }
-            let error = #expect(throws: OfflineAgentError.self) {
-                try Differ.makePatch(from: old, to: new, writingTo: locked.appendingPathComponent("p"))
-            }
-            #expect(error?.code == .publish)
-            #expect(try FileManager.default.contentsOfDirectory(atPath: locked.path).isEmpty)
         }
+        defer {
+            if mounted { _ = try? OfflineAgentTests.run("umount", ["-l", locked.path]) }
+            try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: locked.path)
+        }
+        let lockedError = #expect(throws: OfflineAgentError.self) {
+            try Differ.makePatch(from: old, to: new, writingTo: locked.appendingPathComponent("p"))
+        }
+        #expect(lockedError?.code == .publish)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: locked.path).isEmpty)
     }
 
     @Test func outputIsADirectoryThrowsAndLeavesNoTempFile() throws {

@@ -8,33 +8,34 @@ import Testing
 struct FaultTests {
     struct Fault: CustomTestStringConvertible, Sendable {
         var label: String
-        /// Expected error code, and a fragment of its reason.
+        /// Expected error code, why (the cause), and a fragment of the reason.
         var code: OfflineAgentError.Code
+        var cause: OfflineAgentError.Cause
         var reason: String
         var reply: @Sendable (ScriptedServer.Request, [UInt8]) -> ScriptedServer.Reply
         var testDescription: String { label }
     }
 
     static let faults: [Fault] = [
-        Fault(label: "server 500", code: .download, reason: "500") { _, _ in .status(500) },
-        Fault(label: "timeout", code: .download, reason: "timed out") { _, bytes in
+        Fault(label: "server 500", code: .download, cause: .httpStatus, reason: "500") { _, _ in .status(500) },
+        Fault(label: "timeout", code: .download, cause: .timeout, reason: "timed out") { _, bytes in
             ScriptedServer.Reply(status: 200, body: bytes, ending: .stall(seconds: 3))
         },
-        Fault(label: "connection reset mid-body", code: .download, reason: "") { _, bytes in
+        Fault(label: "connection reset mid-body", code: .download, cause: .network, reason: "") { _, bytes in
             ScriptedServer.Reply(status: 200, body: bytes, ending: .reset(afterBodyBytes: bytes.count / 2))
         },
-        Fault(label: "truncated body", code: .download, reason: "") { _, bytes in
+        Fault(label: "truncated body", code: .download, cause: .protocolViolation, reason: "") { _, bytes in
             ScriptedServer.Reply(status: 200, body: bytes, ending: .close(afterBodyBytes: bytes.count - 100))
         },
-        Fault(label: "body longer than size", code: .download, reason: "more than") { _, bytes in
+        Fault(label: "body longer than size", code: .download, cause: .protocolViolation, reason: "more than") { _, bytes in
             .ok(bytes + [UInt8](repeating: 0x55, count: 10_000), headers: [("Transfer-Encoding", "chunked")])
         },
-        Fault(label: "wrong sha256", code: .download, reason: "sha256 mismatch") { _, bytes in
+        Fault(label: "wrong sha256", code: .download, cause: .hashMismatch, reason: "sha256 mismatch") { _, bytes in
             var copy = bytes
             copy[copy.count / 3] ^= 0xff
             return .ok(copy)
         },
-        Fault(label: "wrong size", code: .download, reason: "announces") { _, bytes in .ok(Array(bytes.dropLast(7))) },
+        Fault(label: "wrong size", code: .download, cause: .protocolViolation, reason: "announces") { _, bytes in .ok(Array(bytes.dropLast(7))) },
     ]
 
     @Test("a broken download fails cleanly and keeps the old version", arguments: faults)
@@ -47,6 +48,7 @@ struct FaultTests {
         let report = await h.sync()
         #expect(report.result == .failed)
         #expect(report.error?.code == fault.code, "\(report.error?.description ?? "")")
+        #expect(report.error?.cause == fault.cause, "\(report.error?.description ?? "")")
         if !fault.reason.isEmpty {
             #expect(report.error?.description.contains(fault.reason) == true, "\(report.error?.description ?? "")")
         }
@@ -184,6 +186,7 @@ struct FaultTests {
         let report = await h.sync()
         #expect(report.result == .failed)
         #expect(report.error?.code == .extract)
+        #expect(report.error?.cause == .hostileArchive, "\(report.error?.description ?? "")")
         #expect(h.activeMatches("1.0.0"))
         #expect(!FileSystem.exists("\(h.store.appDirectory("mall"))/escape.txt"))
         #expect(!FileSystem.exists("\(h.store.versionsDirectory("mall"))/escape.txt"))
@@ -229,6 +232,7 @@ struct FaultTests {
         let report = await h.sync()
         #expect(report.result == .failed)
         #expect(report.error?.reason.contains("slower than") == true, "\(report.error?.description ?? "")")
+        #expect(report.error?.cause == .timeout, "\(report.error?.description ?? "")")
     }
 }
 

@@ -53,6 +53,8 @@ struct ZipExtractorTests {
     struct Hostile: CustomTestStringConvertible, Sendable {
         var label: String
         var reason: String
+        /// Why it must be refused: an attack, or damage.
+        var cause: OfflineAgentError.Cause = .hostileArchive
         var limits = ExtractionLimits()
         var make: @Sendable () -> ZipBuilder
         var testDescription: String { label }
@@ -117,13 +119,13 @@ struct ZipExtractorTests {
             zip.entries[0].method = 99
             return zip
         },
-        Hostile(label: "CRC error", reason: "CRC") {
+        Hostile(label: "CRC error", reason: "CRC", cause: .archiveCorrupt) {
             var zip = ZipBuilder()
             zip.file("a.txt", Array(repeating: 0x42, count: 5000), deflate: true)
             zip.entries[0].crc ^= 0xdead_beef
             return zip
         },
-        Hostile(label: "stored CRC error", reason: "CRC") {
+        Hostile(label: "stored CRC error", reason: "CRC", cause: .archiveCorrupt) {
             var zip = ZipBuilder()
             zip.file("a.txt", "hello world")
             zip.entries[0].crc ^= 1
@@ -135,7 +137,7 @@ struct ZipExtractorTests {
             zip.entries[0].localName = Array("b.txt".utf8)
             return zip
         },
-        Hostile(label: "more bytes than declared", reason: "") {
+        Hostile(label: "more bytes than declared", reason: "more bytes than") {
             var zip = ZipBuilder()
             let data = [UInt8](repeating: 0x43, count: 100_000)
             zip.file("a.txt", data, deflate: true)
@@ -153,7 +155,7 @@ struct ZipExtractorTests {
             for i in 0..<5 { zip.file("f\(i).txt", "x") }
             return zip
         },
-        Hostile(label: "not a zip", reason: "") {
+        Hostile(label: "not a zip", reason: "central directory", cause: .archiveCorrupt) {
             var zip = ZipBuilder()
             zip.file("a.txt", "x")
             zip.entries.removeAll()
@@ -176,14 +178,14 @@ struct ZipExtractorTests {
         var bytes = case_.make().build()
         if case_.label == "not a zip" { bytes = Array("this is not a zip archive at all".utf8) }
         try Data(bytes).write(to: URL(fileURLWithPath: scratch.file("a.zip")))
-        try expectRefusal(zip: scratch.file("a.zip"), into: "\(parent)/out", limits: case_.limits, reason: case_.reason)
+        try expectRefusal(zip: scratch.file("a.zip"), into: "\(parent)/out", limits: case_.limits, reason: case_.reason, cause: case_.cause)
         #expect(tree(scratch.path) == ["a.zip", "deep"], "nothing written inside or outside the destination")
     }
 
     @Test("a 2 GiB bomb of 2 MB is refused before inflating")
     func bomb() throws {
         let scratch = TemporaryDirectory("bomb")
-        try expectRefusal(zip: "\(Repo.fixtures)/hostile/bomb-2gib.zip", into: scratch.file("out"), limits: ExtractionLimits(), reason: "limit")
+        try expectRefusal(zip: "\(Repo.fixtures)/hostile/bomb-2gib.zip", into: scratch.file("out"), limits: ExtractionLimits(), reason: "limit", cause: .hostileArchive)
         #expect(tree(scratch.path).isEmpty)
     }
 
@@ -194,16 +196,17 @@ struct ZipExtractorTests {
         zip.file("zeros.bin", [UInt8](repeating: 0, count: 8 << 20), deflate: true)
         zip.entries[0].uncompressedSize = 1 << 20
         try zip.write(to: scratch.file("a.zip"))
-        try expectRefusal(zip: scratch.file("a.zip"), into: scratch.file("out"), limits: ExtractionLimits(), reason: "")
+        try expectRefusal(zip: scratch.file("a.zip"), into: scratch.file("out"), limits: ExtractionLimits(), reason: "more bytes than", cause: .hostileArchive)
         #expect(tree(scratch.path) == ["a.zip"])
     }
 
-    private func expectRefusal(zip: String, into destination: String, limits: ExtractionLimits, reason: String) throws {
+    private func expectRefusal(zip: String, into destination: String, limits: ExtractionLimits, reason: String, cause: OfflineAgentError.Cause) throws {
         do {
             try ZipExtractor.extract(archive: URL(fileURLWithPath: zip), to: URL(fileURLWithPath: destination), limits: limits)
             Issue.record("archive was accepted")
         } catch let error as OfflineAgentError {
             #expect(error.code == .extract)
+            #expect(error.cause == cause, "cause was \(error.cause.rawValue): \(error.reason)")
             if !reason.isEmpty { #expect(error.reason.contains(reason), "reason was: \(error.reason)") }
         }
         #expect(!FileSystem.exists(destination))
