@@ -7,6 +7,7 @@ packages=(
     libzip-dev libbz2-dev zlib1g-dev libdivsufsort-dev pkg-config   # build
     bsdiff zip unzip gzip util-linux curl                            # tests and demo: reference bsdiff/bspatch, Info-ZIP, fallocate, curl
     publicsuffix                                                     # cookies: the Public Suffix List (read at run time when present)
+    systemd                                                          # tests: systemd-analyze rates and verifies the example units
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
     packages+=(chromium)                                             # tests: real browser

@@ -19,7 +19,7 @@ struct CookiesCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let agent = Agent(root: URL(fileURLWithPath: root))
+            let agent = Agent(root: try ExistingRoot.url(root))
             if clear {
                 try await agent.clearCookies(profile: profile)
                 printError("offline-agent: cleared the cookies of profile '\(profile)'")

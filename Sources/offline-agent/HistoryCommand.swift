@@ -16,7 +16,7 @@ struct HistoryCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingFailures {
             guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
-            let status = await Agent(root: URL(fileURLWithPath: root)).lifecycle(app: app)
+            let status = await Agent(root: try ExistingRoot.url(root)).lifecycle(app: app)
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]

@@ -14,7 +14,7 @@ struct HoldCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let agent = Agent(root: URL(fileURLWithPath: root))
+            let agent = Agent(root: try ExistingRoot.url(root))
             try await agent.hold(app: app)
             print("\(app): held at \(await agent.lifecycle(app: app).version?.description ?? "none")")
         }

@@ -21,7 +21,7 @@ struct MarkBadCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let transition = try await Agent(root: URL(fileURLWithPath: root)).markBad(app: app, reason: reason)
+            let transition = try await Agent(root: try ExistingRoot.url(root)).markBad(app: app, reason: reason)
             print(Self.line(transition))
         }
     }

@@ -17,7 +17,7 @@ struct MarkGoodCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let version = try await Agent(root: URL(fileURLWithPath: root)).markGood(app: app)
+            let version = try await Agent(root: try ExistingRoot.url(root)).markGood(app: app)
             print("\(app): \(version) confirmed good")
         }
     }

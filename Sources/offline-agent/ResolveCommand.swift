@@ -17,7 +17,7 @@ struct ResolveCommand: AsyncParsableCommand {
             guard let target = URL(string: url), target.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid URL '\(url)'")
             }
-            switch try await Agent(root: URL(fileURLWithPath: root)).resolve(target, deviceID: deviceId) {
+            switch try await Agent(root: try ExistingRoot.url(root)).resolve(target, deviceID: deviceId) {
             case .file(let file):
                 print(file.path)
             case .network(let reason, let app):

@@ -18,7 +18,7 @@ struct RollbackCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let (from, to) = try await Agent(root: URL(fileURLWithPath: root)).rollback(app: app)
+            let (from, to) = try await Agent(root: try ExistingRoot.url(root)).rollback(app: app)
             print("\(app): rolled back \(from) -> \(to); \(from) marked bad")
         }
     }

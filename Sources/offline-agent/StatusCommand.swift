@@ -15,7 +15,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let agent = Agent(root: URL(fileURLWithPath: root))
+            let agent = Agent(root: try ExistingRoot.url(root))
             let statuses = try await agent.status(app: app, deviceID: deviceId)
             var lifecycles: [String: LifecycleStatus] = [:]
             for status in statuses { lifecycles[status.app] = await agent.lifecycle(app: status.app) }

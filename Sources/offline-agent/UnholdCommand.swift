@@ -14,7 +14,7 @@ struct UnholdCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            try await Agent(root: URL(fileURLWithPath: root)).unhold(app: app)
+            try await Agent(root: try ExistingRoot.url(root)).unhold(app: app)
             print("\(app): not held")
         }
     }
