@@ -9,22 +9,21 @@ struct HistoryCommand: AsyncParsableCommand {
         discussion: "Exit status: 0; 64 usage."
     )
 
-    @Option(help: "The agent's root directory.") var root: String
-    @Option(help: "The app.") var app: String
+    @OptionGroup var target: AppTarget
     @Flag(help: "Print {\"app\": …, \"history\": [{\"at\", \"event\", \"from\", \"to\", \"reason\"}, …]}.") var json = false
 
     func run() async throws {
         try await reportingFailures {
-            guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
-            let status = await Agent(root: try ExistingRoot.url(root)).lifecycle(app: app)
+            guard AppName.isValid(target.app) else { throw OfflineAgentError(.usage, "invalid app name '\(target.app)'") }
+            let status = try await target.agent().lifecycle(app: target.app)
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                let object = HistoryJSON(app: app, history: status.history.map(LifecycleEventJSON.init))
+                let object = HistoryJSON(app: target.app, history: status.history.map(LifecycleEventJSON.init))
                 print(String(decoding: try encoder.encode(object), as: UTF8.self))
                 return
             }
-            if status.history.isEmpty { print("\(app): no transitions recorded") }
+            if status.history.isEmpty { print("\(target.app): no transitions recorded") }
             for event in status.history {
                 let from = event.from?.description ?? "none", to = event.to?.description ?? "none"
                 print("\(RFC3339.string(from: event.at)) \(event.event.rawValue) \(from) -> \(to): \(event.reason)")

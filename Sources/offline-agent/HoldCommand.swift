@@ -9,14 +9,13 @@ struct HoldCommand: AsyncParsableCommand {
         discussion: "Exit status: 0 held; 1 the app has no installed version; 64 usage."
     )
 
-    @Option(help: "The agent's root directory.") var root: String
-    @Option(help: "The app to hold.") var app: String
+    @OptionGroup var target: AppTarget
 
     func run() async throws {
         try await reportingFailures {
-            let agent = Agent(root: try ExistingRoot.url(root))
-            try await agent.hold(app: app)
-            print("\(app): held at \(await agent.lifecycle(app: app).version?.description ?? "none")")
+            let agent = try target.agent()
+            try await agent.hold(app: target.app)
+            print("\(target.app): held at \(await agent.lifecycle(app: target.app).version?.description ?? "none")")
         }
     }
 }

@@ -15,13 +15,12 @@ struct MarkBadCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The agent's root directory.") var root: String
-    @Option(help: "The app whose active version fails.") var app: String
+    @OptionGroup var target: AppTarget
     @Option(help: "Why, for the history.") var reason: String = "reported failing"
 
     func run() async throws {
         try await reportingFailures {
-            let transition = try await Agent(root: try ExistingRoot.url(root)).markBad(app: app, reason: reason)
+            let transition = try await target.agent().markBad(app: target.app, reason: reason)
             print(Self.line(transition))
         }
     }

@@ -12,13 +12,12 @@ struct MarkGoodCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The agent's root directory.") var root: String
-    @Option(help: "The app whose active version works.") var app: String
+    @OptionGroup var target: AppTarget
 
     func run() async throws {
         try await reportingFailures {
-            let version = try await Agent(root: try ExistingRoot.url(root)).markGood(app: app)
-            print("\(app): \(version) confirmed good")
+            let version = try await target.agent().markGood(app: target.app)
+            print("\(target.app): \(version) confirmed good")
         }
     }
 }

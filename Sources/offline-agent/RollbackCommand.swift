@@ -13,13 +13,12 @@ struct RollbackCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The agent's root directory.") var root: String
-    @Option(help: "The app to roll back.") var app: String
+    @OptionGroup var target: AppTarget
 
     func run() async throws {
         try await reportingFailures {
-            let (from, to) = try await Agent(root: try ExistingRoot.url(root)).rollback(app: app)
-            print("\(app): rolled back \(from) -> \(to); \(from) marked bad")
+            let (from, to) = try await target.agent().rollback(app: target.app)
+            print("\(target.app): rolled back \(from) -> \(to); \(from) marked bad")
         }
     }
 }

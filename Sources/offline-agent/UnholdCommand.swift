@@ -9,13 +9,12 @@ struct UnholdCommand: AsyncParsableCommand {
         discussion: "Exit status: 0 released; 1 the app has no installed version; 64 usage."
     )
 
-    @Option(help: "The agent's root directory.") var root: String
-    @Option(help: "The app to release.") var app: String
+    @OptionGroup var target: AppTarget
 
     func run() async throws {
         try await reportingFailures {
-            try await Agent(root: try ExistingRoot.url(root)).unhold(app: app)
-            print("\(app): not held")
+            try await target.agent().unhold(app: target.app)
+            print("\(target.app): not held")
         }
     }
 }
