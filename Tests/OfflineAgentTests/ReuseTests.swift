@@ -143,8 +143,10 @@ struct ReuseTests {
             return (refusal == .hostile ? .hostileArchive : .archiveCorrupt, ["/files/bad.zip"], bytes.count)
         case .patchAndFullMismatch:
             // Published wrong: the patch makes 1.1.0, the full file is 1.1.0, packageSha256 names other bytes.
-            h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0", ["packageSha256": PackageFixture.sha256(h.fixture.bytes("1.2.0"))]))
-            return (.hashMismatch, ["/files/1.0.0-1.1.0.bsdiff", "/files/1.1.0.zip"], 0)
+            let manifest = try h.patch(from: "1.0.0", to: "1.1.0", ["packageSha256": PackageFixture.sha256(h.fixture.bytes("1.2.0"))])
+            h.origin.setManifest(manifest)
+            // Both files arrive whole before they are refused.
+            return (.hashMismatch, ["/files/1.0.0-1.1.0.bsdiff", "/files/1.1.0.zip"], (manifest["size"] as! Int) + h.fixture.bytes("1.1.0").count)
         }
     }
 
@@ -152,10 +154,11 @@ struct ReuseTests {
     func refusedIsRemembered(_ refusal: Refusal) async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")
-        let (cause, paths, _) = try Self.offerRefused(refusal, h)
+        let (cause, paths, size) = try Self.offerRefused(refusal, h)
         let first = await h.sync()
         #expect(first.result == .failed)
         #expect(first.error?.cause == cause, "\(first.error?.description ?? "")")
+        #expect(first.bytesDownloaded == Int64(size), "a failed patch and a failed full are both counted")
         let before = Self.count(h, paths)
         #expect(before > 0)
 
