@@ -240,11 +240,13 @@ public actor Agent {
             report.result = .deferred
             return
         }
+        let counter = ByteCounter()
         let updater = Updater(
             store: store, app: app, manifest: manifest, manifestURL: manifestURL, installed: installed,
-            fetcher: fetcher, configuration: configuration, logger: logger, continuation: continuation)
+            fetcher: fetcher, configuration: configuration, logger: logger, continuation: continuation, counter: counter)
+        // A failed sync reports what it downloaded too (a partial file, a patch and a full).
+        defer { report.bytesDownloaded = counter.value }
         let outcome = try await updater.run()
-        report.bytesDownloaded = outcome.bytesDownloaded
         report.patchFallbackReason = outcome.patchFallbackReason
         report.via = outcome.installed.via
         report.version = outcome.installed.version

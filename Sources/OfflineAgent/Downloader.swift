@@ -25,6 +25,8 @@ struct DownloadTarget: Sendable, Equatable {
 struct Downloader: Sendable {
     let fetcher: HTTPFetcher
     let directory: String
+    /// Receives every body byte as it arrives, kept or not, so failures are counted too.
+    var counter: ByteCounter?
 
     /// Resume information kept beside a partial download.
     private struct PartialInfo: Codable {
@@ -126,6 +128,7 @@ struct Downloader: Sendable {
         let settings = fetcher.settings
         let url = target.url.absoluteString
         let prefixHash = seed
+        let counter = self.counter
         return try await withThrowingTaskGroup(of: (Int64, String)?.self) { group in
             group.addTask {
                 var hasher = prefixHash
@@ -134,6 +137,7 @@ struct Downloader: Sendable {
                     for try await chunk in response.body {
                         let allowed = target.size - written
                         let count = Int64(chunk.readableBytes)
+                        counter?.add(count)
                         try chunk.withUnsafeReadableBytes { raw in
                             let kept = UnsafeRawBufferPointer(rebasing: raw[0..<Int(min(count, allowed))])
                             try Self.writeAll(fd, kept.baseAddress!, kept.count, path: part)

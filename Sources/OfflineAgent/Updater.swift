@@ -14,6 +14,8 @@ struct Updater {
     let configuration: AgentConfiguration
     let logger: Logger
     let continuation: AsyncStream<ProgressEvent>.Continuation
+    /// Counts every package byte received, also by a sync that then fails.
+    var counter = ByteCounter()
 
     struct Outcome {
         var installed: InstalledVersion
@@ -21,32 +23,69 @@ struct Updater {
         var patchFallbackReason: String?
     }
 
-    private var downloader: Downloader { Downloader(fetcher: fetcher, directory: store.downloadsDirectory(app)) }
+    private var downloader: Downloader { Downloader(fetcher: fetcher, directory: store.downloadsDirectory(app), counter: counter) }
+
+    /// Where a verified package waits for its install: the downloader's name for a file
+    /// whose hash is `packageSha256`. A local failure (disk full, a kill) leaves it there
+    /// and the downloads GC keeps it while the manifest names it, so the next run installs it.
+    private var verifiedPath: String { "\(store.downloadsDirectory(app))/\(manifest.packageSha256)" }
 
     func run() async throws -> Outcome {
+        if let refused = RefusedPackages.load(store, app: app).match(manifest) {
+            throw OfflineAgentError(
+                refused.phase,
+                "package \(manifest.packageSha256) was refused before (\(refused.cause.rawValue): \(refused.reason)); not downloaded again until the manifest offers other bytes",
+                cause: refused.cause)
+        }
         try checkDeclaredSizes()
-        var downloaded: Int64 = 0
+        if let kept = try reusablePackage() {
+            let record = try install(kept, via: manifest.isPatch ? .patch : .full)
+            return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
+        }
         var fallbackReason: String?
+        var patchHashMismatch = false
         if manifest.isPatch {
             do {
-                let package = try await viaPatch(downloaded: &downloaded)
+                let package = try await viaPatch()
                 let record = try install(package, via: .patch)
-                return Outcome(installed: record, bytesDownloaded: downloaded, patchFallbackReason: nil)
+                return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
             } catch let error as OfflineAgentError where error.code == .patch || error.code == .download {
                 // Corrupt bytes, a wrong base, a 404: the full package still gets us there.
                 // Reported in SyncReport.patchFallbackReason (and the CLI's line); a log only with --verbose.
                 logger.notice("\(app): patch unusable (\(error)); falling back to the full package")
                 fallbackReason = error.description
+                patchHashMismatch = error.code == .patch && error.cause == .hashMismatch
             }
         }
-        let package = try await viaFull(downloaded: &downloaded)
+        let package: String
+        do {
+            package = try await viaFull()
+        } catch let error as OfflineAgentError where patchHashMismatch && error.cause == .hashMismatch {
+            // Both ways to these bytes fail their hash: what is published is wrong, not the transfer.
+            RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: true)
+            throw error
+        }
         let record = try install(package, via: .full)
-        return Outcome(installed: record, bytesDownloaded: downloaded, patchFallbackReason: fallbackReason)
+        return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: fallbackReason)
+    }
+
+    /// The verified package a failed earlier run left in downloads/, hashed again
+    /// (the disk may have altered it); one that no longer matches is deleted.
+    private func reusablePackage() throws -> String? {
+        let path = verifiedPath
+        guard let size = FileSystem.fileSize(path) else { return nil }
+        guard (try? FileHasher.sha256(of: path)) == manifest.packageSha256 else {
+            logger.notice("\(app): kept package \(path) no longer matches packageSha256; downloading again")
+            FileSystem.remove(path)
+            return nil
+        }
+        try checkDiskSpace(needed: size)
+        return path
     }
 
     // MARK: - Patch
 
-    private func viaPatch(downloaded: inout Int64) async throws -> String {
+    private func viaPatch() async throws -> String {
         guard let installed, let base = manifest.baseVersion, base == installed.version else {
             throw OfflineAgentError(.patch, "patch is from \(manifest.baseVersion?.description ?? "?"), installed is \(installed?.version.description ?? "nothing")")
         }
@@ -58,7 +97,7 @@ struct Updater {
         let packageEstimate = max(oldSize, manifest.compression == .none ? manifest.fullSize ?? 0 : 0)
         try checkDiskSpace(needed: try Self.sum(manifest.size, try Self.product(packageEstimate, 2)))
         let target = try self.target(url: manifest.url, size: manifest.size, sha256: manifest.sha256)
-        let patch = try await download(target, downloaded: &downloaded)
+        let patch = try await download(target)
         continuation.yield(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
         let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
         let expected: Int64? = manifest.compression == .none ? manifest.fullSize : nil
@@ -83,12 +122,12 @@ struct Updater {
             FileSystem.remove(output)
             throw OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
         }
-        return output
+        return try keepVerified(output)
     }
 
     // MARK: - Full
 
-    private func viaFull(downloaded: inout Int64) async throws -> String {
+    private func viaFull() async throws -> String {
         let (url, size, sha256) = manifest.isPatch
             ? (manifest.fullUrl ?? "", manifest.fullSize ?? 0, manifest.fullSha256)
             : (manifest.url, manifest.size, manifest.sha256)
@@ -100,7 +139,7 @@ struct Updater {
         try checkDiskSpace(needed: try Self.sum(size, compressed ? packageEstimate : 0, packageEstimate))
         // An uncompressed package is the file itself: without its own hash, packageSha256 checks it.
         let fileHash = sha256 ?? (compressed ? nil : manifest.packageSha256)
-        let file = try await download(try target(url: url, size: size, sha256: fileHash), downloaded: &downloaded)
+        let file = try await download(try target(url: url, size: size, sha256: fileHash))
         if !compressed, fileHash == manifest.packageSha256 { return file }  // already verified while streaming
         return try unpackIfNeeded(file)
     }
@@ -121,7 +160,7 @@ struct Updater {
             FileSystem.remove(output)
             throw OfflineAgentError(.download, "decompressed package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
         }
-        return output
+        return try keepVerified(output)
     }
 
     // MARK: - Shared steps
@@ -138,14 +177,24 @@ struct Updater {
         return DownloadTarget(url: resolved, size: size, sha256: sha256)
     }
 
-    private func download(_ target: DownloadTarget, downloaded: inout Int64) async throws -> String {
+    /// Gives a verified intermediate (`<packageSha256>.zip`) the name a failed install is reused under.
+    private func keepVerified(_ output: String) throws -> String {
+        do {
+            try FileSystem.renameDurably(output, to: verifiedPath)
+        } catch {
+            FileSystem.remove(output)
+            throw OfflineAgentError(.install, "cannot keep the verified package", cause: .io, path: verifiedPath, underlying: error as? POSIXFailure)
+        }
+        return verifiedPath
+    }
+
+    private func download(_ target: DownloadTarget) async throws -> String {
         let app = self.app
         let continuation = self.continuation
         continuation.yield(ProgressEvent(app: app, phase: .downloading, completed: 0, total: target.size))
-        let (path, transferred) = try await downloader.fetch(target) { done, total in
+        let (path, _) = try await downloader.fetch(target) { done, total in
             continuation.yield(ProgressEvent(app: app, phase: .downloading, completed: done, total: total))
         }
-        downloaded += transferred
         CrashPoint.afterDownload.hit()
         return path
     }
@@ -188,9 +237,16 @@ struct Updater {
 
     private func install(_ package: String, via: UpdateMethod) throws -> InstalledVersion {
         continuation.yield(ProgressEvent(app: app, phase: .extracting, completed: 0, total: 0))
-        let record = try store.install(
-            app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
-            limits: configuration.extractionLimits)
+        let record: InstalledVersion
+        do {
+            record = try store.install(
+                app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
+                limits: configuration.extractionLimits)
+        } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
+            // Verified bytes the extractor refuses are refused on every device and every run.
+            RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)
+            throw error
+        }
         continuation.yield(ProgressEvent(app: app, phase: .installing, completed: 1, total: 1))
         return record
     }
