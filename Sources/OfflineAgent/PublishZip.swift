@@ -14,6 +14,14 @@ enum PublishZip {
         var path: String
     }
 
+    /// A non-directory found under the source, before the rules have seen it.
+    private struct Found {
+        var name: String
+        var path: String
+        var type: PackageRules.EntryType
+        var size: Int64
+    }
+
     /// DOS date of 1980-01-01 (day 1, month 1, year 0), time 00:00:00: the earliest
     /// the format can express, and what `zip -X` users usually pin mtimes to.
     static let dosDate: UInt16 = (1 << 5) | 1
@@ -34,12 +42,6 @@ enum PublishZip {
     /// not pick up files from outside its source, and devices refuse links anyway.
     /// - Throws: `OfflineAgentError` (`.publish`) naming the first offending path.
     static func collect(source: String, limits: ExtractionLimits = ExtractionLimits()) throws -> [Entry] {
-        struct Found {
-            var name: String
-            var path: String
-            var type: PackageRules.EntryType
-            var size: Int64
-        }
         var found: [Found] = []
         func walk(_ dir: String, prefix: String) throws {
             let names: [String]
