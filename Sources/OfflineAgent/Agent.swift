@@ -208,7 +208,7 @@ public actor Agent {
         }
         if let installed {
             guard manifest.version >= installed.version else {
-                throw OfflineAgentError(.manifest, "manifest offers \(manifest.version), below installed \(installed.version) (downgrade refused)")
+                throw OfflineAgentError(.manifest, "manifest offers \(manifest.version), below installed \(installed.version) (downgrade refused)", cause: .downgrade)
             }
         }
         CrashPoint.afterManifest.hit()

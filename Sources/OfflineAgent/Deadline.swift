@@ -53,8 +53,16 @@ enum Deadline {
                 continuation.resume(with: early)
                 return
             }
+            let end = ContinuousClock.now + duration
             let worker = Task {
-                do { finish(.success(try await operation())) } catch { finish(.failure(error)) }
+                do {
+                    finish(.success(try await operation()))
+                } catch {
+                    // A transport torn down by a deadline of its own (AsyncHTTPClient's, set
+                    // to the same instant) may fail before the timer below runs: past the
+                    // deadline, the deadline is the reason.
+                    finish(.failure(ContinuousClock.now >= end ? expired() : error))
+                }
             }
             let timer = Task {
                 guard (try? await Task.sleep(for: duration)) != nil else { return }

@@ -68,7 +68,7 @@ struct HTTPFetcher: Sendable {
             if let cookie = cookies?.header(for: current) { request.headers.add(name: "Cookie", value: cookie) }
             let response: HTTPClientResponse
             do {
-                response = try await client.execute(request, deadline: deadline)
+                response = try await execute(request, deadline: deadline)
             } catch {
                 throw Self.failure(error, phase: phase, url: current)
             }
@@ -77,6 +77,23 @@ struct HTTPFetcher: Sendable {
             current = try Self.redirectTarget(from: current, location: response.headers.first(name: "Location"), phase: phase)
         }
         throw OfflineAgentError(phase, "more than \(settings.maxRedirects) redirects", path: url.absoluteString)
+    }
+
+    /// A GET sent on a pooled keep-alive connection that the server closed meanwhile
+    /// fails before any byte of an answer; like a browser, send it once more (on a new
+    /// connection). GET is idempotent, and a second failure is reported as it is.
+    private func execute(_ request: HTTPClientRequest, deadline: NIODeadline) async throws -> HTTPClientResponse {
+        do {
+            return try await client.execute(request, deadline: deadline)
+        } catch where Self.isStaleConnection(error) {
+            return try await client.execute(request, deadline: deadline)
+        }
+    }
+
+    static func isStaleConnection(_ error: any Error) -> Bool {
+        if let error = error as? ChannelError, error == .ioOnClosedChannel { return true }
+        if let error = error as? HTTPClientError, error == .remoteConnectionClosed { return true }
+        return false
     }
 
     /// Stores what a response sets, redirects included, and saves the jar when its

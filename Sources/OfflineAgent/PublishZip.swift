@@ -14,6 +14,14 @@ enum PublishZip {
         var path: String
     }
 
+    /// A non-directory found under the source, before the rules have seen it.
+    private struct Found {
+        var name: String
+        var path: String
+        var type: PackageRules.EntryType
+        var size: Int64
+    }
+
     /// DOS date of 1980-01-01 (day 1, month 1, year 0), time 00:00:00: the earliest
     /// the format can express, and what `zip -X` users usually pin mtimes to.
     static let dosDate: UInt16 = (1 << 5) | 1
@@ -27,10 +35,14 @@ enum PublishZip {
 
     /// The regular files under `source`, sorted by the bytes of their names.
     ///
+    /// The tree is checked with the rules the device's extractor applies
+    /// (`PackageRules` under `limits`, the size cap on the total of the file sizes)
+    /// before anything is written, so no device refuses what this publishes.
     /// Symlinks and special files are refused rather than followed: a package must
-    /// not pick up files from outside its source, and the agent refuses links anyway.
-    static func collect(source: String) throws -> [Entry] {
-        var entries: [Entry] = []
+    /// not pick up files from outside its source, and devices refuse links anyway.
+    /// - Throws: `OfflineAgentError` (`.publish`) naming the first offending path.
+    static func collect(source: String, limits: ExtractionLimits = ExtractionLimits()) throws -> [Entry] {
+        var found: [Found] = []
         func walk(_ dir: String, prefix: String) throws {
             let names: [String]
             do {
@@ -43,23 +55,34 @@ enum PublishZip {
                 let relative = prefix.isEmpty ? name : "\(prefix)/\(name)"
                 var st = stat()
                 guard lstat(path, &st) == 0 else { throw OfflineAgentError(.publish, "cannot read file", path: path, underlying: POSIXFailure("lstat")) }
-                switch st.st_mode & S_IFMT {
-                case S_IFDIR:
+                let type = PackageRules.EntryType(mode: st.st_mode) ?? .special
+                if type == .directory {
+                    // Only files become entries; their names carry the directories' rules.
                     try walk(path, prefix: relative)
-                case S_IFREG:
-                    // The agent's extractor refuses these names; refuse them here first.
-                    guard !name.contains("\\") else {
-                        throw OfflineAgentError(.publish, "file name holds a backslash, which packages may not contain", path: path)
-                    }
-                    entries.append(Entry(name: relative, path: path))
-                default:
-                    throw OfflineAgentError(.publish, "not a regular file or directory (symlinks are not packaged)", path: path)
+                } else {
+                    found.append(Found(name: relative, path: path, type: type, size: Int64(st.st_size)))
                 }
             }
         }
         try walk(source, prefix: "")
-        guard !entries.isEmpty else { throw OfflineAgentError(.publish, "source directory holds no files", path: source) }
-        return entries.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        guard !found.isEmpty else { throw OfflineAgentError(.publish, "source directory holds no files", path: source) }
+        // The zip's order, so the refusal named is the one a device would name first.
+        found.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+
+        var rules = PackageRules(limits: limits)
+        for file in found {
+            do {
+                try PackageRules.check(type: file.type, of: file.name, isDirectory: false)
+                _ = try rules.admit(file.name)
+                try rules.add(bytes: file.size)
+            } catch {
+                let named = error.reason.contains("'\(PackageRules.quoted(file.name))'")
+                throw OfflineAgentError(
+                    .publish, "devices would refuse this package: \(error.reason)\(named ? "" : " (at '\(PackageRules.quoted(file.name))')")",
+                    path: file.path)
+            }
+        }
+        return found.map { Entry(name: $0.name, path: $0.path) }
     }
 
     /// Writes a stored zip of `entries` (already sorted) to a new file at `path`.

@@ -40,12 +40,15 @@ public struct PublishOptions: Sendable {
     public var baseURL: String?
     /// How many previous versions get a patch to the new one.
     public var patchBaseCount: Int
+    /// The limits the source tree is checked against: the device's defaults, since a
+    /// package above them is one devices refuse (lowered by tests).
+    public var limits: ExtractionLimits
 
     public init(
         app: String, version: Version, sourceDirectory: String, publishDirectory: String,
         miniVersion: Version? = nil, whitelist: [String]? = nil, rollout: Int? = nil,
         networkType: Manifest.NetworkType? = nil, expires: Expiry = .keep, signingKey: SigningKey? = nil,
-        baseURL: String? = nil, patchBaseCount: Int = 3
+        baseURL: String? = nil, patchBaseCount: Int = 3, limits: ExtractionLimits = ExtractionLimits()
     ) {
         self.app = app
         self.version = version
@@ -59,6 +62,7 @@ public struct PublishOptions: Sendable {
         self.signingKey = signingKey
         self.baseURL = baseURL
         self.patchBaseCount = patchBaseCount
+        self.limits = limits
     }
 }
 
@@ -110,7 +114,8 @@ public enum Publisher {
                     .usage, "the kept expires \(kept) has already passed: no device would accept the manifest; give --expires with a later time or 'never'")
             }
         }
-        let entries = try PublishZip.collect(source: source)
+        // Before anything is written: a tree devices would refuse changes nothing.
+        let entries = try PublishZip.collect(source: source, limits: options.limits)
 
         // Stage on the publish directory's filesystem so moving in is a rename.
         let createdOut = try makeDirectories(out)

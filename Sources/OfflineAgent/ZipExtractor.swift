@@ -119,30 +119,23 @@ public enum ZipExtractor {
         let archive = try ZipArchive(path: archivePath)
         let count = archive.entryCount
         guard count >= 0 else { throw corrupt("cannot count entries", archivePath) }
-        guard count <= limits.maxEntries else {
-            throw hostile("\(count) entries exceed the limit of \(limits.maxEntries)", archivePath)
+        var rules = PackageRules(limits: limits)
+        do {
+            try rules.check(entryCount: Int(clamping: count))
+        } catch {
+            throw hostile(error.reason, archivePath)
         }
         var entries: [Entry] = []
         entries.reserveCapacity(Int(count))
-        var tree = EntryTree()
-        var total: Int64 = 0
         for index in 0..<count {
             let st = try archive.stat(index)
             guard let cName = st.name else { throw corrupt("entry \(index) has no name", archivePath) }
             let name = String(cString: cName)
-            let (components, isDirectory) = try validate(name: name, limits: limits, archivePath: archivePath)
-            let node: Int
+            let node: Int, isDirectory: Bool
             do {
-                node = try tree.add(components, isDirectory: isDirectory)
+                (node, isDirectory) = try rules.admit(name)
             } catch {
-                switch error {
-                case .duplicate:
-                    throw hostile("duplicate entry '\(quoted(name))'", archivePath)
-                case .caseOrNormalisation(let existing):
-                    throw hostile("duplicate entry '\(quoted(name))': differs from '\(quoted(existing))' only in case or Unicode normalisation", archivePath)
-                case .fileAndDirectory(let path):
-                    throw hostile("'\(quoted(path))' is both a file and a directory", archivePath)
-                }
+                throw hostile(error.reason, archivePath)
             }
 
             if st.valid & UInt64(ZIP_STAT_ENCRYPTION_METHOD) != 0, st.encryption_method != UInt16(ZIP_EM_NONE) {
@@ -160,69 +153,30 @@ public enum ZipExtractor {
             if isDirectory {
                 guard size == 0 else { throw hostile("directory entry '\(quoted(name))' has data", archivePath) }
             } else {
-                let (sum, overflow) = total.addingReportingOverflow(size)
-                guard !overflow, sum <= limits.maxTotalBytes else {
-                    throw hostile("entries expand past the limit of \(limits.maxTotalBytes) bytes", archivePath)
-                }
-                total = sum
+                do { try rules.add(bytes: size) } catch { throw hostile(error.reason, archivePath) }
             }
-            entries.append(Entry(index: index, node: node, directory: isDirectory ? node : tree.nodes[node].parent,
+            entries.append(Entry(index: index, node: node, directory: isDirectory ? node : rules.tree.nodes[node].parent,
                                  isDirectory: isDirectory, size: size, mode: mode))
         }
-        return (entries, tree)
-    }
-
-    /// Splits an entry name into safe components, or throws why it is unsafe.
-    ///
-    /// The length limits are checked first, on bytes, so an absurd name costs no more
-    /// than reading it once.
-    static func validate(name: String, limits: ExtractionLimits, archivePath: String) throws -> (components: [String], isDirectory: Bool) {
-        guard !name.isEmpty else { throw hostile("empty entry name", archivePath) }
-        let bytes = name.utf8.count
-        guard bytes <= limits.maxNameBytes else {
-            throw hostile("entry name '\(quoted(name))' is \(bytes) bytes long, above the limit of \(limits.maxNameBytes)", archivePath)
-        }
-        guard !name.contains("\0") else { throw hostile("entry name contains NUL", archivePath) }
-        guard !name.contains("\\") else { throw hostile("entry name '\(quoted(name))' contains a backslash", archivePath) }
-        guard !name.hasPrefix("/") else { throw hostile("absolute entry name '\(quoted(name))'", archivePath) }
-        let isDirectory = name.hasSuffix("/")
-        let components = (isDirectory ? String(name.dropLast()) : name)
-            .split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard components.count <= limits.maxDepth else {
-            throw hostile("entry name '\(quoted(name))' is \(components.count) levels deep, above the limit of \(limits.maxDepth)", archivePath)
-        }
-        for component in components {
-            if component.isEmpty { throw hostile("entry name '\(quoted(name))' has an empty component", archivePath) }
-            if component == ".." { throw hostile("entry name '\(quoted(name))' contains '..'", archivePath) }
-            if component == "." { throw hostile("entry name '\(quoted(name))' contains '.'", archivePath) }
-            guard component.utf8.count <= limits.maxComponentBytes else {
-                throw hostile("entry name '\(quoted(name))' has a component of \(component.utf8.count) bytes, above the limit of \(limits.maxComponentBytes)", archivePath)
-            }
-        }
-        return (components, isDirectory)
+        return (entries, rules.tree)
     }
 
     /// A name short enough for a one-line reason: long ones keep their start and end.
-    static func quoted(_ name: String) -> String {
-        guard name.utf8.count > 160 else { return name }
-        return "\(name.prefix(80))…\(name.suffix(40))"
-    }
+    static func quoted(_ name: String) -> String { PackageRules.quoted(name) }
 
     /// The permission bits to create an entry with: only regular files and directories
-    /// are accepted, and setuid/setgid/sticky bits are never kept.
+    /// are accepted (the package rules), and setuid/setgid/sticky bits are never kept.
     private static func fileMode(archive: ZipArchive, index: Int64, name: String, isDirectory: Bool) throws -> mode_t {
         let (opsys, attributes) = try archive.externalAttributes(index)
         var executable = false
         if opsys == UInt8(ZIP_OPSYS_UNIX) {
             let mode = mode_t(attributes >> 16)
-            switch mode & S_IFMT {
-            case 0: break
-            case S_IFREG:
-                guard !isDirectory else { throw hostile("entry '\(quoted(name))' is a file named like a directory", archive.path) }
-            case S_IFDIR:
-                guard isDirectory else { throw hostile("entry '\(quoted(name))' is a directory named like a file", archive.path) }
-            case S_IFLNK: throw hostile("entry '\(quoted(name))' is a symbolic link", archive.path)
-            default: throw hostile("entry '\(quoted(name))' is a device, fifo or socket", archive.path)
+            if let type = PackageRules.EntryType(mode: mode) {
+                do {
+                    try PackageRules.check(type: type, of: name, isDirectory: isDirectory)
+                } catch {
+                    throw hostile(error.reason, archive.path)
+                }
             }
             executable = mode & 0o111 != 0
         }

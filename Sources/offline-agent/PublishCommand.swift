@@ -16,8 +16,13 @@ struct PublishCommand: AsyncParsableCommand {
             Settings not given (mini version, whitelist, rollout, network type, expiry) keep their \
             previous values; a first publish defaults to: mini version = VERSION, empty whitelist, \
             rollout 100, network type any, no expiry. VERSION must be greater than the latest, and an \
-            expiry that has already passed (given or kept) is refused: no device would accept it. \
-            Nothing in OUT changes unless the whole publish succeeds.
+            expiry that has already passed (given or kept) is refused: no device would accept it.
+
+            The source tree is checked first with the rules devices apply to packages (no names \
+            differing only in case or Unicode normalisation, no links or special files, no backslashes, \
+            names within 1024 bytes, components within 255 bytes, at most 64 levels, 100 000 files and \
+            1 GiB); a refusal names the offending path. Nothing in OUT changes unless the whole \
+            publish succeeds.
             """
     )
 

@@ -109,6 +109,7 @@ struct SyncTests {
     struct Rejection: CustomTestStringConvertible, Sendable {
         var label: String
         var reason: String
+        var cause: OfflineAgentError.Cause = .manifestInvalid
         var body: @Sendable (SyncHarness) throws -> [UInt8]
         var testDescription: String { label }
     }
@@ -127,19 +128,19 @@ struct SyncTests {
             return json(object)
         },
         Rejection(label: "miniVersion above version", reason: "miniVersion") { json($0.full("1.1.0", ["miniVersion": "2.0"])) },
-        Rejection(label: "expired", reason: "expired") { json($0.full("1.1.0", ["expires": "2020-01-01T00:00:00Z"])) },
-        Rejection(label: "downgrade", reason: "downgrade") { json($0.full("1.1.0", ["version": "0.9.0", "miniVersion": "0.9.0"])) },
-        Rejection(label: "other app", reason: "not 'mall'") { json($0.full("1.1.0", ["app": "shop"])) },
+        Rejection(label: "expired", reason: "expired", cause: .expired) { json($0.full("1.1.0", ["expires": "2020-01-01T00:00:00Z"])) },
+        Rejection(label: "downgrade", reason: "downgrade", cause: .downgrade) { json($0.full("1.1.0", ["version": "0.9.0", "miniVersion": "0.9.0"])) },
+        Rejection(label: "other app", reason: "not 'mall'", cause: .wrongApp) { json($0.full("1.1.0", ["app": "shop"])) },
         Rejection(label: "same version, other package", reason: "different package") {
             json($0.full("1.0.0", ["packageSha256": String(repeating: "a", count: 64), "sha256": String(repeating: "a", count: 64)]))
         },
         Rejection(label: "invalid JSON", reason: "invalid") { _ in Array("{\"app\": \"mall\", ".utf8) },
-        Rejection(label: "oversize manifest", reason: "exceeds") {
+        Rejection(label: "oversize manifest", reason: "exceeds", cause: .tooLarge) {
             json($0.full("1.1.0", ["padding": String(repeating: "x", count: 1 << 20)]))
         },
         Rejection(label: "bad sha256", reason: "sha256") { json($0.full("1.1.0", ["sha256": "XYZ"])) },
         Rejection(label: "rollout out of range", reason: "rollout") { json($0.full("1.1.0", ["rollout": 101])) },
-        Rejection(label: "size above the cap", reason: "exceeds the cap") { json($0.full("1.1.0", ["size": 2 << 30])) },
+        Rejection(label: "size above the cap", reason: "exceeds the cap", cause: .tooLarge) { json($0.full("1.1.0", ["size": 2 << 30])) },
     ]
 
     @Test("bad manifests are rejected before any download", arguments: rejections)
@@ -150,6 +151,7 @@ struct SyncTests {
         let report = await h.sync()
         #expect(report.result == .failed)
         #expect(report.error?.reason.contains(rejection.reason) == true, "reason: \(report.error?.description ?? "none")")
+        #expect(report.error?.cause == rejection.cause, "cause: \(report.error?.description ?? "none")")
         #expect(h.origin.requests.filter { $0.path.hasPrefix("/files/") }.count == 1, "only the setup download")
         #expect(h.activeMatches("1.0.0"))
     }
