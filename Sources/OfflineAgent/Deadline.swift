@@ -59,9 +59,9 @@ enum Deadline {
                     finish(.success(try await operation()))
                 } catch {
                     // A transport torn down by a deadline of its own (AsyncHTTPClient's, set
-                    // to the same instant) may fail before the timer below runs: past the
-                    // deadline, the deadline is the reason.
-                    finish(.failure(ContinuousClock.now >= end ? expired() : error))
+                    // to the same instant) may fail as a network error before the timer below
+                    // runs: past the deadline, such a failure is the deadline's.
+                    finish(.failure(ContinuousClock.now >= end && Self.isTransport(error) ? expired() : error))
                 }
             }
             let timer = Task {
@@ -73,6 +73,11 @@ enum Deadline {
                 return state.finished
             }
             if tooLate { worker.cancel(); timer.cancel() }
+        }
+
+        private static func isTransport(_ error: any Error) -> Bool {
+            guard let error = error as? OfflineAgentError else { return true }
+            return error.cause == .network
         }
 
         func finish(_ result: Result<T, any Error>) {

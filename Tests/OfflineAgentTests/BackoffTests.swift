@@ -93,7 +93,7 @@ struct BackoffTests {
         let h = try SyncHarness()
         h.origin.setManifestReply { _ in .status(500) }
         #expect(await h.sync(force: false).result == .failed)
-        let result = try CLI.run(["status", "--root", h.root.path])
+        let result = try await CLI.run(["status", "--root", h.root.path])
         #expect(result.stdout.contains("next check: "), "\(result.stdout)")
         #expect(result.stdout.contains("(1 failed checks in a row)"), "\(result.stdout)")
     }

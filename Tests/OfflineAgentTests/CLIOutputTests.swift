@@ -48,7 +48,7 @@ struct CLIOutputTests {
         let h = try SyncHarness()
         let url = try await failure.setUp(h)
         let sync = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", url, "--force"]
-        let quiet = try CLI.run(sync)
+        let quiet = try await CLI.run(sync)
         #expect(quiet.status == 1)
         #expect(quiet.stdout.isEmpty)
         let lines = Self.lines(quiet.stderr)
@@ -56,7 +56,7 @@ struct CLIOutputTests {
         #expect(lines.first?.hasPrefix("mall: failed: ") == true, "\(quiet.stderr)")
         #expect(lines.first?.contains(failure.reason) == true, "\(quiet.stderr)")
 
-        let verbose = try CLI.run(sync + ["--verbose"])
+        let verbose = try await CLI.run(sync + ["--verbose"])
         #expect(verbose.status == 1)
         let verboseLines = Self.lines(verbose.stderr)
         #expect(verboseLines.count > 1, "\(verbose.stderr)")
@@ -66,10 +66,10 @@ struct CLIOutputTests {
     }
 
     @Test("--json on failure: one object on stdout, nothing on stderr")
-    func jsonFailure() throws {
+    func jsonFailure() async throws {
         let h = try SyncHarness()
         let port = try TrickleServer.deadPort()
-        let result = try CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", "http://127.0.0.1:\(port)/m", "--json"])
+        let result = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", "http://127.0.0.1:\(port)/m", "--json"])
         #expect(result.status == 1)
         #expect(result.stderr.isEmpty, "\(result.stderr)")
         #expect(Self.lines(result.stdout).count == 1)
@@ -79,13 +79,13 @@ struct CLIOutputTests {
     }
 
     @Test("a busy root exits 75 with one plain line, not an error log")
-    func busy() throws {
+    func busy() async throws {
         let h = try SyncHarness()
         h.origin.setManifest(h.full("1.0.0"))
         try FileManager.default.createDirectory(atPath: h.root.path, withIntermediateDirectories: true)
         let held = try RootLock(root: h.root.path)
         defer { withExtendedLifetime(held) {} }
-        let result = try CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"])
+        let result = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"])
         #expect(result.status == 75)
         let lines = Self.lines(result.stderr)
         #expect(lines.count == 1, "\(result.stderr)")
@@ -95,7 +95,7 @@ struct CLIOutputTests {
     }
 
     @Test("sync --config checks its apps 4 at a time; lines keep the file's order")
-    func configConcurrency() throws {
+    func configConcurrency() async throws {
         // Each manifest request is held until four connections are open together (or 5 s pass).
         let server = try TrickleServer { target in
             if target.contains("app=ok") { return [.send(TrickleServer.head(500, length: 0))] }
@@ -110,7 +110,7 @@ struct CLIOutputTests {
         ]
         let file = root.file("agent.json")
         try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
-        let result = try CLI.run(["sync", "--config", file, "--force"])
+        let result = try await CLI.run(["sync", "--config", file, "--force"])
         #expect(result.status == 1, "\(result.stderr)")
         let lines = Self.lines(result.stderr)
         #expect(lines.map { String($0.prefix { $0 != ":" }) } == apps, "\(result.stderr)")

@@ -40,12 +40,12 @@ struct ConfigFileTests {
     ]
 
     @Test("a bad config is one usage line naming the key path", arguments: bad)
-    func rejected(_ bad: Bad) throws {
+    func rejected(_ bad: Bad) async throws {
         let dir = TemporaryDirectory("config")
         let file = dir.file("agent.json")
         try bad.json.write(toFile: file, atomically: true, encoding: .utf8)
         for command in [["sync", "--config", file], ["check-config", file]] {
-            let result = try CLI.run(command)
+            let result = try await CLI.run(command)
             #expect(result.status == 64, "\(command[0]): \(result.stderr)")
             let lines = result.stderr.split(separator: "\n")
             #expect(lines.count == 1, "\(command[0]): \(result.stderr)")
@@ -55,7 +55,7 @@ struct ConfigFileTests {
     }
 
     @Test("check-config prints each app's manifest, key fingerprints or unsigned, profile and network")
-    func checkConfig() throws {
+    func checkConfig() async throws {
         let key = Curve25519.Signing.PrivateKey().publicKey.rawRepresentation
         let fingerprint = "SHA256:" + SHA256.hash(data: key).prefix(8).map { String(format: "%02x", $0) }.joined()
         let dir = TemporaryDirectory("config")
@@ -68,7 +68,7 @@ struct ConfigFileTests {
             ],
         ]
         try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
-        let result = try CLI.run(["check-config", file])
+        let result = try await CLI.run(["check-config", file])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout.contains("mall: manifest http://127.0.0.1:9/m\n  keys: \(fingerprint)\n  profile: default\n  network: metered"), "\(result.stdout)")
         // An empty list of its own names no key: the top-level keys apply.

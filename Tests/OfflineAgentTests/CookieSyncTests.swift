@@ -37,21 +37,21 @@ struct CookieSyncTests {
         }
     }
 
-    static func sync(_ h: SyncHarness, login: String? = nil, profile: String? = nil) throws -> CLI.Result {
+    static func sync(_ h: SyncHarness, login: String? = nil, profile: String? = nil) async throws -> CLI.Result {
         var manifest = h.origin.manifestURL.absoluteString
         if let login { manifest += "?login=\(login)" }
         var arguments = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", manifest, "--force", "--json"]
         if let profile { arguments += ["--profile", profile] }
-        return try CLI.run(arguments)
+        return try await CLI.run(arguments)
     }
 
     static func manifestRequests(_ h: SyncHarness) -> [ScriptedServer.Request] { h.origin.requests(for: "/manifest") }
 
     @Test("persistent cookies survive the process, session cookies do not; files are 0600")
-    func persistence() throws {
+    func persistence() async throws {
         let h = try SyncHarness()
         Self.loginOrigin(h)
-        let first = try Self.sync(h, login: "alice")
+        let first = try await Self.sync(h, login: "alice")
         #expect(first.status == 0, "\(first.stderr)")
         #expect(CLI.json(first.stdout)?["result"] as? String == "updated")
         // Within one run the session cookie is carried: the package needed both.
@@ -67,27 +67,27 @@ struct CookieSyncTests {
         #expect(saved.contains("\"user\"") && !saved.contains("\"sid\""))
 
         // A new process: the persistent cookie comes back, the session cookie is gone.
-        let second = try Self.sync(h)
+        let second = try await Self.sync(h)
         #expect(second.status == 0, "\(second.stderr)")
         let request = try #require(Self.manifestRequests(h).last)
         #expect(Self.cookies(request) == ["user": "alice"])
     }
 
     @Test("profiles never see each other's cookies")
-    func isolation() throws {
+    func isolation() async throws {
         let h = try SyncHarness()
         Self.loginOrigin(h)
-        #expect(try Self.sync(h, login: "alice", profile: "alice").status == 0)
-        #expect(try Self.sync(h, login: "bob", profile: "bob").status == 0)
-        #expect(try Self.sync(h, profile: "alice").status == 0)
+        #expect(try await Self.sync(h, login: "alice", profile: "alice").status == 0)
+        #expect(try await Self.sync(h, login: "bob", profile: "bob").status == 0)
+        #expect(try await Self.sync(h, profile: "alice").status == 0)
         #expect(Self.cookies(try #require(Self.manifestRequests(h).last)) == ["user": "alice"])
-        #expect(try Self.sync(h, profile: "bob").status == 0)
+        #expect(try await Self.sync(h, profile: "bob").status == 0)
         #expect(Self.cookies(try #require(Self.manifestRequests(h).last)) == ["user": "bob"])
         // A profile nobody logged in with carries nothing.
-        #expect(try Self.sync(h, profile: "carol").status == 0)
+        #expect(try await Self.sync(h, profile: "carol").status == 0)
         #expect(Self.manifestRequests(h).last?.header("Cookie") == nil)
 
-        let listed = try CLI.run(["cookies", "--root", h.root.path, "--profile", "alice", "--json"])
+        let listed = try await CLI.run(["cookies", "--root", h.root.path, "--profile", "alice", "--json"])
         #expect(listed.status == 0, "\(listed.stderr)")
         let cookies = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
         #expect(cookies.count == 1)
@@ -97,12 +97,12 @@ struct CookieSyncTests {
         // Values are masked: listing a jar must not print credentials.
         #expect(!listed.stdout.contains("alice"))
         #expect(cookies.first?["value"] as? String == "***** (5 bytes)")
-        let text = try CLI.run(["cookies", "--root", h.root.path, "--profile", "bob"])
+        let text = try await CLI.run(["cookies", "--root", h.root.path, "--profile", "bob"])
         #expect(text.status == 0 && text.stdout.contains("127.0.0.1/ user=*** (3 bytes)") && !text.stdout.contains("bob"), "\(text.stdout)")
     }
 
     @Test("a server expires a cookie with a past date: it is neither sent nor kept")
-    func expiry() throws {
+    func expiry() async throws {
         let h = try SyncHarness()
         let manifest = try JSONSerialization.data(withJSONObject: h.full("1.0.0"), options: [.sortedKeys])
         // First visit: two cookies. Next: the token is revoked. After that: nothing new.
@@ -113,10 +113,10 @@ struct CookieSyncTests {
                 : sent["token"] != nil ? [("Set-Cookie", "token=gone; Expires=Thu, 01 Jan 1970 00:00:00 GMT")] : []
             return .ok([UInt8](manifest), headers: headers)
         }
-        #expect(try Self.sync(h).status == 0)
-        #expect(try Self.sync(h).status == 0)
+        #expect(try await Self.sync(h).status == 0)
+        #expect(try await Self.sync(h).status == 0)
         #expect(Self.cookies(Self.manifestRequests(h)[1]) == ["token": "t1", "keep": "1"])
-        #expect(try Self.sync(h).status == 0)
+        #expect(try await Self.sync(h).status == 0)
         #expect(Self.cookies(Self.manifestRequests(h)[2]) == ["keep": "1"])
         let saved = try String(contentsOfFile: h.root.file("profiles/default/cookies.json"), encoding: .utf8)
         #expect(!saved.contains("token"))
@@ -143,17 +143,17 @@ struct CookieSyncTests {
     }
 
     @Test("a corrupt jar is set aside with a warning and the sync goes on")
-    func corruptJar() throws {
+    func corruptJar() async throws {
         let h = try SyncHarness()
         Self.loginOrigin(h)
         try FileManager.default.createDirectory(atPath: h.root.file("profiles/default"), withIntermediateDirectories: true)
         let jar = h.root.file("profiles/default/cookies.json")
         try Data("{\"format\": 1, \"cookies\": [{\"name\": ".utf8).write(to: URL(fileURLWithPath: jar))
 
-        let listed = try CLI.run(["cookies", "--root", h.root.path])
+        let listed = try await CLI.run(["cookies", "--root", h.root.path])
         #expect(listed.status == 1 && listed.stderr.contains("not a cookie jar"), "\(listed.stderr)")
 
-        let result = try Self.sync(h, login: "alice")
+        let result = try await Self.sync(h, login: "alice")
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stderr.contains("unreadable cookie jar moved to"), "\(result.stderr)")
         let aside = try FileManager.default.contentsOfDirectory(atPath: h.root.file("profiles/default"))
@@ -163,47 +163,47 @@ struct CookieSyncTests {
     }
 
     @Test("cookies --clear empties one profile; bad profile names are usage errors")
-    func clear() throws {
+    func clear() async throws {
         let h = try SyncHarness()
         Self.loginOrigin(h)
-        #expect(try Self.sync(h, login: "alice").status == 0)
-        #expect(try Self.sync(h, login: "bob", profile: "bob").status == 0)
-        let cleared = try CLI.run(["cookies", "--root", h.root.path, "--clear"])
+        #expect(try await Self.sync(h, login: "alice").status == 0)
+        #expect(try await Self.sync(h, login: "bob", profile: "bob").status == 0)
+        let cleared = try await CLI.run(["cookies", "--root", h.root.path, "--clear"])
         #expect(cleared.status == 0, "\(cleared.stderr)")
         #expect(try CookieProfile(root: h.root.path).read().isEmpty)
         #expect(try CookieProfile(root: h.root.path, name: "bob").read().count == 1)
-        #expect(try CLI.run(["cookies", "--root", h.root.path]).stdout.contains("no cookies in profile 'default'"))
-        #expect(try Self.sync(h).status == 0)
+        #expect(try await CLI.run(["cookies", "--root", h.root.path]).stdout.contains("no cookies in profile 'default'"))
+        #expect(try await Self.sync(h).status == 0)
         #expect(Self.manifestRequests(h).last?.header("Cookie") == nil)
 
         for arguments in [["cookies", "--root", h.root.path, "--profile", "../x"], ["sync", "--root", h.root.path, "--app", "mall",
                           "--manifest", h.origin.manifestURL.absoluteString, "--force", "--profile", ".."]] {
-            let refused = try CLI.run(arguments)
+            let refused = try await CLI.run(arguments)
             #expect(refused.status == 64 && refused.stderr.contains("invalid profile name"), "\(refused.stderr)")
         }
     }
 
     @Test("a jar that cannot be written costs a warning, not the sync; --clear waits for no sync")
-    func unwritableAndBusy() throws {
+    func unwritableAndBusy() async throws {
         let h = try SyncHarness()
         Self.loginOrigin(h)
         // The profile's directory cannot be made: a file stands where it should be.
         try FileManager.default.createDirectory(atPath: h.root.file("profiles"), withIntermediateDirectories: true)
         try Data("not a directory".utf8).write(to: URL(fileURLWithPath: h.root.file("profiles/default")))
-        let result = try Self.sync(h, login: "alice")
+        let result = try await Self.sync(h, login: "alice")
         #expect(result.status == 0, "\(result.stderr)")
         #expect(CLI.json(result.stdout)?["result"] as? String == "updated")
         #expect(result.stderr.contains("cookies not saved: install: cannot write cookie jar"), "\(result.stderr)")
 
         // While a sync holds the root's lock, clearing a jar would race it: busy, 75.
         let lock = try RootLock(root: h.root.path)
-        let busy = try CLI.run(["cookies", "--root", h.root.path, "--profile", "bob", "--clear"])
+        let busy = try await CLI.run(["cookies", "--root", h.root.path, "--profile", "bob", "--clear"])
         #expect(busy.status == 75, "\(busy.stderr)")
         withExtendedLifetime(lock) {}
     }
 
     @Test("sync --config: an app's profile wins over the file's, which wins over --profile")
-    func configProfiles() throws {
+    func configProfiles() async throws {
         let h = try SyncHarness()
         Self.loginOrigin(h)
         let manifest = h.origin.manifestURL.absoluteString + "?login=dave"
@@ -214,9 +214,9 @@ struct CookieSyncTests {
             return path
         }
         let top = try write(["root": h.root.path, "allowUnsigned": true, "profile": "team", "apps": [["app": "mall", "manifest": manifest]]])
-        #expect(try CLI.run(["sync", "--config", top, "--force", "--profile", "ignored"]).status == 0)
+        #expect(try await CLI.run(["sync", "--config", top, "--force", "--profile", "ignored"]).status == 0)
         let own = try write(["root": h.root.path, "allowUnsigned": true, "profile": "team", "apps": [["app": "mall", "manifest": manifest, "profile": "dave"]]])
-        #expect(try CLI.run(["sync", "--config", own, "--force"]).status == 0)
+        #expect(try await CLI.run(["sync", "--config", own, "--force"]).status == 0)
         #expect(CookieProfile.names(root: h.root.path) == ["dave", "team"])
     }
 

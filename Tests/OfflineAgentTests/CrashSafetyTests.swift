@@ -15,7 +15,7 @@ struct CrashSafetyTests {
         try await h.install("1.0.0")
         h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
         let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
-        let crashed = try CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
+        let crashed = try await CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
         #expect(crashed.signaled && crashed.status == SIGKILL, "the process should die at \(point): \(crashed.stderr)")
         #expect(h.activeMatches("1.0.0") || h.activeMatches("1.1.0"), "active version is whole after a crash at \(point)")
         // Readers see a whole version the whole time.
@@ -23,7 +23,7 @@ struct CrashSafetyTests {
         let whole = index == h.expected("1.0.0", "index.html") || index == h.expected("1.1.0", "index.html")
         #expect(whole)
 
-        let next = try CLI.run(args)
+        let next = try await CLI.run(args)
         #expect(next.status == 0, "\(next.stderr)")
         let json = try #require(CLI.json(next.stdout))
         #expect(json["version"] as? String == "1.1.0")
@@ -46,11 +46,11 @@ struct CrashSafetyTests {
             let running = try CLI.start(args)
             usleep(UInt32(Double.random(in: 0.05...0.6, using: &generator) * 1_000_000))
             kill(running.process.processIdentifier, SIGKILL)
-            _ = CLI.finish(running)
+            _ = await CLI.finish(running)
             #expect(h.activeMatches("1.0.0") || h.activeMatches("1.3.0"))
         }
         h.origin.clearOverrides()
-        let last = try CLI.run(args)
+        let last = try await CLI.run(args)
         #expect(last.status == 0, "\(last.stderr)")
         #expect(h.activeMatches("1.3.0"))
     }
@@ -65,10 +65,10 @@ struct CrashSafetyTests {
         let first = try CLI.start(args)
         // Wait until the first one is downloading (it holds the lock by then).
         h.origin.waitForRequest("/files/1.0.0.zip")
-        let second = try CLI.run(args)
+        let second = try await CLI.run(args)
         #expect(second.status == 75, "\(second.stderr)")
         #expect(CLI.json(second.stdout)?["result"] as? String == "failed")
-        let done = CLI.finish(first)
+        let done = await CLI.finish(first)
         #expect(done.status == 0, "\(done.stderr)")
         #expect(h.activeMatches("1.0.0"))
     }

@@ -123,12 +123,12 @@ struct DownloadsGCTests {
         #expect(status.diskUsage.versions > extracted, "the version's files and its record")
         #expect(status.diskUsage.total >= status.diskUsage.versions + status.diskUsage.packages + downloads)
 
-        let json = try CLI.run(["status", "--root", h.root.path, "--app", "mall", "--json"])
+        let json = try await CLI.run(["status", "--root", h.root.path, "--app", "mall", "--json"])
         #expect(json.status == 0, "\(json.stderr)")
         let disk = try #require(CLI.json(json.stdout)?["diskBytes"] as? [String: Any])
         #expect((disk["downloads"] as? NSNumber)?.int64Value == downloads)
         #expect((disk["total"] as? NSNumber)?.int64Value == status.diskUsage.total)
-        let text = try CLI.run(["status", "--root", h.root.path])
+        let text = try await CLI.run(["status", "--root", h.root.path])
         #expect(text.stdout.contains("disk: \(status.diskUsage.total) bytes"), "\(text.stdout)")
         #expect(text.stdout.contains("downloads \(downloads)"), "\(text.stdout)")
     }

@@ -31,7 +31,7 @@ struct KeyRotationTests {
     }
 
     @Test("sync --config: publicKeys at the top level or per app")
-    func configKeyList() throws {
+    func configKeyList() async throws {
         let old = Curve25519.Signing.PrivateKey(), new = Curve25519.Signing.PrivateKey()
         let h = try SyncHarness()
         try Self.sign(h, "1.0.0", with: new)
@@ -42,20 +42,20 @@ struct KeyRotationTests {
         let file = h.root.file("agent.json")
         try FileManager.default.createDirectory(atPath: h.root.path, withIntermediateDirectories: true)
         try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
-        let result = try CLI.run(["sync", "--config", file, "--json"])
+        let result = try await CLI.run(["sync", "--config", file, "--json"])
         #expect(result.status == 0, "\(result.stdout) \(result.stderr)")
         #expect(CLI.json(result.stdout)?["result"] as? String == "updated")
     }
 
     @Test("--public-key accepts the path of a key file; anything else is a usage error", arguments: [true, false])
-    func publicKeyFile(exists: Bool) throws {
+    func publicKeyFile(exists: Bool) async throws {
         let h = try SyncHarness()
         let dir = TemporaryDirectory("keys")
         let key = Curve25519.Signing.PrivateKey()
         try Self.sign(h, "1.0.0", with: key)
         let path = dir.file("agent.pub")
         if exists { try (Self.base64(key) + "\n").write(toFile: path, atomically: true, encoding: .utf8) }
-        let result = try CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
+        let result = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
                                   "--public-key", path, "--json"])
         if exists {
             #expect(result.status == 0, "\(result.stdout) \(result.stderr)")

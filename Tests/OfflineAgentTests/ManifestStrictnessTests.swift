@@ -174,11 +174,11 @@ struct ManifestStrictnessTests {
 
     @Test("publish refuses an --expires that has already passed (exit 64, nothing written)",
           arguments: ["2020-01-01T00:00:00Z", "1970-01-01T00:00:00Z", "past-minute"])
-    func publishPastExpiry(_ given: String) throws {
+    func publishPastExpiry(_ given: String) async throws {
         let scratch = TemporaryDirectory("expires")
         let out = scratch.file("out")
         let expires = given == "past-minute" ? RFC3339.string(from: Date().addingTimeInterval(-60)) : given
-        let result = try CLI.run(Self.publishArguments(out, "1.0.0") + ["--expires", expires])
+        let result = try await CLI.run(Self.publishArguments(out, "1.0.0") + ["--expires", expires])
         #expect(result.status == 64, "\(result.stderr)")
         #expect(result.stderr.contains("--expires \(expires) has already passed"), "\(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: "\(out)/sample"))

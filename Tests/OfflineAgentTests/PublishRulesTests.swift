@@ -127,11 +127,11 @@ struct PublishRulesTests {
     }
 
     @Test("the CLI refuses a case-twin tree with a publish error naming the path")
-    func cli() throws {
+    func cli() async throws {
         let scratch = TemporaryDirectory("publish-rules-cli")
         let source = scratch.file("src"), out = scratch.file("out")
         try make([("Index.html", .file("A")), ("index.html", .file("a"))], in: source)
-        let result = try CLI.run(["publish", "--app", "app", "--version", "1.0.0", "--source", source, "--out", out])
+        let result = try await CLI.run(["publish", "--app", "app", "--version", "1.0.0", "--source", source, "--out", out])
         #expect(result.status == 1)
         #expect(result.stderr.contains("publish"), "\(result.stderr)")
         #expect(result.stderr.contains("only in case"), "\(result.stderr)")

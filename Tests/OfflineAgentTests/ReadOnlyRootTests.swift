@@ -20,10 +20,10 @@ struct ReadOnlyRootTests {
     ]
 
     @Test("a command on a root that does not exist exits 1 and creates nothing", arguments: commands)
-    func missingRoot(_ command: [String]) throws {
+    func missingRoot(_ command: [String]) async throws {
         let dir = TemporaryDirectory("missing-root")
         let root = dir.file("nowhere/agent")
-        let result = try CLI.run([command[0], "--root", root] + command.dropFirst())
+        let result = try await CLI.run([command[0], "--root", root] + command.dropFirst())
         #expect(result.status == 1, "\(command): \(result.stderr)")
         #expect(result.stderr == "offline-agent: install: no agent root there: nothing was synced to it (check --root) (\(root))\n")
         #expect(!FileManager.default.fileExists(atPath: dir.file("nowhere")))
@@ -33,7 +33,7 @@ struct ReadOnlyRootTests {
     func checkConfigHeld() async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")
-        #expect(try CLI.run(["hold", "--root", h.root.path, "--app", "mall"]).status == 0)
+        #expect(try await CLI.run(["hold", "--root", h.root.path, "--app", "mall"]).status == 0)
         let file = h.root.file("agent.json")
         func write(root: String) throws {
             let config: [String: Any] = [
@@ -43,13 +43,13 @@ struct ReadOnlyRootTests {
             try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
         }
         try write(root: h.root.path)
-        let held = try CLI.run(["check-config", file])
+        let held = try await CLI.run(["check-config", file])
         #expect(held.status == 0, "\(held.stderr)")
         #expect(held.stdout.contains("mall: manifest http://127.0.0.1:9/m\n  keys: unsigned\n  profile: default\n  network: unmetered\n  held: yes"), "\(held.stdout)")
         #expect(held.stdout.contains("help: manifest http://127.0.0.1:9/h\n  keys: unsigned\n  profile: default\n  network: unmetered\n  held: no"), "\(held.stdout)")
         let missing = h.root.file("not-yet")
         try write(root: missing)
-        let fresh = try CLI.run(["check-config", file])
+        let fresh = try await CLI.run(["check-config", file])
         #expect(fresh.status == 0 && fresh.stdout.contains("  held: no"), "\(fresh.stderr)")
         #expect(!FileManager.default.fileExists(atPath: missing))
     }

@@ -23,7 +23,7 @@ struct ServeBindTests {
                 #expect("\(error)".hasPrefix("serve: "))
             } else {
                 let result = try await LocalHTTP.onThread {
-                    try CLI.run(["serve", "--root", f.root.path, "--port", String(port), "--device-id", "d"])
+                    try CLI.runBlocking(["serve", "--root", f.root.path, "--port", String(port), "--device-id", "d"])
                 }
                 #expect(result.status == 1)
                 #expect(result.stderr == "offline-agent: serve: cannot serve on 127.0.0.1:\(port): address in use\n")
@@ -44,7 +44,7 @@ struct ServeBindTests {
     func invalidSettings(arguments: [String], message: String) async throws {
         let f = try LocalServerTests.mall()
         let result = try await LocalHTTP.onThread {
-            try CLI.run(["serve", "--root", f.root.path, "--port", "0", "--device-id", "d"] + arguments)
+            try CLI.runBlocking(["serve", "--root", f.root.path, "--port", "0", "--device-id", "d"] + arguments)
         }
         #expect(result.status == 64, "\(arguments): \(result.stderr)")
         #expect(result.stderr == message)

@@ -148,7 +148,7 @@ struct ServeHostileClientTests {
         // The hostile sockets stay open on this side: the server must recover by itself.
         #expect(try await Self.servedAgain(port: port, within: .seconds(40)), "serve did not recover")
         kill(process.processIdentifier, SIGTERM)
-        let result = try await LocalHTTP.onThread { CLI.finish(running) }
+        let result = try await LocalHTTP.onThread { CLI.finishBlocking(running) }
         stopped = true
         #expect(result.status == 0, "\(result.stderr)")
     }

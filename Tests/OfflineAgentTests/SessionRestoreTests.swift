@@ -210,9 +210,9 @@ struct SessionRestoreTests {
     // MARK: CLI
 
     @Test("session-url prints a restore URL whose history parses back")
-    func cliRoundTrip() throws {
+    func cliRoundTrip() async throws {
         for (arguments, current) in [(["--current", "-1"], -1), (["--current=-2"], -2), ([], 0)] {
-            let result = try CLI.run(["session-url", "--port", "9123"] + arguments + Self.three)
+            let result = try await CLI.run(["session-url", "--port", "9123"] + arguments + Self.three)
             #expect(result.status == 0, "\(result.stderr)")
             let printed = result.stdout.trimmingCharacters(in: .newlines)
             let url = try #require(URLComponents(string: printed))
@@ -222,7 +222,7 @@ struct SessionRestoreTests {
             #expect(history.entries.map(\.absoluteString) == Self.three)
             #expect(history.currentPage == current)
         }
-        let v6 = try CLI.run(["session-url", "--host", "::1", "--port", "80", "https://a.example/"])
+        let v6 = try await CLI.run(["session-url", "--host", "::1", "--port", "80", "https://a.example/"])
         #expect(v6.status == 0 && v6.stdout.hasPrefix("http://[::1]:80/session/restore?history="))
     }
 
@@ -238,18 +238,18 @@ struct SessionRestoreTests {
         ["--port", "0", "https://a.example/"],
         ["--port", "70000", "https://a.example/"],
     ])
-    func cliRejects(arguments: [String]) throws {
-        let result = try CLI.run(["session-url"] + arguments)
+    func cliRejects(arguments: [String]) async throws {
+        let result = try await CLI.run(["session-url"] + arguments)
         #expect(result.status == 64, "\(result.stdout) \(result.stderr)")
         #expect(result.stdout.isEmpty)
         #expect(!result.stderr.isEmpty)
     }
 
     @Test("session-url's reasons are the library's")
-    func cliReasons() throws {
-        let result = try CLI.run(["session-url", "--current", "1", "https://a.example/"])
+    func cliReasons() async throws {
+        let result = try await CLI.run(["session-url", "--current", "1", "https://a.example/"])
         #expect(result.stderr == "offline-agent: usage: 'currentPage' 1 is outside 0...0 (0 is the last entry, -1 the one before it)\n")
-        let empty = try CLI.run(["session-url"])
+        let empty = try await CLI.run(["session-url"])
         #expect(empty.stderr == "offline-agent: usage: session history is empty; it needs at least 1 entry\n")
     }
 

@@ -21,9 +21,9 @@ enum CLI {
     }
 
     /// Runs the CLI with `arguments` and extra environment, waiting for it to end.
-    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Result {
+    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Result {
         let process = try start(arguments, environment: environment)
-        return finish(process)
+        return await finish(process)
     }
 
     final class Running: @unchecked Sendable {
@@ -47,7 +47,20 @@ enum CLI {
         return running
     }
 
-    static func finish(_ running: Running) -> Result {
+    /// Waits for the process on a thread of its own: blocking one of the two cooperative
+    /// threads of a 2-core machine for a child's whole run would stall every other test.
+    static func finish(_ running: Running) async -> Result {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: finishBlocking(running)) }
+        }
+    }
+
+    /// `run` for code already on a thread of its own (`LocalHTTP.onThread`) or not async.
+    static func runBlocking(_ arguments: [String], environment: [String: String] = [:]) throws -> Result {
+        finishBlocking(try start(arguments, environment: environment))
+    }
+
+    static func finishBlocking(_ running: Running) -> Result {
         // A thread of its own, not Dispatch: blocking a global queue can starve in-process servers.
         let box = Box()
         let done = DispatchSemaphore(value: 0)
