@@ -41,7 +41,8 @@ src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
     $src/ZipCentralDirectory.swift $src/OfflineAgentError.swift -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
-    $src/Manifest.swift $src/Version.swift $src/OfflineAgentError.swift -o "$out/manifest"
+    $src/Manifest.swift $src/ManifestFields.swift $src/StrictJSON.swift $src/Version.swift $src/OfflineAgentError.swift \
+    -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \
     $src/SetCookie.swift $src/CookieDate.swift $src/Cookie.swift $src/PublicSuffixList.swift -o "$out/setcookie"
 echo "fuzz targets built in $out with $cc and $swiftc"
