@@ -191,15 +191,47 @@ public enum SHA256Hex {
 /// The plain UTC form is read and written by hand: Foundation's ISO 8601 formatter
 /// loads ICU, which costs milliseconds a throttled cron run should not spend.
 public enum RFC3339 {
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (RFC 3339 §5.6; upper- or
+    /// lower-case T and Z), strictly and by hand: ICU's ISO 8601 formatter accepted
+    /// 31 February and ended the process (SIGFPE) on some hostile strings (found by
+    /// fuzzing the manifest parser). At most 9 fraction digits.
     public static func date(from text: String) -> Date? {
-        // The common form is decided here, strictly (ICU would accept 31 February).
-        if text.utf8.count == 20, text.utf8.last.map({ $0 | 0x20 == 122 }) == true { return utcSeconds(text) }
-        let plain = ISO8601DateFormatter()
-        plain.formatOptions = [.withInternetDateTime]
-        if let date = plain.date(from: text) { return date }
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text)
+        let b = Array(text.utf8)
+        guard b.count >= 20, b.count <= 40, let base = utcSeconds(b) else { return nil }
+        var i = 19
+        var fraction = 0.0
+        if b[i] == 46 {  // "."
+            var scale = 0.1
+            i += 1
+            let start = i
+            while i < b.count, b[i] >= 48, b[i] <= 57, i - start < 9 {
+                fraction += Double(b[i] - 48) * scale
+                scale /= 10
+                i += 1
+            }
+            guard i > start, i < b.count, !(b[i] >= 48 && b[i] <= 57) else { return nil }
+        }
+        var offset = 0
+        if b[i] | 0x20 == 122, i == b.count - 1 {  // "Z"
+            offset = 0
+        } else if b[i] == 43 || b[i] == 45, b.count - i == 6, b[i + 3] == 58 {  // "+HH:MM" / "-HH:MM"
+            guard let hours = digits(b, i + 1, 2), let minutes = digits(b, i + 4, 2), hours < 24, minutes < 60 else { return nil }
+            offset = (hours * 60 + minutes) * 60 * (b[i] == 43 ? 1 : -1)
+        } else {
+            return nil
+        }
+        return Date(timeIntervalSince1970: TimeInterval(base - offset) + fraction)
+    }
+
+    /// `count` decimal digits of `b` from `start`, or nil.
+    private static func digits(_ b: [UInt8], _ start: Int, _ count: Int) -> Int? {
+        guard start >= 0, start + count <= b.count else { return nil }
+        var value = 0
+        for byte in b[start..<(start + count)] {
+            guard byte >= 48, byte <= 57 else { return nil }
+            value = value * 10 + Int(byte - 48)
+        }
+        return value
     }
 
     /// `YYYY-MM-DDTHH:MM:SSZ`, whole seconds, UTC.
@@ -215,33 +247,22 @@ public enum RFC3339 {
             + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
     }
 
-    /// Parses exactly `YYYY-MM-DDTHH:MM:SSZ` (upper- or lower-case T and Z).
-    private static func utcSeconds(_ text: String) -> Date? {
-        let b = Array(text.utf8)
-        guard b.count == 20, b[4] == 45, b[7] == 45, b[10] | 0x20 == 116, b[13] == 58, b[16] == 58, b[19] | 0x20 == 122 else {
-            return nil
-        }
-        func number(_ range: Range<Int>) -> Int32? {
-            var value: Int32 = 0
-            for i in range {
-                guard b[i] >= 48, b[i] <= 57 else { return nil }
-                value = value * 10 + Int32(b[i] - 48)
-            }
-            return value
-        }
-        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
-              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
+    /// The seconds since 1970 of the `YYYY-MM-DDTHH:MM:SS` that `b` starts with, read as UTC.
+    private static func utcSeconds(_ b: [UInt8]) -> Int? {
+        guard b.count >= 19, b[4] == 45, b[7] == 45, b[10] | 0x20 == 116, b[13] == 58, b[16] == 58,
+              let year = digits(b, 0, 4), let month = digits(b, 5, 2), let day = digits(b, 8, 2),
+              let hour = digits(b, 11, 2), let minute = digits(b, 14, 2), let second = digits(b, 17, 2),
               (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
         var parts = tm()
-        parts.tm_year = year - 1900
-        parts.tm_mon = month - 1
-        parts.tm_mday = day
-        parts.tm_hour = hour
-        parts.tm_min = minute
-        parts.tm_sec = second
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month - 1)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
         let seconds = timegm(&parts)
         // timegm normalises 31 February into March: refuse dates that moved.
-        guard parts.tm_mday == day, parts.tm_mon == month - 1 else { return nil }
-        return Date(timeIntervalSince1970: TimeInterval(seconds))
+        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
+        return Int(seconds)
     }
 }

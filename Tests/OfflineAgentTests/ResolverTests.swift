@@ -158,6 +158,30 @@ struct VersionTests {
         #expect(RFC3339.date(from: "tomorrow") == nil)
     }
 
+    /// Read by hand, never by ICU: a long fraction made ICU end the process with SIGFPE.
+    @Test("RFC 3339: fractions up to 9 digits, offsets to ±23:59, nothing else", arguments: [
+        ("2026-12-31T23:59:58.123456789Z", 1_798_761_598.123456789),
+        ("2026-12-31T23:59:58z", 1_798_761_598),
+        ("2027-01-01T00:29:58+00:30", 1_798_761_598),
+        ("2026-12-31T23:29:58-00:30", 1_798_761_598),
+        ("7340-01-15T08:30:00.2500000000000000000000Z", nil),
+        ("2026-12-31T23:59:58.Z", nil),
+        ("2026-12-31T23:59:58+24:00", nil),
+        ("2026-12-31T23:59:58+02", nil),
+        ("2026-12-31T23:59:58+02:00Z", nil),
+        ("2026-12-31T23:59:58", nil),
+        ("2026-13-01T00:00:00Z", nil),
+        ("+026-12-31T23:59:58Z", nil),
+    ] as [(String, Double?)])
+    func strictTimes(_ text: String, _ seconds: Double?) {
+        let date = RFC3339.date(from: text)
+        if let seconds {
+            #expect(abs((date?.timeIntervalSince1970 ?? 0) - seconds) < 1e-6, "\(text)")
+        } else {
+            #expect(date == nil, "\(text)")
+        }
+    }
+
     @Test("HTTP dates round-trip and only IMF-fixdates parse")
     func httpDates() {
         #expect(HTTPDate.string(secondsSince1970: 784_111_777) == "Sun, 06 Nov 1994 08:49:37 GMT")
