@@ -5,9 +5,16 @@ let package = Package(
     name: "offline-agent",
     platforms: [.macOS(.v14)],
     products: [
+        // The device engine host apps embed: check, download, patch, install, resolve.
         .library(name: "OfflineAgent", targets: ["OfflineAgent"]),
-        .library(name: "OfflineHTTP", targets: ["OfflineHTTP"]),
+        // The loopback server that fronts packages for web views, in-process.
+        .library(name: "OfflineServe", targets: ["OfflineServe"]),
+        // The operator's toolkit: publish versions, patches and signed manifests.
+        .library(name: "OfflinePublish", targets: ["OfflinePublish"]),
+        // The reference manifest server over a publish directory.
+        .library(name: "OfflineServer", targets: ["OfflineServer"]),
         .executable(name: "offline-agent", targets: ["offline-agent"]),
+        .executable(name: "offline-publish", targets: ["offline-publish"]),
         .executable(name: "offline-server", targets: ["offline-server"]),
     ],
     dependencies: [
@@ -20,18 +27,18 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
+        // MARK: C
+
         // Hardened BSDIFF40 applier: every failure is a return code, never a process exit.
         .target(
             name: "CBspatch",
             path: "CBspatch",
-            cSettings: [.unsafeFlags(["-O2"])],
             linkerSettings: [.linkedLibrary("bz2"), .linkedLibrary("pthread")]
         ),
-        // Native bsdiff (suffix sorting by libdivsufsort) for the publisher.
+        // Native bsdiff (suffix sorting by libdivsufsort), for the publisher only.
         .target(
             name: "CBsdiff",
             path: "Sources/CBsdiff",
-            cSettings: [.unsafeFlags(["-O2"])],
             linkerSettings: [.linkedLibrary("divsufsort"), .linkedLibrary("bz2")]
         ),
         .systemLibrary(
@@ -48,10 +55,13 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
+
+        // MARK: Device
+
         .target(
             name: "OfflineAgent",
             dependencies: [
-                "CBspatch", "CBsdiff", "CLibzip", "CZlib", "CShims",
+                "CBspatch", "CLibzip", "CZlib", "CShims",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -60,11 +70,20 @@ let package = Package(
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
             ]
         ),
-        // Hummingbird applications: the reference publish server and the loopback package server.
+        // HTTP plumbing both servers share: ranges, validators, file identity, service running.
         .target(
             name: "OfflineHTTP",
             dependencies: [
                 "OfflineAgent",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "OfflineServe",
+            dependencies: [
+                "OfflineAgent", "OfflineHTTP",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -73,29 +92,97 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+
+        // MARK: Publisher and reference server
+
+        .target(
+            name: "OfflinePublish",
+            dependencies: [
+                "OfflineAgent", "CBsdiff", "CZlib", "CShims",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .target(
+            name: "OfflineServer",
+            dependencies: [
+                "OfflineAgent", "OfflinePublish", "OfflineHTTP",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+
+        // MARK: Tools
+
+        // What the three command-line tools share: error reporting and exit statuses.
+        .target(
+            name: "CommandSupport",
+            dependencies: [
+                "OfflineAgent",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
         .executableTarget(
             name: "offline-agent",
             dependencies: [
-                "OfflineAgent", "OfflineHTTP",
+                "OfflineAgent", "OfflineServe", "CommandSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "offline-publish",
+            dependencies: [
+                "OfflineAgent", "OfflinePublish", "CommandSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .executableTarget(
             name: "offline-server",
             dependencies: [
-                "OfflineAgent", "OfflineHTTP",
+                "OfflineAgent", "OfflinePublish", "OfflineServer", "CommandSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+
+        // MARK: Tests
+
+        // Servers, fixtures and process helpers every test target shares.
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "OfflineAgent", "OfflineServe", "OfflinePublish", "CZlib",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            path: "Tests/TestSupport"
+        ),
         .testTarget(
             name: "OfflineAgentTests",
             dependencies: [
-                "OfflineAgent", "OfflineHTTP", "CBspatch", "CZlib",
+                "OfflineAgent", "OfflinePublish", "TestSupport", "CBspatch", "CZlib",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
+        ),
+        .testTarget(
+            name: "OfflineServeTests",
+            dependencies: ["OfflineAgent", "OfflineServe", "OfflinePublish", "TestSupport"]
+        ),
+        .testTarget(
+            name: "OfflinePublishTests",
+            dependencies: ["OfflineAgent", "OfflinePublish", "TestSupport", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .testTarget(
+            name: "OfflineServerTests",
+            dependencies: ["OfflineAgent", "OfflinePublish", "OfflineServer", "TestSupport"]
+        ),
+        // The three tools run as processes, the way cron, systemd and operators run them.
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["OfflineAgent", "OfflinePublish", "TestSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -39,10 +39,11 @@ swiftflags=(-parse-as-library -swift-version 6 -sanitize=fuzzer,address -O -g)
 [[ -x $toolchain/ld.lld ]] && swiftflags+=(-use-ld=lld)
 src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
-    $src/ZipCentralDirectory.swift $src/OfflineAgentError.swift -o "$out/zip"
+    $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Agent/OfflineAgentError.swift \
+    -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
-    $src/Manifest.swift $src/ManifestFields.swift $src/StrictJSON.swift $src/Version.swift $src/OfflineAgentError.swift \
+    $src/Check/{Manifest,ManifestFields,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
     -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \
-    $src/SetCookie.swift $src/CookieDate.swift $src/Cookie.swift $src/PublicSuffixList.swift -o "$out/setcookie"
+    $src/Cookies/{SetCookie,CookieDate,Cookie,Cookie+WellFormed,CookieURL,PublicSuffixList}.swift -o "$out/setcookie"
 echo "fuzz targets built in $out with $cc and $swiftc"

@@ -8,9 +8,11 @@ export PATH="/opt/swift/usr/bin:$PATH"
 OFFLINE_AGENT_BROWSER_TESTS=0 scripts/install-deps.sh
 
 swift build --product offline-agent
+swift build --product offline-publish
 swift build --product offline-server
 bin="$(swift build --show-bin-path)"
 agent="$bin/offline-agent"
+publisher="$bin/offline-publish"
 
 work="${DEMO_DIR:-$(mktemp -d /tmp/offline-agent-demo.XXXXXX)}"
 publish="$work/publish" root="$work/root"
@@ -19,10 +21,10 @@ whitelist="https://h5.example.com/mall/"
 echo "== demo in $work"
 
 echo "== keygen"
-public_key="$("$agent" keygen --out "$work/signing.key" --force)"
+public_key="$("$publisher" keygen --out "$work/signing.key" --force)"
 
 echo "== publish 1.0.0"
-"$agent" publish --app mall --version 1.0.0 --source fixtures/sample-app/1.0.0 --out "$publish" \
+"$publisher" publish --app mall --version 1.0.0 --source fixtures/sample-app/1.0.0 --out "$publish" \
     --whitelist "$whitelist" --key "$work/signing.key"
 
 echo "== start offline-server on a free loopback port"
@@ -41,7 +43,7 @@ echo "== sync (nothing installed: full package)"
 sync
 
 echo "== publish 1.1.0"
-"$agent" publish --app mall --version 1.1.0 --source fixtures/sample-app/1.1.0 --out "$publish" --key "$work/signing.key"
+"$publisher" publish --app mall --version 1.1.0 --source fixtures/sample-app/1.1.0 --out "$publish" --key "$work/signing.key"
 
 echo "== sync again (within 5 minutes: throttled)"
 sync

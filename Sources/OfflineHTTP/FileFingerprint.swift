@@ -1,17 +1,18 @@
 #if canImport(Glibc)
 import Glibc
+import OfflineAgent
 #endif
 
 /// What changes when a file is replaced by rename or rewritten: both servers use it
 /// to notice a new `state.json` or version record without reading it.
-struct FileFingerprint: Equatable, Sendable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var modifiedSeconds: Int
-    var modifiedNanoseconds: Int
+package struct FileFingerprint: Equatable, Sendable {
+    package var device: UInt64
+    package var inode: UInt64
+    package var size: Int64
+    package var modifiedSeconds: Int
+    package var modifiedNanoseconds: Int
 
-    init(_ st: stat) {
+    package init(_ st: stat) {
         device = UInt64(st.st_dev)
         inode = UInt64(st.st_ino)
         size = Int64(st.st_size)
@@ -20,7 +21,7 @@ struct FileFingerprint: Equatable, Sendable {
     }
 
     /// The fingerprint of a regular file, or nil when `path` is not one.
-    init?(path: String) {
+    package init?(path: String) {
         var st = stat()
         guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
         self.init(st)

@@ -1,5 +1,7 @@
+import OfflineAgent
+
 /// A single `Range: bytes=…` request resolved against a file size (RFC 9110 §14).
-enum HTTPRange: Equatable, Sendable {
+package enum HTTPRange: Equatable, Sendable {
     /// Serve the whole file with 200: no Range, one the server ignores (another unit,
     /// several ranges, bad syntax), or a failed `If-Range`.
     case full
@@ -12,7 +14,7 @@ enum HTTPRange: Equatable, Sendable {
     ///
     /// Several ranges are answered with the whole file (allowed, and simpler than
     /// multipart/byteranges, which no downloader here asks for).
-    init(header: String?, size: Int64) {
+    package init(header: String?, size: Int64) {
         guard let header else { self = .full; return }
         let trimmed = header.trimmingWhitespace()
         guard trimmed.lowercased().hasPrefix("bytes="), !trimmed.contains(",") else { self = .full; return }
@@ -40,14 +42,5 @@ enum HTTPRange: Equatable, Sendable {
         guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
         // Digits beyond Int64 are a position past any file.
         return Int64(text) ?? Int64.max
-    }
-}
-
-extension StringProtocol where SubSequence == Substring {
-    func trimmingWhitespace() -> Substring {
-        let s = self[...]
-        guard let first = s.firstIndex(where: { $0 != " " && $0 != "\t" }) else { return s[s.endIndex...] }
-        let last = s.lastIndex(where: { $0 != " " && $0 != "\t" })!
-        return s[first...last]
     }
 }

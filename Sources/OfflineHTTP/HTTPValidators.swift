@@ -2,9 +2,9 @@ import Foundation
 import OfflineAgent
 
 /// Entity-tag and date validators for conditional requests (RFC 9110 §8.8, §13).
-enum HTTPValidators {
+package enum HTTPValidators {
     /// Whether an `If-None-Match` value matches `etag` (weak comparison, `*` matches anything).
-    static func noneMatchHits(_ header: String?, etag: String) -> Bool {
+    package static func noneMatchHits(_ header: String?, etag: String) -> Bool {
         guard let header else { return false }
         let tags = header.split(separator: ",").map { $0.trimmingWhitespace() }
         return tags.contains { $0 == "*" || opaque($0) == opaque(etag[...]) }
@@ -12,7 +12,7 @@ enum HTTPValidators {
 
     /// Whether an `If-Range` value still describes the file: a strong ETag equal to
     /// `etag`, or exactly its `Last-Modified` date. Anything else means "send it all".
-    static func ifRangeHolds(_ header: String?, etag: String, lastModified: String) -> Bool {
+    package static func ifRangeHolds(_ header: String?, etag: String, lastModified: String) -> Bool {
         guard let header else { return true }
         let value = header.trimmingWhitespace()
         if value.hasPrefix("W/") { return false }
@@ -26,7 +26,7 @@ enum HTTPValidators {
     }
 
     /// An IMF-fixdate for `Last-Modified`.
-    static func httpDate(secondsSince1970 seconds: Int) -> String {
+    package static func httpDate(secondsSince1970 seconds: Int) -> String {
         HTTPDate.string(secondsSince1970: seconds)
     }
 }

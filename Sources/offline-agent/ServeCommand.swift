@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import OfflineAgent
-import OfflineHTTP
+import OfflineServe
 #if canImport(Glibc)
 import Glibc
 #endif

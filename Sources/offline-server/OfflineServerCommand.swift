@@ -2,7 +2,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import OfflineAgent
-import OfflineHTTP
+import OfflinePublish
+import OfflineServer
 
 /// `offline-server`: serves a publish directory over HTTP (see `ReferenceServer`).
 @main

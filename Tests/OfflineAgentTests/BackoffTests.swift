@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Consecutive failed checks wait 5 min × 2^(n−1), at most 6 h, ±10 %; a success resets
 /// the count, `--force` checks anyway, `status` shows the next check and the count.

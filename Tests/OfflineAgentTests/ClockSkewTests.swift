@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// A clock that was wrong (years fast) when the check state was written cannot freeze
 /// updates: recorded instants more than 24 h ahead are clamped, `--force` always checks.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Cookie jars of sync profiles against a real loopback server that sets cookies on
 /// the manifest and requires them for the package.

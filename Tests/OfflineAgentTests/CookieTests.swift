@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// RFC 6265 parsing, matching and storage, with an explicit clock.
 @Suite("Cookies")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// `kill -9` at every step of an install, two runs at once, a full disk, a
 /// read-only root: afterwards the active version is entirely old or entirely new,
@@ -161,8 +162,8 @@ struct CrashSafetyTests {
 
     /// True when `path` holds exactly the files of `source`, byte for byte.
     static func tree(of path: String, equals source: String) -> Bool {
-        guard OfflineAgentTests.tree(path) == OfflineAgentTests.tree(source) else { return false }
-        return OfflineAgentTests.tree(source).allSatisfy { name in
+        guard TestSupport.tree(path) == TestSupport.tree(source) else { return false }
+        return TestSupport.tree(source).allSatisfy { name in
             FileSystem.isDirectory("\(source)/\(name)")
                 || FileManager.default.contents(atPath: "\(source)/\(name)") == FileManager.default.contents(atPath: "\(path)/\(name)")
         }

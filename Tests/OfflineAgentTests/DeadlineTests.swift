@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Slow and dead servers: every manifest exchange ends within its deadline with
 /// `.timeout`, a server that cannot be reached fails at once with `.network` and a

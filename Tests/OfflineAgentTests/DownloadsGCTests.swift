@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// `downloads/` keeps only what the current plan needs: partials of versions no
 /// longer offered, refused packages and strays go under the lock, the partial of the

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Lying and broken servers: each sync ends with a clear error or a correct
 /// recovery, and the installed version stays whole.

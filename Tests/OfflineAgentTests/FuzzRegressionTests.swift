@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Every input the fuzzers (scripts/fuzz.sh) ever crashed on, kept in
 /// `fixtures/fuzz/regressions/<target>-<what>` and fed to the real parser, which must

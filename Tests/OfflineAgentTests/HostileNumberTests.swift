@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Untrusted numbers (manifest fields, HTTP headers, zip records, gzip trailers,
 /// patch headers) never end the process: each is refused with its cause code, before

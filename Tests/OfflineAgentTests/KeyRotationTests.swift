@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Key rotation: several trusted keys (`publicKeys`), any of which verifies a manifest,
 /// and `--public-key` given as base64 or as the path of a key file.

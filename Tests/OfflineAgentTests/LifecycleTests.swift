@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// The version lifecycle in the library: trial installs, confirmation, rollback of bad
 /// versions (by report, by launch count, by command), bad versions never reinstalled,

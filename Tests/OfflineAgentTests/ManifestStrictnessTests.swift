@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
+import OfflinePublish
 
 /// Protocol edges answered strictly: one signed manifest body means one thing to
 /// every parser (no duplicated keys, none of the leniencies parsers disagree on),
@@ -178,7 +180,7 @@ struct ManifestStrictnessTests {
         let scratch = TemporaryDirectory("expires")
         let out = scratch.file("out")
         let expires = given == "past-minute" ? RFC3339.string(from: Date().addingTimeInterval(-60)) : given
-        let result = try await CLI.run(Self.publishArguments(out, "1.0.0") + ["--expires", expires])
+        let result = try await CLI.run(Self.publishArguments(out, "1.0.0") + ["--expires", expires], executable: CLI.publisher)
         #expect(result.status == 64, "\(result.stderr)")
         #expect(result.stderr.contains("--expires \(expires) has already passed"), "\(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: "\(out)/sample"))

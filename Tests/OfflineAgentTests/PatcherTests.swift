@@ -2,6 +2,7 @@ import CBspatch
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// The BSDIFF40 applier: byte-identical results for patches made by the reference
 /// `bsdiff`, and a distinct refusal (never a crash, never a stray file) for hostile ones.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Entry names are bounded in length, component length and depth, checked for every
 /// entry before anything is written; names that one file system would merge are

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Commands other than `sync` never create a root: a missing one (a typo, a disk not
 /// mounted) is one clear line and exit 1, and nothing appears on disk.

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 @Suite("Resolver")
 struct ResolverTests {

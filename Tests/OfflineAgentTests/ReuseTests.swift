@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// A verified package a local failure left behind is installed from disk; a package
 /// refused for its content is remembered by its SHA-256 and not downloaded again;

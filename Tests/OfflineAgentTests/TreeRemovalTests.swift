@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 /// Any tree the agent made can be removed, at any depth, without following links out
 /// of it; garbage collection deletes a version's record only after its tree.

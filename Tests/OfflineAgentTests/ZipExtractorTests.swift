@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import OfflineAgent
+import TestSupport
 
 @Suite("ZipExtractor")
 struct ZipExtractorTests {

@@ -1,0 +1,24 @@
+import ArgumentParser
+import OfflineAgent
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+/// Runs a command body, turning engine errors into a one-line reason on stderr and the exit
+/// status of their code (1 failed, 64 usage, 75 busy), never a trap.
+///
+/// - Parameter tool: the program name that prefixes the line, as Unix tools do.
+@discardableResult
+public func reportingFailures<T>(tool: String, _ body: () async throws -> T) async throws -> T {
+    do {
+        return try await body()
+    } catch let error as OfflineAgentError {
+        printError("\(tool): \(error)")
+        throw error.exitCode
+    }
+}
+
+/// Writes one line to standard error, unbuffered.
+public func printError(_ line: String) {
+    fputs(line + "\n", stderr)
+}

@@ -1,0 +1,26 @@
+import Foundation
+
+/// Settings of one agent, shared by all its syncs.
+public struct AgentConfiguration: Sendable {
+    /// Timeouts and redirect limits.
+    public var network = NetworkSettings()
+    /// Throttle interval between manifest checks.
+    public var throttle = Throttle()
+    /// The wait after consecutive failed checks.
+    public var backoff = Backoff()
+    /// Largest file a manifest may name, and largest package extracted (default 1 GiB).
+    public var maxPackageBytes: Int64 = 1 << 30
+    /// Entry-count cap for extraction.
+    public var maxEntries = 100_000
+    /// Free space kept on top of what a plan needs, so an update never fills the disk.
+    public var diskReserveBytes: Int64 = 1 << 20
+    /// Launches a newly installed version may have without being confirmed
+    /// (`Agent.markGood`) before it is rolled back; 0 never rolls back automatically.
+    public var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
+    /// The wall clock the throttle and manifest rules read; tests inject a wrong one.
+    public var clock: @Sendable () -> Date = { Date() }
+
+    public init() {}
+
+    var extractionLimits: ExtractionLimits { ExtractionLimits(maxTotalBytes: maxPackageBytes, maxEntries: maxEntries) }
+}

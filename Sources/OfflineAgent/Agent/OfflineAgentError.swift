@@ -1,0 +1,125 @@
+import Foundation
+
+/// The one error type of the engine: a phase code, a one-line reason, the path
+/// involved (when there is one) and the underlying cause.
+public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
+    /// The phase that failed. The CLI maps these to exit statuses.
+    public enum Code: String, Sendable, Codable {
+        /// Fetching or validating the manifest (HTTP, JSON, signature, version rules).
+        case manifest
+        /// Downloading a package or patch (HTTP, size, hash, disk space).
+        case download
+        /// Applying a BSDIFF40 patch.
+        case patch
+        /// Extracting a package archive.
+        case extract
+        /// Installing, activating, rolling back or reading local state.
+        case install
+        /// Another process holds the root's lock.
+        case busy
+        /// Invalid arguments or configuration given by the caller.
+        case usage
+        /// Building or publishing packages.
+        case publish
+        /// Running the loopback package server (`offline-agent serve`).
+        case serve
+    }
+
+    /// Why it failed: a stable, documented code (`docs/PROTOCOL.md`, "Error codes"),
+    /// finer than the phase. `sync --json` prints it as `errorCode`.
+    public enum Cause: String, Sendable, Codable, CaseIterable {
+        // Manifest
+        /// The manifest or its signature could not be fetched (status, transport).
+        case manifestUnavailable = "manifest-unavailable"
+        /// The manifest body breaks a rule of the protocol (a field, a duplicated key, a size).
+        case manifestInvalid = "manifest-invalid"
+        /// A trusted key is configured and the manifest carries no signature.
+        case signatureMissing = "signature-missing"
+        /// The signature does not verify with any trusted key.
+        case signatureInvalid = "signature-invalid"
+        /// The manifest offers a version below the installed one.
+        case downgrade
+        /// The manifest's `expires` instant has passed.
+        case expired
+        /// The manifest is for another app.
+        case wrongApp = "wrong-app"
+        // Transfer
+        /// The server could not be reached (refused, unreachable, name not resolved, reset).
+        case network
+        /// An exchange did not finish within its deadline.
+        case timeout
+        /// The server answered a status the protocol does not allow here.
+        case httpStatus = "http-status"
+        /// The server broke the HTTP contract (a 304 nobody asked for, a wrong range, a short body).
+        case protocolViolation = "protocol-violation"
+        /// A size (declared or received) is above the configured cap or absurd.
+        case tooLarge = "too-large"
+        /// Downloaded or patched bytes do not hash to the manifest's SHA-256.
+        case hashMismatch = "hash-mismatch"
+        /// Not enough disk space for the plan, or a write hit ENOSPC/EDQUOT.
+        case diskFull = "disk-full"
+        // Patch and extract
+        /// A BSDIFF40 patch is malformed or does not fit its base.
+        case patchInvalid = "patch-invalid"
+        /// The archive is damaged (bad central directory, CRC error, unreadable entry).
+        case archiveCorrupt = "archive-corrupt"
+        /// The archive tries something no package may do (zip-slip, links, bombs,
+        /// duplicate or over-long names, too many entries).
+        case hostileArchive = "hostile-archive"
+        // Local
+        /// A local file system operation failed (not disk space).
+        case io
+        /// Local state is missing, unreadable or inconsistent.
+        case stateInvalid = "state-invalid"
+        /// Another process holds the root's lock.
+        case busy
+        /// Invalid arguments or configuration.
+        case usage
+        /// A publishing step failed.
+        case publish
+        /// `serve` cannot listen on its address (in use, not on this machine, not permitted).
+        case listenFailed = "listen-failed"
+        /// Anything not classified above.
+        case unexpected
+
+        /// The cause used when a throw site names none.
+        public static func `default`(for code: Code) -> Cause {
+            switch code {
+            case .manifest: .manifestInvalid
+            case .download: .network
+            case .patch: .patchInvalid
+            case .extract: .archiveCorrupt
+            case .install: .io
+            case .busy: .busy
+            case .usage: .usage
+            case .publish: .publish
+            case .serve: .listenFailed
+            }
+        }
+    }
+
+    public let code: Code
+    /// Why it failed, as a stable code.
+    public let cause: Cause
+    /// One line saying what went wrong, for people.
+    public let reason: String
+    /// The file or URL concerned, when there is one.
+    public let path: String?
+    /// The error that caused this one, when there is one.
+    public let underlying: (any Error & Sendable)?
+
+    public init(_ code: Code, _ reason: String, cause: Cause? = nil, path: String? = nil, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.cause = cause ?? .default(for: code)
+        self.reason = reason
+        self.path = path
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        var text = "\(code.rawValue): \(reason)"
+        if let path { text += " (\(path))" }
+        if let underlying { text += ": \(underlying)" }
+        return text
+    }
+}

@@ -1,0 +1,20 @@
+import Foundation
+
+/// What one sync of one app did.
+public struct SyncReport: Sendable {
+    public var app: String
+    public var result: SyncResult
+    /// The active version after the run.
+    public var version: Version?
+    /// The active version before the run.
+    public var previousVersion: Version?
+    /// How the new version arrived, when one did.
+    public var via: UpdateMethod?
+    public var bytesDownloaded: Int64 = 0
+    /// Why the sync failed, when it did; nothing installed changed.
+    public var error: OfflineAgentError?
+    /// For `throttled`: when the next check may happen; for `failed` after a check: the backoff's next check.
+    public var nextCheck: Date?
+    /// Set when the patch could not be used and the full package was fetched instead.
+    public var patchFallbackReason: String?
+}

@@ -1,0 +1,180 @@
+import Foundation
+
+/// The update description a server returns for one app (PROTOCOL.md, "The manifest").
+public struct Manifest: Sendable, Equatable, Codable {
+    /// Whether the network allows the download (`wifi` waits for an unmetered network).
+    public enum NetworkType: String, Sendable, Codable { case any, wifi }
+    /// Transport compression of the full-package file.
+    public enum Compression: String, Sendable, Codable { case none, gzip }
+
+    public var app: String
+    public var version: Version
+    public var miniVersion: Version
+    public var isPatch: Bool
+    public var baseVersion: Version?
+    public var url: String
+    public var size: Int64
+    public var sha256: String
+    public var packageSha256: String
+    public var fullUrl: String?
+    public var fullSize: Int64?
+    public var fullSha256: String?
+    public var whitelist: [String]
+    public var networkType: NetworkType
+    public var rollout: Int
+    public var expires: Date?
+    public var compression: Compression
+
+    public init(
+        app: String, version: Version, miniVersion: Version, isPatch: Bool, baseVersion: Version? = nil,
+        url: String, size: Int64, sha256: String, packageSha256: String,
+        fullUrl: String? = nil, fullSize: Int64? = nil, fullSha256: String? = nil,
+        whitelist: [String], networkType: NetworkType = .any, rollout: Int = 100,
+        expires: Date? = nil, compression: Compression = .none
+    ) {
+        self.app = app
+        self.version = version
+        self.miniVersion = miniVersion
+        self.isPatch = isPatch
+        self.baseVersion = baseVersion
+        self.url = url
+        self.size = size
+        self.sha256 = sha256
+        self.packageSha256 = packageSha256
+        self.fullUrl = fullUrl
+        self.fullSize = fullSize
+        self.fullSha256 = fullSha256
+        self.whitelist = whitelist
+        self.networkType = networkType
+        self.rollout = rollout
+        self.expires = expires
+        self.compression = compression
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case app, version, miniVersion, isPatch, baseVersion, url, size, sha256, packageSha256
+        case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        app = try c.decode(String.self, forKey: .app)
+        version = try c.decode(Version.self, forKey: .version)
+        miniVersion = try c.decode(Version.self, forKey: .miniVersion)
+        isPatch = try c.decode(Bool.self, forKey: .isPatch)
+        baseVersion = try c.decodeIfPresent(Version.self, forKey: .baseVersion)
+        url = try c.decode(String.self, forKey: .url)
+        size = try c.decode(Int64.self, forKey: .size)
+        sha256 = try c.decode(String.self, forKey: .sha256)
+        packageSha256 = try c.decode(String.self, forKey: .packageSha256)
+        fullUrl = try c.decodeIfPresent(String.self, forKey: .fullUrl)
+        fullSize = try c.decodeIfPresent(Int64.self, forKey: .fullSize)
+        fullSha256 = try c.decodeIfPresent(String.self, forKey: .fullSha256)
+        whitelist = try c.decode([String].self, forKey: .whitelist)
+        networkType = try c.decodeIfPresent(NetworkType.self, forKey: .networkType) ?? .any
+        rollout = try c.decodeIfPresent(Int.self, forKey: .rollout) ?? 100
+        compression = try c.decodeIfPresent(Compression.self, forKey: .compression) ?? .none
+        if let text = try c.decodeIfPresent(String.self, forKey: .expires) {
+            guard let date = RFC3339.date(from: text) else {
+                throw DecodingError.dataCorruptedError(forKey: .expires, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
+            }
+            expires = date
+        } else {
+            expires = nil
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(app, forKey: .app)
+        try c.encode(version, forKey: .version)
+        try c.encode(miniVersion, forKey: .miniVersion)
+        try c.encode(isPatch, forKey: .isPatch)
+        try c.encodeIfPresent(baseVersion, forKey: .baseVersion)
+        try c.encode(url, forKey: .url)
+        try c.encode(size, forKey: .size)
+        try c.encode(sha256, forKey: .sha256)
+        try c.encode(packageSha256, forKey: .packageSha256)
+        try c.encodeIfPresent(fullUrl, forKey: .fullUrl)
+        try c.encodeIfPresent(fullSize, forKey: .fullSize)
+        try c.encodeIfPresent(fullSha256, forKey: .fullSha256)
+        try c.encode(whitelist, forKey: .whitelist)
+        try c.encode(networkType, forKey: .networkType)
+        try c.encode(rollout, forKey: .rollout)
+        try c.encodeIfPresent(expires.map(RFC3339.string(from:)), forKey: .expires)
+        if compression != .none { try c.encode(compression, forKey: .compression) }
+    }
+
+    /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
+    /// `validate(forApp:installed:now:)` adds the rules that depend on the device.
+    ///
+    /// The body is read strictly (`StrictJSON`): a key repeated anywhere, invalid UTF-8
+    /// or any other leniency refuses it whole, and every field error names the field
+    /// and the rule it breaks (PROTOCOL.md, "The manifest").
+    /// - Throws: `OfflineAgentError(.manifest, cause: .manifestInvalid)`.
+    public static func decode(_ body: Data) throws -> Manifest {
+        let root: StrictJSON
+        do {
+            root = try StrictJSON.parse(body)
+        } catch {
+            throw OfflineAgentError(.manifest, "invalid manifest JSON: \(error)", cause: .manifestInvalid)
+        }
+        guard case .object(let object) = root else {
+            throw OfflineAgentError(.manifest, "invalid manifest: the body must be a JSON object", cause: .manifestInvalid)
+        }
+        let fields = ManifestFields(object)
+        let manifest = try Manifest(
+            app: fields.app("app"),
+            version: fields.version("version"),
+            miniVersion: fields.version("miniVersion"),
+            isPatch: fields.bool("isPatch"),
+            baseVersion: fields.optional("baseVersion", fields.version),
+            url: fields.url("url"),
+            size: fields.size("size"),
+            sha256: fields.sha256("sha256"),
+            packageSha256: fields.sha256("packageSha256"),
+            fullUrl: fields.optional("fullUrl", fields.url),
+            fullSize: fields.optional("fullSize", fields.size),
+            fullSha256: fields.optional("fullSha256", fields.sha256),
+            whitelist: fields.whitelist("whitelist"),
+            networkType: fields.optional("networkType", fields.networkType) ?? .any,
+            rollout: fields.optional("rollout", fields.rollout) ?? 100,
+            expires: fields.optional("expires", fields.time),
+            compression: fields.optional("compression", fields.compression) ?? .none)
+        try manifest.checkFields()
+        return manifest
+    }
+
+    package func checkFields() throws {
+        func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.manifest, reason, cause: .manifestInvalid) }
+        guard AppName.isValid(app) else { throw fail(ManifestFields.rule("app")) }
+        guard miniVersion <= version else { throw fail("miniVersion \(miniVersion) is above version \(version)") }
+        guard size >= 0 else { throw fail(ManifestFields.rule("size")) }
+        guard SHA256Hex.isValid(sha256) else { throw fail(ManifestFields.rule("sha256")) }
+        guard SHA256Hex.isValid(packageSha256) else { throw fail(ManifestFields.rule("packageSha256")) }
+        guard (0...100).contains(rollout) else { throw fail(ManifestFields.rule("rollout")) }
+        if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail(ManifestFields.rule("fullSha256")) }
+        if let fullSize, fullSize < 0 { throw fail(ManifestFields.rule("fullSize")) }
+        if isPatch {
+            guard let baseVersion else { throw fail("baseVersion is required when isPatch is true") }
+            guard baseVersion < version else { throw fail("baseVersion \(baseVersion) is not below version \(version)") }
+            guard fullUrl != nil else { throw fail("fullUrl is required when isPatch is true") }
+            guard fullSize != nil else { throw fail("fullSize is required when isPatch is true") }
+        } else if compression == .none, sha256 != packageSha256 {
+            throw fail("sha256 must equal packageSha256 for an uncompressed full package")
+        }
+    }
+
+    /// The device-dependent rules: right app, not expired, strictly newer than what is installed.
+    public func validate(forApp expected: String, installed: Version?, now: Date = Date()) throws {
+        guard app == expected else {
+            throw OfflineAgentError(.manifest, "manifest is for app '\(app)', not '\(expected)'", cause: .wrongApp)
+        }
+        if let expires, expires <= now {
+            throw OfflineAgentError(.manifest, "manifest expired at \(RFC3339.string(from: expires))", cause: .expired)
+        }
+        if let installed, version <= installed {
+            throw OfflineAgentError(.manifest, "manifest offers \(version), not newer than installed \(installed)", cause: .downgrade)
+        }
+    }
+}

@@ -1,0 +1,26 @@
+import Foundation
+
+/// The parts of a request URL that cookie rules look at.
+struct CookieURL {
+    /// Lower-case, brackets of an IPv6 address removed.
+    var host: String
+    /// Percent-encoded, `/` when empty.
+    var path: String
+    var isSecure: Bool
+
+    init?(_ url: URL) {
+        guard let components = URLComponents(url: url, resolvingAgainstBaseURL: false),
+              let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              var host = components.percentEncodedHost?.lowercased(), !host.isEmpty else { return nil }
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        if host.hasSuffix(".") { host.removeLast() }
+        self.host = host
+        self.path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+        self.isSecure = scheme == "https"
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        var v4 = in_addr(), v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+}

@@ -1,0 +1,13 @@
+import CLibzip
+import Dispatch
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What an extraction produced.
+public struct ExtractionSummary: Sendable, Equatable {
+    public var files: Int
+    public var directories: Int
+    public var bytes: Int64
+}

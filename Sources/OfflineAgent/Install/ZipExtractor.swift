@@ -1,0 +1,269 @@
+import CLibzip
+import Dispatch
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Extracts package archives with libzip, refusing hostile archives whole.
+///
+/// The archive is checked before anything is written (names and their limits,
+/// clashes, types, methods, declared sizes), then written into a fresh temporary
+/// directory beside the destination and renamed into place only when every entry has
+/// been read to its end with a good CRC. On any failure nothing is left behind.
+/// Directories are created and opened through descriptors one component at a time
+/// (`mkdirat`/`openat` with `O_NOFOLLOW`), in tree order, so the work is linear in the
+/// total bytes of the names.
+public enum ZipExtractor {
+    /// One entry that passed the checks.
+    struct Entry: Sendable {
+        var index: Int64
+        /// The entry's node in the tree; for a file, `directory` is its parent's.
+        var node: Int
+        var directory: Int
+        var isDirectory: Bool
+        var size: Int64
+        var mode: mode_t
+    }
+
+    /// Extracts `archive` into `destination`, which must not exist yet.
+    ///
+    /// - Parameter durable: flush the extracted files to disk before the final rename
+    ///   (what an installer needs; a one-off extraction may skip it).
+    /// - Throws: `OfflineAgentError` with code `.extract` naming the first problem found;
+    ///   its cause is `.hostileArchive` for what no package may do, `.archiveCorrupt` for
+    ///   damage, `.diskFull` or `.io` when writing fails.
+    @discardableResult
+    public static func extract(
+        archive: URL, to destination: URL, limits: ExtractionLimits = ExtractionLimits(), durable: Bool = true
+    ) throws -> ExtractionSummary {
+        let archivePath = archive.path
+        let destinationPath = FileSystem.absolute(destination.path)
+        guard !FileSystem.exists(destinationPath) else {
+            throw OfflineAgentError(.extract, "destination already exists", cause: .io, path: destinationPath)
+        }
+        let (entries, tree) = try plan(archivePath: archivePath, limits: limits)
+        let parent = FileSystem.parent(of: destinationPath)
+        let staging: String
+        do {
+            staging = try FileSystem.makeTemporaryDirectory(in: parent, prefix: ".\(FileSystem.name(of: destinationPath)).extract-")
+        } catch {
+            let failure = error as? POSIXFailure
+            throw OfflineAgentError(.extract, "cannot create staging directory", cause: writeCause(failure), path: parent, underlying: failure)
+        }
+        do {
+            let summary = try write(entries, tree: tree, from: archivePath, into: staging)
+            guard chmod(staging, 0o755) == 0 else { throw POSIXFailure("chmod \(staging)") }
+            if durable { try FileSystem.syncFilesystem(containing: staging) }
+            guard rename(staging, destinationPath) == 0 else { throw POSIXFailure("rename \(staging)") }
+            if durable { try FileSystem.sync(parent) }
+            return summary
+        } catch let error as OfflineAgentError {
+            FileSystem.remove(staging)
+            throw error
+        } catch {
+            FileSystem.remove(staging)
+            let failure = error as? POSIXFailure
+            let reason = writeCause(failure) == .diskFull ? "disk full writing extracted files" : "cannot write extracted files"
+            throw OfflineAgentError(.extract, reason, cause: writeCause(failure), path: destinationPath, underlying: failure)
+        }
+    }
+
+    /// `.diskFull` for ENOSPC/EDQUOT, `.io` for any other local failure.
+    static func writeCause(_ failure: POSIXFailure?) -> OfflineAgentError.Cause {
+        failure?.errno == ENOSPC || failure?.errno == EDQUOT ? .diskFull : .io
+    }
+
+    // MARK: - Checking the whole archive before writing
+
+    static func plan(archivePath: String, limits: ExtractionLimits) throws -> (entries: [Entry], tree: EntryTree) {
+        for name in try ZipCentralDirectory.rawNames(of: archivePath) where name.contains(0) {
+            throw hostile("entry name contains NUL", archivePath)
+        }
+        let archive = try ZipArchive(path: archivePath)
+        let count = archive.entryCount
+        guard count >= 0 else { throw corrupt("cannot count entries", archivePath) }
+        var rules = PackageRules(limits: limits)
+        do {
+            try rules.check(entryCount: Int(clamping: count))
+        } catch {
+            throw hostile(error.reason, archivePath)
+        }
+        var entries: [Entry] = []
+        entries.reserveCapacity(Int(count))
+        for index in 0..<count {
+            let st = try archive.stat(index)
+            guard let cName = st.name else { throw corrupt("entry \(index) has no name", archivePath) }
+            let name = String(cString: cName)
+            let node: Int, isDirectory: Bool
+            do {
+                (node, isDirectory) = try rules.admit(name)
+            } catch {
+                throw hostile(error.reason, archivePath)
+            }
+
+            if st.valid & UInt64(ZIP_STAT_ENCRYPTION_METHOD) != 0, st.encryption_method != UInt16(ZIP_EM_NONE) {
+                throw hostile("entry '\(quoted(name))' is encrypted", archivePath)
+            }
+            guard st.valid & UInt64(ZIP_STAT_COMP_METHOD) != 0,
+                  zip_compression_method_supported(Int32(st.comp_method), 0) != 0 else {
+                throw hostile("entry '\(quoted(name))' uses unknown compression method \(st.comp_method)", archivePath)
+            }
+            guard st.valid & UInt64(ZIP_STAT_SIZE) != 0, st.size <= UInt64(Int64.max) else {
+                throw corrupt("entry '\(quoted(name))' has no valid size", archivePath)
+            }
+            let size = Int64(st.size)
+            let mode = try fileMode(archive: archive, index: index, name: name, isDirectory: isDirectory)
+            if isDirectory {
+                guard size == 0 else { throw hostile("directory entry '\(quoted(name))' has data", archivePath) }
+            } else {
+                do { try rules.add(bytes: size) } catch { throw hostile(error.reason, archivePath) }
+            }
+            entries.append(Entry(index: index, node: node, directory: isDirectory ? node : rules.tree.nodes[node].parent,
+                                 isDirectory: isDirectory, size: size, mode: mode))
+        }
+        return (entries, rules.tree)
+    }
+
+    /// A name short enough for a one-line reason: long ones keep their start and end.
+    static func quoted(_ name: String) -> String { PackageRules.quoted(name) }
+
+    /// The permission bits to create an entry with: only regular files and directories
+    /// are accepted (the package rules), and setuid/setgid/sticky bits are never kept.
+    private static func fileMode(archive: ZipArchive, index: Int64, name: String, isDirectory: Bool) throws -> mode_t {
+        let (opsys, attributes) = try archive.externalAttributes(index)
+        var executable = false
+        if opsys == UInt8(ZIP_OPSYS_UNIX) {
+            let mode = mode_t(attributes >> 16)
+            if let type = PackageRules.EntryType(mode: mode) {
+                do {
+                    try PackageRules.check(type: type, of: name, isDirectory: isDirectory)
+                } catch {
+                    throw hostile(error.reason, archive.path)
+                }
+            }
+            executable = mode & 0o111 != 0
+        }
+        return isDirectory || executable ? 0o755 : 0o644
+    }
+
+    // MARK: - Writing
+
+    private static func write(_ entries: [Entry], tree: EntryTree, from archivePath: String, into staging: String) throws -> ExtractionSummary {
+        let root = open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard root >= 0 else { throw POSIXFailure("open \(staging)") }
+        defer { close(root) }
+        // Directories first, in preorder, so workers only ever create files.
+        let (order, rank) = tree.preorder()
+        var directoryCount = 0
+        do {
+            let cursor = DirectoryCursor(tree: tree, rootFD: root)
+            for node in order where node != EntryTree.root && tree.isDirectory(node) {
+                let parentFD = try cursor.move(to: tree.nodes[node].parent)
+                guard mkdirat(parentFD, tree.nodes[node].name, 0o755) == 0 else {
+                    throw POSIXFailure("mkdir \(tree.path(of: node))")
+                }
+                directoryCount += 1
+            }
+        }
+        let files = entries.filter { !$0.isDirectory }
+        let bytes = files.reduce(Int64(0)) { $0 + $1.size }
+        // Two readers (each with its own libzip handle: zip_t is not thread-safe) keep
+        // both cores busy inflating; small archives aren't worth a second open.
+        let workers = bytes > 4 << 20 && files.count > 1 ? 2 : 1
+        // Each share in tree order, so its cursor opens each directory about once.
+        let shares = split(files, into: workers).map { share in share.sorted { rank[$0.directory] < rank[$1.directory] } }
+        let outcome = WorkerOutcome()
+        DispatchQueue.concurrentPerform(iterations: workers) { worker in
+            do {
+                let archive = try ZipArchive(path: archivePath)
+                let cursor = DirectoryCursor(tree: tree, rootFD: root)
+                let buffer = UnsafeMutableRawPointer.allocate(byteCount: 256 << 10, alignment: 16)
+                defer { buffer.deallocate() }
+                for (number, entry) in shares[worker].enumerated() {
+                    if outcome.failed { return }
+                    let dir = try cursor.move(to: entry.directory)
+                    try writeFile(entry, tree: tree, archive: archive, in: dir, buffer: buffer, bufferSize: 256 << 10)
+                    if number == 1 { CrashPoint.duringExtract.hit() }
+                }
+            } catch {
+                outcome.record(error)
+            }
+        }
+        if let error = outcome.error { throw error }
+        return ExtractionSummary(files: files.count, directories: directoryCount, bytes: bytes)
+    }
+
+    /// Splits entries into `count` shares of similar byte totals.
+    private static func split(_ files: [Entry], into count: Int) -> [[Entry]] {
+        guard count > 1 else { return [files] }
+        var shares = Array(repeating: [Entry](), count: count)
+        var totals = Array(repeating: Int64(0), count: count)
+        for entry in files.sorted(by: { $0.size > $1.size }) {
+            let target = totals.indices.min { totals[$0] < totals[$1] }!
+            shares[target].append(entry)
+            totals[target] += entry.size
+        }
+        return shares
+    }
+
+    private static func writeFile(
+        _ entry: Entry, tree: EntryTree, archive: ZipArchive, in dir: Int32, buffer: UnsafeMutableRawPointer, bufferSize: Int
+    ) throws {
+        let fd = openat(dir, tree.nodes[entry.node].name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, entry.mode)
+        guard fd >= 0 else { throw POSIXFailure("create \(tree.path(of: entry.node))") }
+        defer { close(fd) }
+        let reader = try archive.open(entry.index)
+        var written: Int64 = 0
+        while true {
+            let n: Int
+            do { n = try reader.read(into: buffer, count: bufferSize) } catch let error as OfflineAgentError {
+                throw corrupt("entry '\(quoted(tree.path(of: entry.node)))': \(error.reason)", archive.path)
+            }
+            if n == 0 { break }
+            // Never write past the declared size: a lying header must not fill the disk.
+            guard Int64(n) <= entry.size - written else {
+                throw hostile("entry '\(quoted(tree.path(of: entry.node)))' holds more bytes than its declared \(entry.size)", archive.path)
+            }
+            var offset = 0
+            while offset < n {
+                let w = Glibc.write(fd, buffer + offset, n - offset)
+                if w < 0 {
+                    if errno == EINTR { continue }
+                    throw POSIXFailure("write \(tree.path(of: entry.node))")
+                }
+                offset += w
+            }
+            written += Int64(n)
+        }
+        guard written == entry.size else {
+            throw corrupt("entry '\(quoted(tree.path(of: entry.node)))' holds \(written) bytes, declared \(entry.size)", archive.path)
+        }
+        do { try reader.close() } catch let error as OfflineAgentError {
+            throw corrupt("entry '\(quoted(tree.path(of: entry.node)))': \(error.reason)", archive.path)
+        }
+    }
+
+    /// A refusal of something no package may do.
+    private static func hostile(_ reason: String, _ path: String) -> OfflineAgentError {
+        OfflineAgentError(.extract, reason, cause: .hostileArchive, path: path)
+    }
+
+    /// A refusal of a damaged archive.
+    private static func corrupt(_ reason: String, _ path: String) -> OfflineAgentError {
+        OfflineAgentError(.extract, reason, cause: .archiveCorrupt, path: path)
+    }
+}
+
+/// The first error of any extraction worker; later workers stop early.
+private final class WorkerOutcome: @unchecked Sendable {
+    private let lock = NSLock()
+    private var first: (any Error)?
+
+    var failed: Bool { lock.withLock { first != nil } }
+    var error: (any Error)? { lock.withLock { first } }
+
+    func record(_ error: any Error) {
+        lock.withLock { if first == nil { first = error } }
+    }
+}

@@ -1,0 +1,31 @@
+import Foundation
+
+/// What the store records beside an installed version directory (`versions/<v>.json`),
+/// written before the version becomes active.
+public struct InstalledVersion: Sendable, Equatable, Codable {
+    public var version: Version
+    /// SHA-256 of the full package zip (kept as `packages/<v>.zip` for the next patch).
+    public var packageSha256: String
+    public var miniVersion: Version
+    public var whitelist: [String]
+    public var rollout: Int
+    public var installedAt: Date
+    public var via: UpdateMethod
+    /// The version that was active before this one, kept for rollback.
+    public var previousVersion: Version?
+
+    /// A record as `Updater` writes it; public so tools and tests can seed a store.
+    public init(
+        version: Version, packageSha256: String, miniVersion: Version, whitelist: [String], rollout: Int,
+        installedAt: Date, via: UpdateMethod, previousVersion: Version? = nil
+    ) {
+        self.version = version
+        self.packageSha256 = packageSha256
+        self.miniVersion = miniVersion
+        self.whitelist = whitelist
+        self.rollout = rollout
+        self.installedAt = installedAt
+        self.via = via
+        self.previousVersion = previousVersion
+    }
+}

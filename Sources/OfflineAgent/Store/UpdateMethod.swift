@@ -1,0 +1,6 @@
+import Foundation
+
+/// How a version arrived.
+public enum UpdateMethod: String, Sendable, Codable {
+    case patch, full
+}

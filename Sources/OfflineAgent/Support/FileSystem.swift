@@ -1,0 +1,233 @@
+import CShims
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Small POSIX helpers for crash-safe file handling: the steps of the install
+/// recipe (temp → fsync → rename → fsync parent) in one place.
+package enum FileSystem {
+    /// Creates a fresh directory `<parent>/<prefix>XXXXXX` (mode 0700) and returns its path.
+    package static func makeTemporaryDirectory(in parent: String, prefix: String) throws -> String {
+        var template = Array("\(parent)/\(prefix)XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        guard made != nil else {
+            throw POSIXFailure("mkdtemp \(parent)/\(prefix)")
+        }
+        return string(from: template)
+    }
+
+    /// Creates a fresh file `<parent>/<prefix>XXXXXX` and returns its descriptor and path.
+    package static func makeTemporaryFile(in parent: String, prefix: String) throws -> (fd: Int32, path: String) {
+        var template = Array("\(parent)/\(prefix)XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { cshims_mkstemp_cloexec($0.baseAddress!) }
+        guard fd >= 0 else { throw POSIXFailure("mkstemp \(parent)/\(prefix)") }
+        return (fd, string(from: template))
+    }
+
+    private static func string(from template: [CChar]) -> String {
+        String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// Removes a file or a directory tree; missing paths are fine. Errors are ignored:
+    /// callers that must know the tree is gone use `removeTree`.
+    package static func remove(_ path: String) {
+        try? removeTree(path)
+    }
+
+    /// Removes a file or a directory tree of any depth; a missing path is fine.
+    ///
+    /// Works through directory descriptors (`openat`/`unlinkat`/`fdopendir`), never by
+    /// path strings, so a tree deeper than PATH_MAX goes too, and holds at most two
+    /// descriptors whatever the depth: it descends into one directory at a time and
+    /// climbs back through `..`, checking that `..` is the directory it came from
+    /// (device and inode), so a concurrent rename cannot turn it loose elsewhere.
+    /// - Throws: `POSIXFailure` when something could not be removed; the rest of the
+    ///   tree may then remain, but never anything outside it.
+    package static func removeTree(_ path: String) throws {
+        let parentFD = open(parent(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard parentFD >= 0 else {
+            if errno == ENOENT { return }
+            throw POSIXFailure("open \(parent(of: path))")
+        }
+        defer { close(parentFD) }
+        try removeTree(in: parentFD, name: name(of: path))
+    }
+
+    /// Removes the entry `name` of the directory `parentFD` and, for a directory, everything in it.
+    package static func removeTree(in parentFD: Int32, name: String) throws {
+        var st = stat()
+        guard fstatat(parentFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
+            if errno == ENOENT { return }
+            throw POSIXFailure("stat \(name)")
+        }
+        guard st.st_mode & S_IFMT == S_IFDIR else {
+            guard unlinkat(parentFD, name, 0) == 0 || errno == ENOENT else { throw POSIXFailure("unlink \(name)") }
+            return
+        }
+        // The path from `name` down to the directory being emptied: names and identities.
+        var names: [String] = []
+        var identities: [(dev: UInt, ino: UInt)] = []
+        var current = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard current >= 0 else { throw POSIXFailure("open \(name)") }
+        names.append(name)
+        identities.append((UInt(st.st_dev), UInt(st.st_ino)))
+        while true {
+            // Empty `current`: unlink files, stop at the first subdirectory and go down into it.
+            guard let stream = fdopendir(current) else {
+                let failure = POSIXFailure("opendir \(name)")
+                close(current)
+                throw failure
+            }
+            var child: String?
+            var failure: POSIXFailure?
+            while let entry = readdir(stream) {
+                let entryName = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if entryName == "." || entryName == ".." { continue }
+                if entry.pointee.d_type == UInt8(DT_DIR) {
+                    child = entryName
+                    break
+                }
+                if unlinkat(current, entryName, 0) == 0 || errno == ENOENT { continue }
+                if errno == EISDIR {  // d_type was unknown (DT_UNKNOWN on some file systems)
+                    child = entryName
+                    break
+                }
+                failure = POSIXFailure("unlink \(entryName)")
+                break
+            }
+            if let failure {
+                closedir(stream)
+                throw failure
+            }
+            if let child {
+                let next = openat(current, child, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                var childStat = stat()
+                guard next >= 0, fstat(next, &childStat) == 0 else {
+                    let failure = POSIXFailure("open \(child)")
+                    if next >= 0 { close(next) }
+                    closedir(stream)
+                    throw failure
+                }
+                closedir(stream)
+                names.append(child)
+                identities.append((UInt(childStat.st_dev), UInt(childStat.st_ino)))
+                current = next
+                continue
+            }
+            // `current` is empty: climb to its parent and remove it.
+            let emptied = names.removeLast()
+            identities.removeLast()
+            if names.isEmpty {
+                closedir(stream)
+                guard unlinkat(parentFD, emptied, AT_REMOVEDIR) == 0 || errno == ENOENT else {
+                    throw POSIXFailure("rmdir \(emptied)")
+                }
+                return
+            }
+            let up = openat(current, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            closedir(stream)
+            var upStat = stat()
+            guard up >= 0, fstat(up, &upStat) == 0,
+                  UInt(upStat.st_dev) == identities.last!.dev, UInt(upStat.st_ino) == identities.last!.ino else {
+                let failure = POSIXFailure("climb from \(emptied)", errno: up >= 0 ? ESTALE : errno)
+                if up >= 0 { close(up) }
+                throw failure
+            }
+            guard unlinkat(up, emptied, AT_REMOVEDIR) == 0 || errno == ENOENT else {
+                let failure = POSIXFailure("rmdir \(emptied)")
+                close(up)
+                throw failure
+            }
+            current = up
+        }
+    }
+
+    /// fsyncs a file or directory by path.
+    package static func sync(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw POSIXFailure("open \(path)") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw POSIXFailure("fsync \(path)") }
+    }
+
+    /// Flushes the whole filesystem holding `path`: one call instead of an fsync per extracted file.
+    package static func syncFilesystem(containing path: String) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw POSIXFailure("open \(path)") }
+        defer { close(fd) }
+        guard cshims_syncfs(fd) == 0 else { throw POSIXFailure("syncfs \(path)") }
+    }
+
+    /// Renames atomically and makes the rename durable by syncing the destination's directory.
+    package static func renameDurably(_ from: String, to: String) throws {
+        guard rename(from, to) == 0 else { throw POSIXFailure("rename \(from) -> \(to)") }
+        try sync(parent(of: to))
+    }
+
+    /// Writes `data` to `path` atomically: temp file, fsync, rename, fsync of the directory.
+    package static func writeAtomically(_ data: Data, to path: String, mode: mode_t = 0o644) throws {
+        let dir = parent(of: path)
+        let (fd, temp) = try makeTemporaryFile(in: dir, prefix: ".\(name(of: path)).tmp-")
+        var closed = false
+        do {
+            try data.withUnsafeBytes { raw in
+                var offset = 0
+                while offset < raw.count {
+                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                    if n < 0 {
+                        if errno == EINTR { continue }
+                        throw POSIXFailure("write \(temp)")
+                    }
+                    offset += n
+                }
+            }
+            guard fchmod(fd, mode) == 0 else { throw POSIXFailure("chmod \(temp)") }
+            guard fsync(fd) == 0 else { throw POSIXFailure("fsync \(temp)") }
+            close(fd)
+            closed = true
+            try renameDurably(temp, to: path)
+        } catch {
+            if !closed { close(fd) }
+            unlink(temp)
+            throw error
+        }
+    }
+
+    package static func exists(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
+    }
+
+    package static func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    package static func fileSize(_ path: String) -> Int64? {
+        var st = stat()
+        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return Int64(st.st_size)
+    }
+
+    /// Bytes available to an unprivileged writer on the filesystem holding `path`.
+    package static func availableBytes(at path: String) -> Int64? {
+        var st = statvfs()
+        guard statvfs(path, &st) == 0 else { return nil }
+        return Int64(st.f_bavail) * Int64(st.f_frsize)
+    }
+
+    package static func parent(of path: String) -> String {
+        let p = (path as NSString).deletingLastPathComponent
+        return p.isEmpty ? "." : p
+    }
+
+    package static func name(of path: String) -> String { (path as NSString).lastPathComponent }
+
+    /// An absolute, standardized form of a user-given path.
+    package static func absolute(_ path: String) -> String {
+        URL(fileURLWithPath: path).standardizedFileURL.path
+    }
+}

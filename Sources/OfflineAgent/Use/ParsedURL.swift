@@ -1,0 +1,45 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The parts of a URL the whitelist compares: scheme, host, effective port, raw path.
+struct ParsedURL: Equatable {
+    var scheme: String
+    var host: String
+    var port: Int
+    /// Percent-encoded path.
+    var path: String
+
+    init?(_ url: URL) {
+        guard let components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return nil }
+        self.init(components)
+    }
+
+    init?(string: String) {
+        guard let components = URLComponents(string: string) else { return nil }
+        self.init(components)
+    }
+
+    private init?(_ components: URLComponents) {
+        guard let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = components.host?.lowercased(), !host.isEmpty else { return nil }
+        self.scheme = scheme
+        self.host = host
+        self.port = components.port ?? (scheme == "https" ? 443 : 80)
+        self.path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+    }
+
+    /// The rest of this URL's path after `prefix`, when `prefix` matches at a `/` boundary.
+    func rest(after prefix: ParsedURL) -> String? {
+        guard scheme == prefix.scheme, host == prefix.host, port == prefix.port else { return nil }
+        if prefix.path.hasSuffix("/") {
+            guard path.hasPrefix(prefix.path) else { return nil }
+            return String(path.dropFirst(prefix.path.count))
+        }
+        if path == prefix.path { return "" }
+        guard path.hasPrefix(prefix.path + "/") else { return nil }
+        return String(path.dropFirst(prefix.path.count + 1))
+    }
+}

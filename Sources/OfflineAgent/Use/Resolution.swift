@@ -1,0 +1,11 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The outcome of resolving one URL.
+public enum Resolution: Sendable, Equatable {
+    case file(ResolvedFile)
+    case network(FallbackReason, app: String?)
+}

@@ -1,0 +1,87 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Maps whitelisted URLs to files of active versions (PROTOCOL.md, "Using a package").
+public struct Resolver: Sendable {
+    public let store: Store
+    public let deviceID: String
+
+    public init(store: Store, deviceID: String) {
+        self.store = store
+        self.deviceID = deviceID
+    }
+
+    /// `1 + (first 4 bytes of SHA-256("<device id>:<app>") as big-endian) mod 100`.
+    public static func rolloutBucket(deviceID: String, app: String) -> Int {
+        let digest = Array(SHA256.hash(data: Data("\(deviceID):\(app)".utf8)))
+        let value = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
+        return 1 + Int(value % 100)
+    }
+
+    /// Resolves `url` against every app of the store; the longest matching whitelist prefix wins.
+    public func resolve(_ url: URL) -> Resolution {
+        guard let target = ParsedURL(url) else { return .network(.notWhitelisted, app: nil) }
+        var best: (app: String, installed: InstalledVersion, rest: String, length: Int)?
+        for app in store.apps() {
+            guard let installed = store.active(app) else { continue }
+            for entry in installed.whitelist {
+                guard let prefix = ParsedURL(string: entry), let rest = target.rest(after: prefix) else { continue }
+                if best == nil || prefix.path.count > best!.length {
+                    best = (app, installed, rest, prefix.path.count)
+                }
+            }
+        }
+        guard let best else { return .network(.notWhitelisted, app: nil) }
+        let app = best.app, installed = best.installed
+        guard !Lifecycle(store: store).isBad(app, installed.version) else { return .network(.badVersion, app: app) }
+        if let reason = fallbackReason(app: app, installed: installed) { return .network(reason, app: app) }
+        let directory = store.versionDirectory(app, installed.version)
+        guard let path = Self.file(at: best.rest, in: directory) else { return .network(.missingFile, app: app) }
+        return .file(ResolvedFile(app: app, version: installed.version, path: path, versionDirectory: directory, relativePath: best.rest))
+    }
+
+    /// Why the active version `installed` of `app` is not used offline at all, or nil
+    /// when it is: PROTOCOL.md's rules 1 and 2, the kill switch every way of serving a
+    /// package applies (`resolve`, and each response of `offline-agent serve`).
+    ///
+    /// - `belowMiniVersion`: the version is below the higher of its record's `miniVersion`
+    ///   and the last trusted manifest's (`checkStatePath(app:)`);
+    /// - `outsideRollout`: this device's bucket is above the record's `rollout`.
+    public func fallbackReason(app: String, installed: InstalledVersion) -> FallbackReason? {
+        guard installed.version >= store.effectiveMiniVersion(app, record: installed) else { return .belowMiniVersion }
+        guard Self.rolloutBucket(deviceID: deviceID, app: app) <= installed.rollout else { return .outsideRollout }
+        return nil
+    }
+
+    /// The file besides the version record whose contents `fallbackReason` reads (the
+    /// app's check state, with the last known `miniVersion`): a cache of its answer is
+    /// stale once either file changes.
+    public func checkStatePath(app: String) -> String {
+        store.checkStatePath(app)
+    }
+
+    /// The regular file a percent-encoded relative path names inside `directory`, or nil when
+    /// it does not exist or would leave the directory (`..`, NUL, symlinks).
+    public static func file(at encodedRest: String, in directory: String) -> String? {
+        guard let decoded = encodedRest.removingPercentEncoding else { return nil }
+        var rest = decoded
+        if rest.isEmpty || rest.hasSuffix("/") { rest += "index.html" }
+        guard !rest.contains("\0"), !rest.contains("\\"), !rest.hasPrefix("/") else { return nil }
+        let components = rest.split(separator: "/", omittingEmptySubsequences: false)
+        guard components.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." }) else { return nil }
+        // lstat every component: the extractor never makes symlinks, so any found is hostile.
+        var path = directory
+        for component in components {
+            path += "/\(component)"
+            var st = stat()
+            guard lstat(path, &st) == 0 else { return nil }
+            let type = st.st_mode & S_IFMT
+            if type == S_IFLNK { return nil }
+            if component == components.last! { guard type == S_IFREG else { return nil } }
+        }
+        return path
+    }
+}

@@ -1,0 +1,72 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+import OfflineAgent
+#endif
+
+/// Writes a new file (never replacing one), hashing and counting the bytes as they
+/// go so nothing is read back; `finish` flushes it to disk.
+final class PublishFileWriter {
+    let path: String
+    private var fd: Int32
+    private var hasher = SHA256()
+    private var count: Int64 = 0
+
+    init(creating path: String) throws {
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw OfflineAgentError(.publish, "cannot create file", path: path, underlying: POSIXFailure("open")) }
+        self.path = path
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    func write(_ bytes: UnsafeRawBufferPointer) throws {
+        guard !bytes.isEmpty else { return }
+        hasher.update(bufferPointer: bytes)
+        count += Int64(bytes.count)
+        var offset = 0
+        while offset < bytes.count {
+            let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw OfflineAgentError(.publish, "cannot write file", path: path, underlying: POSIXFailure("write"))
+            }
+            offset += n
+        }
+    }
+
+    func write(_ data: Data) throws {
+        try data.withUnsafeBytes { try write($0) }
+    }
+
+    func write(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try write($0) }
+    }
+
+    /// fsyncs and closes the file, returning its size and hash.
+    func finish() throws -> PublishedFile {
+        defer { close(fd); fd = -1 }
+        guard fsync(fd) == 0 else { throw OfflineAgentError(.publish, "cannot flush file", path: path, underlying: POSIXFailure("fsync")) }
+        return PublishedFile(size: count, sha256: hasher.finalize().map { String(format: "%02x", $0) }.joined())
+    }
+
+    /// The size and SHA-256 of an existing file, read in chunks.
+    static func digest(of path: String) throws -> PublishedFile {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw OfflineAgentError(.publish, "cannot open file", path: path)
+        }
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        var count: Int64 = 0
+        do {
+            while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
+                hasher.update(data: chunk)
+                count += Int64(chunk.count)
+            }
+        } catch {
+            throw OfflineAgentError(.publish, "cannot read file", path: path)
+        }
+        return PublishedFile(size: count, sha256: hasher.finalize().map { String(format: "%02x", $0) }.joined())
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+import OfflineAgent
+#endif
+
+/// What to publish and how to describe it.
+///
+/// The app-wide settings (`miniVersion`, `whitelist`, `rollout`, `networkType`,
+/// `expires`) are kept from the previous publish when left nil / `.keep`.
+public struct PublishOptions: Sendable {
+    /// What to do with the `expires` of the app.
+    public enum Expiry: Sendable, Equatable {
+        /// Keep the previous value (none on a first publish).
+        case keep
+        /// No expiry.
+        case never
+        /// Manifests must not be trusted after this time.
+        case at(Date)
+    }
+
+    public var app: String
+    public var version: Version
+    /// The directory of built web files: the app root of the package.
+    public var sourceDirectory: String
+    /// The publish directory; the app's files go to `<publishDirectory>/<app>/`.
+    public var publishDirectory: String
+    /// nil: the previous value, or `version` on a first publish.
+    public var miniVersion: Version?
+    /// nil: the previous value, or empty on a first publish.
+    public var whitelist: [String]?
+    /// nil: the previous value, or 100 on a first publish.
+    public var rollout: Int?
+    /// nil: the previous value, or `.any` on a first publish.
+    public var networkType: Manifest.NetworkType?
+    public var expires: Expiry
+    /// Signs the static `manifest.json` (writes `manifest.json.sig`) when set.
+    public var signingKey: SigningKey?
+    /// Makes the static manifest's URLs absolute: `<baseURL>/<app>/<file>`. By
+    /// default they are relative to the manifest (`1.2.0.zip.gz`).
+    public var baseURL: String?
+    /// How many previous versions get a patch to the new one.
+    public var patchBaseCount: Int
+    /// The limits the source tree is checked against: the device's defaults, since a
+    /// package above them is one devices refuse (lowered by tests).
+    public var limits: ExtractionLimits
+
+    public init(
+        app: String, version: Version, sourceDirectory: String, publishDirectory: String,
+        miniVersion: Version? = nil, whitelist: [String]? = nil, rollout: Int? = nil,
+        networkType: Manifest.NetworkType? = nil, expires: Expiry = .keep, signingKey: SigningKey? = nil,
+        baseURL: String? = nil, patchBaseCount: Int = 3, limits: ExtractionLimits = ExtractionLimits()
+    ) {
+        self.app = app
+        self.version = version
+        self.sourceDirectory = sourceDirectory
+        self.publishDirectory = publishDirectory
+        self.miniVersion = miniVersion
+        self.whitelist = whitelist
+        self.rollout = rollout
+        self.networkType = networkType
+        self.expires = expires
+        self.signingKey = signingKey
+        self.baseURL = baseURL
+        self.patchBaseCount = patchBaseCount
+        self.limits = limits
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import OfflineAgent
+
+/// What a publish directory knows about one app: `<publish dir>/<app>/state.json`.
+///
+/// It is the commit point of `publish` (written last, atomically) and the only
+/// thing a server reads to answer manifest requests; the files it names live
+/// beside it. It holds no timestamps, so publishing the same input twice gives the
+/// same bytes.
+public struct PublishState: Sendable, Equatable, Codable {
+    /// One published version: its package (stored zip) and the gzip of that package.
+    public struct Release: Sendable, Equatable, Codable {
+        public var version: Version
+        /// Byte length and SHA-256 of `<version>.zip`.
+        public var size: Int64
+        public var sha256: String
+        /// Byte length and SHA-256 of `<version>.zip.gz`.
+        public var gzipSize: Int64
+        public var gzipSha256: String
+
+        public init(version: Version, size: Int64, sha256: String, gzipSize: Int64, gzipSha256: String) {
+            self.version = version
+            self.size = size
+            self.sha256 = sha256
+            self.gzipSize = gzipSize
+            self.gzipSha256 = gzipSha256
+        }
+
+        /// File name of the package, relative to the app directory.
+        public var packageFile: String { "\(version).zip" }
+        /// File name of the gzip-compressed package, relative to the app directory.
+        public var gzipFile: String { "\(version).zip.gz" }
+    }
+
+    /// A BSDIFF40 patch from `from` to the latest version: `<from>-<to>.bsdiff`.
+    public struct Patch: Sendable, Equatable, Codable {
+        public var from: Version
+        public var to: Version
+        public var size: Int64
+        public var sha256: String
+
+        public init(from: Version, to: Version, size: Int64, sha256: String) {
+            self.from = from
+            self.to = to
+            self.size = size
+            self.sha256 = sha256
+        }
+
+        /// File name of the patch, relative to the app directory.
+        public var file: String { "\(from)-\(to).bsdiff" }
+    }
+
+    public var app: String
+    public var latest: Version
+    public var miniVersion: Version
+    public var whitelist: [String]
+    public var rollout: Int
+    public var networkType: Manifest.NetworkType
+    /// RFC 3339 time after which manifests must not be trusted; nil for none.
+    public var expires: String?
+    /// Every published version, oldest first; the last one is `latest`.
+    public var versions: [Release]
+    /// Patches to `latest` from the versions before it (the last few only).
+    public var patches: [Patch]
+
+    public init(
+        app: String, latest: Version, miniVersion: Version, whitelist: [String], rollout: Int,
+        networkType: Manifest.NetworkType, expires: String?, versions: [Release], patches: [Patch]
+    ) {
+        self.app = app
+        self.latest = latest
+        self.miniVersion = miniVersion
+        self.whitelist = whitelist
+        self.rollout = rollout
+        self.networkType = networkType
+        self.expires = expires
+        self.versions = versions
+        self.patches = patches
+    }
+
+    /// The name of the state file inside an app directory.
+    public static let fileName = "state.json"
+
+    /// The release of `latest`.
+    public var latestRelease: Release? { versions.last { $0.version == latest } }
+
+    // MARK: Reading and writing
+
+    /// Reads `<appDirectory>/state.json`; nil when the app was never published.
+    public static func load(appDirectory: String) throws -> PublishState? {
+        let path = "\(appDirectory)/\(fileName)"
+        guard FileSystem.exists(path) else { return nil }
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw OfflineAgentError(.publish, "cannot read publish state", path: path)
+        }
+        return try decode(data, path: path)
+    }
+
+    /// Decodes and checks state bytes (`path` only names them in errors).
+    public static func decode(_ data: Data, path: String? = nil) throws -> PublishState {
+        let state: PublishState
+        do {
+            state = try JSONDecoder().decode(PublishState.self, from: data)
+        } catch {
+            throw OfflineAgentError(.publish, "publish state is not valid JSON of the expected shape", path: path)
+        }
+        try state.check(path: path)
+        return state
+    }
+
+    /// The canonical bytes: sorted keys, pretty, newline-terminated.
+    public func encoded() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        return try encoder.encode(self) + Data("\n".utf8)
+    }
+
+    /// The invariants a server relies on; a state breaking them is refused whole.
+    func check(path: String?) throws {
+        func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.publish, "invalid publish state: \(reason)", path: path) }
+        guard AppName.isValid(app) else { throw fail("invalid app name '\(app)'") }
+        guard let last = versions.last, last.version == latest else { throw fail("latest \(latest) is not the last published version") }
+        guard zip(versions, versions.dropFirst()).allSatisfy({ $0.version < $1.version }) else {
+            throw fail("versions are not strictly increasing")
+        }
+        guard miniVersion <= latest else { throw fail("miniVersion \(miniVersion) is above latest \(latest)") }
+        guard (0...100).contains(rollout) else { throw fail("rollout \(rollout) is outside 0…100") }
+        if let expires, RFC3339.date(from: expires) == nil { throw fail("expires '\(expires)' is not RFC 3339") }
+        for release in versions {
+            guard release.size >= 0, release.gzipSize >= 0, SHA256Hex.isValid(release.sha256), SHA256Hex.isValid(release.gzipSha256) else {
+                throw fail("bad size or hash for \(release.version)")
+            }
+        }
+        for patch in patches {
+            guard patch.to == latest, patch.from < latest, versions.contains(where: { $0.version == patch.from }),
+                  patch.size >= 0, SHA256Hex.isValid(patch.sha256) else {
+                throw fail("bad patch \(patch.from) -> \(patch.to)")
+            }
+        }
+    }
+}

@@ -1,0 +1,259 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+import OfflineAgent
+#endif
+
+/// Builds a new version of an app into a publish directory: the stored package,
+/// its gzip, BSDIFF40 patches from the last few versions, the static
+/// `manifest.json` (+ `.sig`) and `state.json`.
+///
+/// Everything is made in a staging directory first; the publish directory changes
+/// only once everything is built and checked, and a failure while moving files in
+/// undoes the moves. `state.json` is written last: it is what servers read.
+public enum Publisher {
+    /// The static manifest's file name inside the app directory.
+    public static let manifestFile = "manifest.json"
+    /// Its detached signature (base64), for hosts that cannot set headers.
+    public static let signatureFile = "manifest.json.sig"
+
+    public static func publish(_ options: PublishOptions) throws -> PublishResult {
+        try checkArguments(options)
+        let out = FileSystem.absolute(options.publishDirectory)
+        let source = FileSystem.absolute(options.sourceDirectory)
+        let appDirectory = "\(out)/\(options.app)"
+
+        let previous = try FileSystem.isDirectory(appDirectory) ? PublishState.load(appDirectory: appDirectory) : nil
+        if let previous {
+            guard previous.app == options.app else {
+                throw OfflineAgentError(.publish, "state.json belongs to app '\(previous.app)'", path: appDirectory)
+            }
+            guard options.version > previous.latest else {
+                throw OfflineAgentError(.publish, "version \(options.version) is not greater than the latest published \(previous.latest)")
+            }
+            // Keeping an expiry that has passed since would publish a manifest every device rejects.
+            if options.expires == .keep, let kept = previous.expires, let date = RFC3339.date(from: kept), date <= Date() {
+                throw OfflineAgentError(
+                    .usage, "the kept expires \(kept) has already passed: no device would accept the manifest; give --expires with a later time or 'never'")
+            }
+        }
+        // Before anything is written: a tree devices would refuse changes nothing.
+        let entries = try PublishZip.collect(source: source, limits: options.limits)
+
+        // Stage on the publish directory's filesystem so moving in is a rename.
+        let createdOut = try makeDirectories(out)
+        let appExisted = FileSystem.isDirectory(appDirectory)
+        let staging: String
+        do {
+            staging = appExisted
+                ? try FileSystem.makeTemporaryDirectory(in: appDirectory, prefix: ".publish-")
+                : try FileSystem.makeTemporaryDirectory(in: out, prefix: ".publish-\(options.app)-")
+        } catch {
+            removeCreated(createdOut)
+            throw OfflineAgentError(.publish, "cannot write to the publish directory", path: out, underlying: error)
+        }
+        defer { FileSystem.remove(staging) }
+
+        do {
+            let built = try build(options, entries: entries, previous: previous, appDirectory: appDirectory, staging: staging)
+            if appExisted {
+                try moveIn(built, staging: staging, appDirectory: appDirectory, signed: options.signingKey != nil)
+            } else {
+                // A first publish: the whole app directory appears in one rename.
+                guard chmod(staging, 0o755) == 0 else { throw POSIXFailure("chmod \(staging)") }
+                try FileSystem.renameDurably(staging, to: appDirectory)
+            }
+            return PublishResult(
+                appDirectory: appDirectory, state: built.state, release: built.release, patches: built.state.patches,
+                manifestPath: "\(appDirectory)/\(manifestFile)",
+                signaturePath: options.signingKey == nil ? nil : "\(appDirectory)/\(signatureFile)")
+        } catch {
+            if !appExisted {
+                // The staging directory sits in the directories made above: it goes first.
+                FileSystem.remove(staging)
+                removeCreated(createdOut)
+            }
+            if let error = error as? OfflineAgentError { throw error }
+            throw OfflineAgentError(.publish, "cannot write to the publish directory", path: appDirectory, underlying: error)
+        }
+    }
+
+    // MARK: Steps
+
+    private struct Built {
+        var state: PublishState
+        var release: PublishState.Release
+        /// File names written into staging, in the order they must be moved in.
+        var files: [String]
+    }
+
+    /// Writes every new file into `staging` and returns the new state.
+    private static func build(
+        _ options: PublishOptions, entries: [PublishZip.Entry], previous: PublishState?,
+        appDirectory: String, staging: String
+    ) throws -> Built {
+        let version = options.version
+        let package = try PublishZip.write(entries, to: "\(staging)/\(version).zip")
+        let gzip = try PublishGzip.compress("\(staging)/\(version).zip", to: "\(staging)/\(version).zip.gz")
+        let release = PublishState.Release(
+            version: version, size: package.size, sha256: package.sha256, gzipSize: gzip.size, gzipSha256: gzip.sha256)
+        var files = [release.packageFile, release.gzipFile]
+
+        var patches: [PublishState.Patch] = []
+        for base in (previous?.versions ?? []).suffix(max(0, options.patchBaseCount)) {
+            let patch = try makePatch(from: base, to: release, appDirectory: appDirectory, staging: staging)
+            patches.append(patch)
+            files.append(patch.file)
+        }
+
+        let expires: String? = switch options.expires {
+        case .keep: previous?.expires
+        case .never: nil
+        case .at(let date): RFC3339.string(from: date)
+        }
+
+        let state = PublishState(
+            app: options.app, latest: version,
+            miniVersion: options.miniVersion ?? previous?.miniVersion ?? version,
+            whitelist: options.whitelist ?? previous?.whitelist ?? [],
+            rollout: options.rollout ?? previous?.rollout ?? 100,
+            networkType: options.networkType ?? previous?.networkType ?? .any,
+            expires: expires,
+            versions: (previous?.versions ?? []) + [release],
+            patches: patches)
+        guard state.miniVersion <= version else {
+            throw OfflineAgentError(.usage, "miniVersion \(state.miniVersion) is above version \(version)")
+        }
+        try state.check(path: nil)
+
+        // The static form: the full package, gzip-compressed, described beside it.
+        let prefix = options.baseURL.map { "\($0.hasSuffix("/") ? String($0.dropLast()) : $0)/\(options.app)/" } ?? ""
+        guard let manifest = PublishManifest.manifest(from: state, current: nil, fileURLPrefix: prefix, fullCompression: .gzip, offerPatch: false) else {
+            throw OfflineAgentError(.publish, "no release for \(version)")
+        }
+        try manifest.checkFields()
+        let body = try PublishManifest.encode(manifest, pretty: true)
+        try writeNew(body, to: "\(staging)/\(manifestFile)")
+        files.append(manifestFile)
+        if let key = options.signingKey {
+            try writeNew(Data((try key.sign(body) + "\n").utf8), to: "\(staging)/\(signatureFile)")
+            files.append(signatureFile)
+        }
+        try writeNew(try state.encoded(), to: "\(staging)/\(PublishState.fileName)")
+        files.append(PublishState.fileName)
+        return Built(state: state, release: release, files: files)
+    }
+
+    /// Diffs the kept package of `base` against the new one, then proves the patch
+    /// by applying it: a patch that does not rebuild the package byte for byte is
+    /// never published.
+    private static func makePatch(
+        from base: PublishState.Release, to release: PublishState.Release, appDirectory: String, staging: String
+    ) throws -> PublishState.Patch {
+        let old = "\(appDirectory)/\(base.packageFile)"
+        guard let found = try? PublishFileWriter.digest(of: old), found == PublishedFile(size: base.size, sha256: base.sha256) else {
+            throw OfflineAgentError(.publish, "the kept package of \(base.version) is missing or does not match state.json", path: old)
+        }
+        let new = "\(staging)/\(release.packageFile)"
+        let name = PublishState.Patch(from: base.version, to: release.version, size: 0, sha256: "").file
+        let path = "\(staging)/\(name)"
+        try Differ.makePatch(from: URL(fileURLWithPath: old), to: URL(fileURLWithPath: new), writingTo: URL(fileURLWithPath: path))
+
+        let check = "\(staging)/.check-\(name)"
+        defer { unlink(check) }
+        try Patcher.apply(
+            old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: path), to: URL(fileURLWithPath: check),
+            expectedSize: release.size)
+        guard try PublishFileWriter.digest(of: check).sha256 == release.sha256 else {
+            throw OfflineAgentError(.publish, "the patch from \(base.version) does not rebuild the package", path: path)
+        }
+        let digest = try PublishFileWriter.digest(of: path)
+        return PublishState.Patch(from: base.version, to: release.version, size: digest.size, sha256: digest.sha256)
+    }
+
+    /// Moves the staged files into an existing app directory, undoing the moves on failure.
+    private static func moveIn(_ built: Built, staging: String, appDirectory: String, signed: Bool) throws {
+        var transaction = PublishTransaction(staging: staging, target: appDirectory)
+        do {
+            for file in built.files where file != PublishState.fileName {
+                try transaction.install(file)
+            }
+            // An old signature would not match the new manifest.
+            if !signed { try transaction.remove(signatureFile) }
+            try transaction.install(PublishState.fileName)
+            try transaction.commit()
+        } catch {
+            let leftovers = transaction.rollBack()
+            if !leftovers.isEmpty, let error = error as? OfflineAgentError {
+                throw OfflineAgentError(
+                    error.code, error.reason + "; could not undo: " + leftovers.joined(separator: "; "),
+                    path: error.path, underlying: error.underlying)
+            }
+            throw error
+        }
+    }
+
+    // MARK: Helpers
+
+    private static func checkArguments(_ options: PublishOptions) throws {
+        func usage(_ reason: String, path: String? = nil) -> OfflineAgentError { OfflineAgentError(.usage, reason, path: path) }
+        guard AppName.isValid(options.app) else { throw usage("invalid app name '\(options.app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
+        guard FileSystem.isDirectory(options.sourceDirectory) else {
+            throw usage("source directory does not exist or is not a directory", path: options.sourceDirectory)
+        }
+        if let rollout = options.rollout, !(0...100).contains(rollout) { throw usage("rollout \(rollout) is outside 0…100") }
+        if let miniVersion = options.miniVersion, miniVersion > options.version {
+            throw usage("miniVersion \(miniVersion) is above version \(options.version)")
+        }
+        for prefix in options.whitelist ?? [] where !isHTTPURL(prefix) {
+            throw usage("whitelist entry '\(prefix)' is not an absolute http(s) URL")
+        }
+        if let baseURL = options.baseURL, !isHTTPURL(baseURL) {
+            throw usage("base URL '\(baseURL)' is not an absolute http(s) URL")
+        }
+        guard options.patchBaseCount >= 0 else { throw usage("negative patch count") }
+        // Every device rejects a manifest whose expiry has passed: publishing one would strand them all.
+        if case .at(let date) = options.expires, date <= Date() {
+            throw usage("expires \(RFC3339.string(from: date)) has already passed: no device would accept the manifest")
+        }
+    }
+
+    private static func isHTTPURL(_ text: String) -> Bool {
+        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", let host = components.host, !host.isEmpty else { return false }
+        return true
+    }
+
+    private static func writeNew(_ data: Data, to path: String) throws {
+        let writer = try PublishFileWriter(creating: path)
+        try writer.write(data)
+        _ = try writer.finish()
+    }
+
+    /// `mkdir -p`, returning the directories it created (outermost first) so a
+    /// failed first publish can take them away again.
+    private static func makeDirectories(_ path: String) throws -> [String] {
+        var missing: [String] = []
+        var current = path
+        while !FileSystem.exists(current), current != "/" {
+            missing.append(current)
+            current = FileSystem.parent(of: current)
+        }
+        guard FileSystem.isDirectory(current) else {
+            throw OfflineAgentError(.publish, "cannot create the publish directory: not a directory", path: current)
+        }
+        var created: [String] = []
+        for dir in missing.reversed() {
+            guard mkdir(dir, 0o755) == 0 else {
+                removeCreated(created)
+                throw OfflineAgentError(.publish, "cannot create the publish directory", path: dir, underlying: POSIXFailure("mkdir"))
+            }
+            created.append(dir)
+        }
+        return created
+    }
+
+    private static func removeCreated(_ created: [String]) {
+        for dir in created.reversed() { rmdir(dir) }
+    }
+}

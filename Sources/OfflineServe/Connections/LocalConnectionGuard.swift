@@ -1,0 +1,151 @@
+import NIOCore
+import OfflineAgent
+
+/// Closes a connection of `offline-agent serve` that holds a slot without using it:
+/// the first handler of each connection's pipeline, it sees raw bytes both ways.
+///
+/// - header timeout: from the connection's start, or from the first byte of a request
+///   after the previous one, the request head (up to its empty line) must arrive within
+///   `headerTimeout` (a half-sent or trickled head never completes);
+/// - idle timeout: once the server has written, the connection is closed when nothing
+///   is read or written for `idleTimeout` (an idle keep-alive connection, or a response
+///   the client stopped reading, whose writes then stall).
+///
+/// Between a complete head and the server's first write no timer runs: a slow answer
+/// is the server's doing, not the client's. Only the end of a head is looked for (an
+/// empty line); `GET` and `HEAD` carry no body, and any other bytes count as a new head.
+///
+/// Every request and response only updates a few fields: a timer is rescheduled when
+/// the deadline moves earlier than the pending one, or when that one fires early.
+final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = IOData
+    typealias OutboundOut = IOData
+
+    private let headerTimeout: TimeAmount
+    private let idleTimeout: TimeAmount
+    private let metrics: LocalServerMetrics
+    /// True from a head's first byte until its empty line. A new connection starts
+    /// here, so one that sends nothing gets the header timeout.
+    private var readingHead = true
+    /// The head being read has a byte other than CR and LF.
+    private var headHasBytes = false
+    /// Inside a head: the current line has no byte yet but CRs.
+    private var atLineStart = false
+    /// A head is complete and the server has not written since.
+    private var awaitingResponse = false
+    private var headStarted: NIODeadline
+    private var lastActivity: NIODeadline
+    private var timer: Scheduled<Void>?
+    private var timerDeadline: NIODeadline?
+
+    init(headerTimeout: TimeAmount, idleTimeout: TimeAmount, metrics: LocalServerMetrics) {
+        self.headerTimeout = headerTimeout
+        self.idleTimeout = idleTimeout
+        self.metrics = metrics
+        let now = NIODeadline.now()
+        headStarted = now
+        lastActivity = now
+    }
+
+    /// The next deadline and what it enforces; nil while the server owes an answer.
+    private var deadline: (at: NIODeadline, kind: LocalConnectionTimeout)? {
+        if readingHead { return (headStarted + headerTimeout, .header) }
+        if awaitingResponse { return nil }
+        return (lastActivity + idleTimeout, .idle)
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        arm(context)
+        context.fireChannelActive()
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { arm(context) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        cancel()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        cancel()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let now = NIODeadline.now()
+        lastActivity = now
+        let wasReading = readingHead
+        scan(unwrapInboundIn(data), now: now)
+        if readingHead != wasReading || readingHead { arm(context) }
+        context.fireChannelRead(data)
+    }
+
+    /// Follows head boundaries through `bytes`: an empty line (`\r\n` or `\n`) ends a
+    /// head; CR and LF before a head's first byte are ignored, as HTTP/1.1 parsers do.
+    private func scan(_ bytes: ByteBuffer, now: NIODeadline) {
+        bytes.withUnsafeReadableBytes { raw in
+            for byte in raw {
+                if !readingHead || !headHasBytes {
+                    if byte == 13 || byte == 10 { continue }
+                    if !readingHead {
+                        readingHead = true
+                        headStarted = now
+                    }
+                    headHasBytes = true
+                    atLineStart = false
+                } else if byte == 10 {
+                    if atLineStart {
+                        readingHead = false
+                        headHasBytes = false
+                        awaitingResponse = true
+                    } else {
+                        atLineStart = true
+                    }
+                } else if byte != 13 {
+                    atLineStart = false
+                }
+            }
+        }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        lastActivity = .now()
+        if awaitingResponse {
+            awaitingResponse = false
+            arm(context)
+        }
+        context.write(data, promise: promise)
+    }
+
+    /// Makes sure a timer fires no later than the current deadline.
+    private func arm(_ context: ChannelHandlerContext) {
+        guard let at = deadline?.at else { return }
+        if let pending = timerDeadline, pending <= at { return }
+        timer?.cancel()
+        timerDeadline = at
+        timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: at) { [self] in
+            fired(context)
+        }
+    }
+
+    private func fired(_ context: ChannelHandlerContext) {
+        timer = nil
+        timerDeadline = nil
+        guard let (at, kind) = deadline else { return }
+        guard NIODeadline.now() >= at else {
+            arm(context)
+            return
+        }
+        metrics.recordTimeout(kind)
+        context.close(promise: nil)
+    }
+
+    private func cancel() {
+        timer?.cancel()
+        timer = nil
+        timerDeadline = .distantPast
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import Hummingbird
+import Logging
+import OfflineAgent
+import OfflineHTTP
+
+/// The loopback server's part of the version lifecycle (`Lifecycle`): launches counted
+/// on `/open` and `/session/restore`, bad versions kept from `/<app>/…`, and the page's
+/// own `POST /.offline-agent/mark-good|mark-bad?app=NAME`.
+final class LocalLifecycle: @unchecked Sendable {
+    static let routePrefix = "/.offline-agent/"
+
+    let lifecycle: Lifecycle
+    /// `serve --max-trial-launches`; nil uses the limit the installing sync recorded.
+    let maxTrialLaunches: Int?
+    private let lock = NSLock()
+    /// Per app: the record file's fingerprint and the record read under it, so a file
+    /// response or the launch of a confirmed version costs one `stat` here.
+    private var records: [String: (FileFingerprint?, VersionLifecycle?)] = [:]
+
+    init(store: Store, maxTrialLaunches: Int?) {
+        lifecycle = Lifecycle(store: store)
+        self.maxTrialLaunches = maxTrialLaunches
+    }
+
+    private func record(_ app: String) -> VersionLifecycle? {
+        let fingerprint = FileFingerprint(path: lifecycle.recordPath(app))
+        if let kept = lock.withLock({ records[app] }), kept.0 == fingerprint { return kept.1 }
+        let record = fingerprint == nil ? nil : lifecycle.record(app)
+        lock.withLock { records[app] = (fingerprint, record) }
+        return record
+    }
+
+    /// True when `version` of `app` is marked bad (then its files are not served).
+    func isBad(_ app: String, _ version: Version) -> Bool {
+        record(app)?.isBad(version) ?? false
+    }
+
+    /// Counts a launch of the app `resolution` names; a trial version out of launches is
+    /// rolled back first (and a rollback left unfinished completes), so the caller
+    /// resolves again when this returns true.
+    func countLaunch(_ resolution: Resolution, logger: Logger) -> Bool {
+        let app: String
+        switch resolution {
+        case .file(let file):
+            // A confirmed version: nothing to count, no lock to take.
+            if record(file.app)?.state(of: file.version) == .good { return false }
+            app = file.app
+        case .network(.badVersion, let name?): app = name
+        case .network: return false
+        }
+        do {
+            switch try lifecycle.recordLaunch(app, limit: maxTrialLaunches) {
+            case .rolledBack(let transition):
+                logger.notice("\(app): \(transition.from) rolled back to \(transition.to?.description ?? "none") (not confirmed)")
+                return true
+            case .counted, .confirmed, .notInstalled:
+                if case .network = resolution { return true }
+                return false
+            }
+        } catch {
+            logger.error("\(app): cannot count the launch: \(error)")
+            return false
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import Hummingbird
+import Logging
+import OfflineAgent
+
+extension LocalServerResponder {
+    /// `POST /.offline-agent/mark-good?app=NAME` and `/.offline-agent/mark-bad?app=NAME[&reason=TEXT]`:
+    /// a JSON answer. Only POST, only with a loopback `Host`, and only from the server's own
+    /// origin when the request names one (`Origin`), so another site's page cannot send it.
+    func lifecycleControl(_ request: Request) -> Response {
+        let action = String(request.uri.path.dropFirst(LocalLifecycle.routePrefix.count))
+        guard action == "mark-good" || action == "mark-bad" else {
+            return Self.json(.notFound, ["error": "unknown control route; POST /.offline-agent/mark-good or /.offline-agent/mark-bad"])
+        }
+        guard request.method == .post else {
+            var response = Self.json(.methodNotAllowed, ["error": "only POST"])
+            response.headers[.allow] = "POST"
+            return response
+        }
+        guard let authority = request.head.authority, LocalHost.isLoopback(authority: authority) else {
+            return Self.json(.forbidden, ["error": "Host is not a loopback name"])
+        }
+        if let origin = request.headers[.origin], origin != "http://\(authority)" {
+            return Self.json(.forbidden, ["error": "Origin \(origin) is not this server"])
+        }
+        guard let app = request.uri.queryParameters[values: "app"].last.map(String.init), AppName.isValid(app) else {
+            return Self.json(.badRequest, ["error": "missing or invalid query parameter 'app'"])
+        }
+        do {
+            if action == "mark-good" {
+                let wasGood = lifecycle.lifecycle.status(app).state == .good
+                let version = try lifecycle.lifecycle.markGood(app)
+                // Pages confirm on every load; only the first confirmation is news.
+                if !wasGood { logger.notice("\(app): \(version) confirmed good by the page") }
+                return Self.json(.ok, ControlAnswer(app: app, version: version.description, state: VersionState.good.rawValue))
+            }
+            let reason = request.uri.queryParameters[values: "reason"].last.map(String.init) ?? "reported failing by the page"
+            let transition = try lifecycle.lifecycle.markBad(app, reason: String(reason))
+            logger.notice("\(app): \(transition.from) marked bad by the page")
+            return Self.json(.ok, ControlAnswer(
+                app: app, version: transition.from.description, state: VersionState.bad.rawValue,
+                active: .some(transition.to?.description), switched: transition.switched))
+        } catch let error as OfflineAgentError {
+            let status: HTTPResponse.Status = error.cause == .busy ? .serviceUnavailable : error.cause == .stateInvalid ? .conflict : .internalServerError
+            return Self.json(status, ["error": error.reason, "errorCode": error.cause.rawValue])
+        } catch {
+            return Self.json(.internalServerError, ["error": "\(error)"])
+        }
+    }
+
+    /// The JSON answer of a control route: `{"app","version","state"}`, and for mark-bad
+    /// `"active"` (the version now active, null for none) and `"switched"`.
+    struct ControlAnswer: Encodable {
+        var app: String
+        var version: String
+        var state: String
+        var active: String?? = nil
+        var switched: Bool? = nil
+
+        private enum CodingKeys: String, CodingKey { case app, version, state, active, switched }
+
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(app, forKey: .app)
+            try c.encode(version, forKey: .version)
+            try c.encode(state, forKey: .state)
+            if let active { try c.encode(active, forKey: .active) }
+            try c.encodeIfPresent(switched, forKey: .switched)
+        }
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ object: some Encodable) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        var buffer = allocator.buffer(capacity: 128)
+        buffer.writeBytes((try? encoder.encode(object)) ?? Data("{}".utf8))
+        buffer.writeString("\n")
+        let headers: HTTPFields = [
+            .contentType: "application/json", .contentLength: String(buffer.readableBytes), .cacheControl: "no-store",
+        ]
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: buffer))
+    }
+}

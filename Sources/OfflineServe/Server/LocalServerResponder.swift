@@ -1,0 +1,319 @@
+import Foundation
+import Hummingbird
+import Logging
+import OfflineAgent
+import OfflineHTTP
+
+/// Answers the loopback package server's requests (see `LocalServer`).
+struct LocalServerResponder: HTTPResponder {
+    typealias Context = BasicRequestContext
+
+    let versions: LocalVersions
+    let files = LocalFileCache()
+    let resolver: Resolver
+    let metrics: LocalServerMetrics
+    /// Refuse requests whose `Host` is not a loopback name (off with `--allow-remote`).
+    let checkHost: Bool
+    let logger: Logger
+    /// Launch counting, bad versions and the page's mark-good/mark-bad.
+    let lifecycle: LocalLifecycle
+
+    /// Files up to `keepLimit` are read whole once per version and kept (`LocalFileCache`,
+    /// which bounds the total); larger ones stream in chunks of `chunkSize` from the open
+    /// descriptor, and their ranges up to `wholeLimit` are read at once.
+    static let chunkSize = 64 * 1024
+    static let wholeLimit = 64 * 1024
+    static let keepLimit = 2 << 20
+    static let allocator = ByteBufferAllocator()
+
+    func respond(to request: Request, context: Context) async throws -> Response {
+        let response = route(request)
+        logger.debug("\(request.method) \(request.uri) \(response.status.code)")
+        return response
+    }
+
+    private func route(_ request: Request) -> Response {
+        // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
+        // `authority`; any left among the fields is a second one, maybe naming another host.
+        if request.headers.contains(Self.hostField) {
+            return Self.text(.badRequest, "bad request: more than one Host header\n")
+        }
+        if checkHost, !LocalHost.isLoopback(authority: request.head.authority) {
+            metrics.recordForbiddenHost()
+            return Self.text(.forbidden, "forbidden: Host is not a loopback name\n")
+        }
+        let path = request.uri.path
+        if path.hasPrefix(LocalLifecycle.routePrefix) { return lifecycleControl(request) }
+        guard request.method == .get || request.method == .head else {
+            var response = Self.text(.methodNotAllowed, "only GET and HEAD\n")
+            response.headers[.allow] = "GET, HEAD"
+            return response
+        }
+        let head = request.method == .head
+        switch path {
+        case "/open":
+            return open(request, launch: !head)
+        case "/session/restore":
+            return restoreSession(request, head: head)
+        case "/session/item":
+            // A restored history entry: the same redirect as /open (not a new launch).
+            return open(request, launch: false)
+        case "/metrics":
+            var response = Self.text(.ok, metrics.prometheusText(), head: head)
+            response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+            return response
+        case "/":
+            return Self.text(
+                .notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /session/restore?history=JSON, /session/item?url=URL, /metrics\n",
+                head: head)
+        default:
+            break
+        }
+        // /<app>[/<rest>]
+        let afterSlash = path.dropFirst()
+        let slash = afterSlash.firstIndex(of: "/")
+        let app = String(afterSlash[..<(slash ?? afterSlash.endIndex)])
+        guard AppName.isValid(app) else {
+            metrics.recordFile(app: "", code: 404)
+            return Self.text(.notFound, "not found\n", head: head)
+        }
+        let rest = slash.map { String(afterSlash[afterSlash.index(after: $0)...]) } ?? ""
+        // The pin holds the version's directory until the response is fully written.
+        guard let pinned = versions.pin(app) else {
+            metrics.recordFile(app: "", code: 404)
+            return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
+        }
+        // The kill switch, in one place for every response made from an app's files
+        // (bytes, ranges, 304s, redirects): below miniVersion or outside rollout, the
+        // request goes to the network like a URL `/open` does not serve offline.
+        if let reason = pinned.fallback {
+            return networkFallback(request, pinned: pinned, rest: rest, reason: reason)
+        }
+        // A version marked bad is not served, whatever `current` still names.
+        if lifecycle.isBad(app, pinned.version) {
+            return networkFallback(request, pinned: pinned, rest: rest, reason: .badVersion)
+        }
+        guard slash != nil else {
+            // `/<app>`: the app root is a directory; relative links need the slash.
+            return Self.redirect(.movedPermanently, to: "/\(app)/" + Self.query(of: request))
+        }
+        return file(request, pinned: pinned, rest: rest, head: head)
+    }
+
+    /// A request for a version the kill switch turns off: 302 to the URL it stands for
+    /// (the app's first http or https whitelist prefix, the rest of the path and the
+    /// query), or 404 when the whitelist names none.
+    private func networkFallback(_ request: Request, pinned: LocalPin, rest: String, reason: FallbackReason) -> Response {
+        metrics.recordFallback(app: pinned.app, reason: reason)
+        guard let location = LocalNetworkFallback.location(whitelist: pinned.whitelist, rest: rest, query: request.uri.query) else {
+            metrics.recordFile(app: pinned.app, code: 404)
+            var response = Self.text(.notFound, "not served offline (\(reason.rawValue))\n", head: request.method == .head)
+            response.headers[Self.fallbackHeader] = reason.rawValue
+            return response
+        }
+        metrics.recordFile(app: pinned.app, code: 302)
+        var response = Self.redirect(.found, to: location)
+        response.headers[Self.fallbackHeader] = reason.rawValue
+        return response
+    }
+
+    // MARK: /open
+
+    /// Redirects to the local copy of `url` when it is served offline, else to `url` itself.
+    /// A `launch` counts one launch of a trial version (and may roll it back first).
+    private func open(_ request: Request, launch: Bool) -> Response {
+        guard let raw = request.uri.queryParameters[values: "url"].last, !raw.isEmpty else {
+            return Self.text(.badRequest, "missing query parameter 'url' (the percent-encoded URL to open)\n")
+        }
+        guard let url = URL(string: String(raw)), let scheme = url.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            return Self.text(.badRequest, "'url' must be an absolute http or https URL\n")
+        }
+        var resolution = resolver.resolve(url)
+        if launch, lifecycle.countLaunch(resolution, logger: logger) { resolution = resolver.resolve(url) }
+        metrics.recordOpen(resolution)
+        switch resolution {
+        case .file(let file):
+            // Query and fragment don't select the file, but the page may read them.
+            var location = "/\(file.app)/\(file.relativePath)"
+            let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+            if let query = components?.percentEncodedQuery { location += "?\(query)" }
+            if let fragment = components?.percentEncodedFragment { location += "#\(fragment)" }
+            return Self.redirect(.found, to: location)
+        case .network:
+            return Self.redirect(.found, to: url.absoluteString)
+        }
+    }
+
+    // MARK: Files
+
+    /// A file of `pinned`, a version the kill switch lets through.
+    private func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
+        let app = pinned.app
+        guard let entry = files.resolve(rest, in: pinned.directory) else {
+            if rest.removingPercentEncoding == nil {
+                metrics.recordFile(app: app, code: 400)
+                return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
+            }
+            // A directory asked for without its slash: send the browser to it.
+            if !rest.isEmpty, !rest.hasSuffix("/"), Resolver.file(at: rest + "/", in: pinned.directory) != nil {
+                return Self.redirect(.movedPermanently, to: "/\(app)/\(rest)/" + Self.query(of: request))
+            }
+            metrics.recordFile(app: app, code: 404)
+            return Self.text(.notFound, "not found\n", head: head)
+        }
+        let path = entry.path
+        let version = pinned.versionText
+        // The bytes come from one place: kept contents read under this very record, or a
+        // descriptor opened once now (small files are then read whole and kept).
+        let source: Source
+        let validators: LocalFileCache.Validators
+        if let content = files.content(rest, in: pinned.directory, record: pinned.recordIdentity) {
+            source = .memory(content.body)
+            validators = content.validators
+        } else {
+            guard let file = LocalOpenFile(path: path) else {
+                files.forget(rest, in: pinned.directory)
+                metrics.recordFile(app: app, code: 404)
+                return Self.text(.notFound, "not found\n", head: head)
+            }
+            validators = files.validators(
+                rest, in: pinned.directory, file: file, version: version, recordModified: pinned.recordModified)
+            if file.size <= Self.keepLimit {
+                do {
+                    let body = try file.read(offset: 0, count: Int(file.size), allocator: Self.allocator)
+                    files.keep(.init(record: pinned.recordIdentity, body: body, validators: validators), for: rest, in: pinned.directory)
+                    source = .memory(body)
+                } catch {
+                    logger.error("reading \(path): \(error)")
+                    return Self.text(.internalServerError, "cannot read file\n")
+                }
+            } else {
+                source = .open(file)
+            }
+        }
+        let size = validators.size
+        let etag = validators.etag, lastModified = validators.lastModified, modified = validators.modified
+        var headers: HTTPFields = [
+            .contentType: entry.contentType,
+            .eTag: etag,
+            .lastModified: lastModified,
+            .acceptRanges: "bytes",
+            // Revalidate every time: the next load after a swap must see the new version.
+            .cacheControl: "no-cache",
+        ]
+        headers[Self.versionHeader] = version
+
+        // Conditional GET (RFC 9110 §13.2.2): If-None-Match wins over If-Modified-Since.
+        let notModified: Bool
+        if let noneMatch = request.headers[.ifNoneMatch] {
+            notModified = HTTPValidators.noneMatchHits(noneMatch, etag: etag)
+        } else if let since = request.headers[.ifModifiedSince], let sinceSeconds = HTTPDate.parse(since) {
+            notModified = modified <= sinceSeconds
+        } else {
+            notModified = false
+        }
+        if notModified {
+            metrics.recordFile(app: app, code: 304)
+            return Response(status: .notModified, headers: headers)
+        }
+
+        var range = HTTPRange(header: request.headers[.range], size: size)
+        if range != .full, !HTTPValidators.ifRangeHolds(request.headers[.ifRange], etag: etag, lastModified: lastModified) {
+            range = .full
+        }
+        let status: HTTPResponse.Status
+        let bytes: ClosedRange<Int64>?
+        switch range {
+        case .unsatisfiable:
+            metrics.recordFile(app: app, code: 416)
+            headers[.contentRange] = "bytes */\(size)"
+            headers[.contentType] = "text/plain; charset=utf-8"
+            let text = "range not satisfiable\n"
+            headers[.contentLength] = String(text.utf8.count)
+            return Response(status: .rangeNotSatisfiable, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: ByteBuffer(string: text)))
+        case .partial(let partial):
+            status = .partialContent
+            bytes = partial
+            headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"
+        case .full:
+            status = .ok
+            bytes = size > 0 ? 0...(size - 1) : nil
+        }
+        metrics.recordFile(app: app, code: Int(status.code))
+        let count = bytes.map { Int($0.upperBound - $0.lowerBound + 1) } ?? 0
+        headers[.contentLength] = String(count)
+        guard !head, let bytes, count > 0 else { return Response(status: status, headers: headers) }
+
+        let file: LocalOpenFile
+        switch source {
+        case .memory(let buffer):
+            // Small files (most of a web app): one write with the headers.
+            let body = count == buffer.readableBytes ? buffer : buffer.getSlice(at: Int(bytes.lowerBound), length: count)!
+            return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: body))
+        case .open(let open):
+            file = open
+        }
+        if count <= Self.wholeLimit {
+            do {
+                let buffer = try file.read(offset: bytes.lowerBound, count: count, allocator: Self.allocator)
+                return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: buffer))
+            } catch {
+                logger.error("reading \(path): \(error)")
+                return Self.text(.internalServerError, "cannot read file\n")
+            }
+        }
+        let body = ResponseBody(contentLength: count) { writer in
+            // `pinned` keeps the version's directory from collection and `file` keeps the
+            // descriptor open until the last byte is written (or the client goes away).
+            withExtendedLifetime(pinned) {}
+            var offset = bytes.lowerBound
+            var remaining = count
+            // Two buffers in turn: by the time one is refilled the channel has usually
+            // written and released it, so its storage is reused instead of reallocated.
+            var buffers = [Self.allocator.buffer(capacity: Self.chunkSize), Self.allocator.buffer(capacity: Self.chunkSize)]
+            var turn = 0
+            while remaining > 0 {
+                let length = min(remaining, Self.chunkSize)
+                buffers[turn].clear()
+                try file.read(offset: offset, count: length, into: &buffers[turn])
+                try await writer.write(buffers[turn])
+                offset += Int64(length)
+                remaining -= length
+                turn ^= 1
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    static let versionHeader = HTTPFields.Element.Name("X-Offline-Version")!
+    /// On a response the kill switch sent to the network: why (a `FallbackReason`).
+    static let fallbackHeader = HTTPFields.Element.Name("X-Offline-Fallback")!
+    static let hostField = HTTPFields.Element.Name("Host")!
+
+    /// Where a response's bytes come from.
+    private enum Source {
+        case memory(ByteBuffer)
+        case open(LocalOpenFile)
+    }
+
+    // MARK: Responses
+
+    private static func query(of request: Request) -> String {
+        request.uri.query.map { "?\($0)" } ?? ""
+    }
+
+    static func redirect(_ status: HTTPResponse.Status, to location: String) -> Response {
+        Response(status: status, headers: [.location: location, .cacheControl: "no-store", .contentLength: "0"])
+    }
+
+    static func text(_ status: HTTPResponse.Status, _ text: String, head: Bool = false) -> Response {
+        var buffer = allocator.buffer(capacity: text.utf8.count)
+        buffer.writeString(text)
+        let headers: HTTPFields = [
+            .contentType: "text/plain; charset=utf-8", .contentLength: String(buffer.readableBytes), .cacheControl: "no-store",
+        ]
+        return Response(status: status, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: buffer))
+    }
+}

@@ -1,0 +1,29 @@
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+import OfflineAgent
+import OfflineHTTP
+import ServiceLifecycle
+
+/// A package server started with `LocalServer.start()`.
+public final class RunningLocalServer: Sendable {
+    public let host: String
+    public let metrics: LocalServerMetrics
+    private let service: BackgroundService
+
+    init(host: String, metrics: LocalServerMetrics, service: BackgroundService) {
+        self.host = host
+        self.metrics = metrics
+        self.service = service
+    }
+
+    public var port: Int { service.port }
+
+    /// `http://HOST:PORT`, without a trailing slash.
+    public var baseURL: String { "http://\(LocalHost.urlHost(host)):\(port)" }
+
+    /// Shuts the server down gracefully and waits until it has stopped.
+    public func stop() async { await service.stop() }
+}

@@ -1,0 +1,91 @@
+import Foundation
+import Hummingbird
+import Logging
+import OfflineAgent
+import OfflineHTTP
+import OfflinePublish
+import ServiceLifecycle
+
+/// The reference offline-package server: serves a publish directory (as written by
+/// `offline-agent publish`) per PROTOCOL.md.
+///
+/// - `GET /manifest?app=NAME&current=VERSION`: a patch manifest when `current` is
+///   one of the versions the latest has a patch from (the last 3), else the full
+///   package; URLs are relative to the manifest URL (`NAME/1.2.0-1.3.0.bsdiff`).
+///   `GET /NAME/manifest?current=VERSION` answers the same with URLs beside it.
+///   Strong ETag from the body, `If-None-Match` → 304, `X-Offline-Signature` with
+///   a key; 400 for a bad app name or version, 404 for an unknown app.
+/// - `GET /NAME/FILE`: the published files — `V.zip`, `V.zip.gz`, `A-B.bsdiff`,
+///   `manifest.json`, `manifest.json.sig` — with `Range`, `If-Range` and 416;
+///   `state.json` and anything else is 404.
+///
+/// `state.json` is looked at on every request (one `stat`), so a new publish is
+/// served at once. Full packages are offered gzip-compressed (`compression: gzip`,
+/// the `.zip.gz`) unless `fullCompression` is `.none`.
+public struct ReferenceServer: Sendable {
+    /// Where to listen and what to serve.
+    public struct Configuration: Sendable {
+        /// The publish directory.
+        public var directory: String
+        /// Address to bind; loopback unless asked otherwise.
+        public var host: String
+        /// Port to bind; 0 picks a free one (see `start()` / `run(onListening:)`).
+        public var port: Int
+        /// Signs every manifest body (header `X-Offline-Signature`) when set.
+        public var signingKey: SigningKey?
+        /// How full packages are offered: `.gzip` (the `.zip.gz`) or `.none` (the `.zip`).
+        public var fullCompression: Manifest.Compression
+
+        public init(
+            directory: String, host: String = "127.0.0.1", port: Int = 8080,
+            signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip
+        ) {
+            self.directory = directory
+            self.host = host
+            self.port = port
+            self.signingKey = signingKey
+            self.fullCompression = fullCompression
+        }
+    }
+
+    public let configuration: Configuration
+    /// Receives one `info` line per request and Hummingbird's own messages.
+    public let logger: Logger
+
+    public init(configuration: Configuration, logger: Logger = Logger(label: "offline-server")) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// Runs until the task is cancelled or, with `stopOnSignals`, SIGTERM/SIGINT
+    /// arrives (then open requests are finished first).
+    ///
+    /// - Parameter onListening: called once with the bound host and port.
+    public func run(
+        stopOnSignals: Bool = false,
+        onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
+    ) async throws {
+        try await ServiceRunner.run(makeApplication(onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
+    }
+
+    /// Starts the server in the background and returns once it listens: the
+    /// in-process form for tests (use port 0 and read `port`).
+    public func start() async throws -> RunningReferenceServer {
+        let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
+        return RunningReferenceServer(host: configuration.host, service: service)
+    }
+
+    private func makeApplication(
+        onListening: @escaping @Sendable (String, Int) async -> Void
+    ) -> some Service {
+        let catalog = ReferenceServerCatalog(
+            directory: URL(fileURLWithPath: configuration.directory).standardizedFileURL.path, signingKey: configuration.signingKey,
+            fullCompression: configuration.fullCompression)
+        let host = configuration.host
+        return Application(
+            responder: ReferenceServerResponder(catalog: catalog, logger: logger),
+            configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
+            onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
+            logger: logger)
+    }
+}

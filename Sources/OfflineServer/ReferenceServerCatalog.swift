@@ -1,0 +1,69 @@
+import Foundation
+import OfflineAgent
+import OfflineHTTP
+import OfflinePublish
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads the apps of a publish directory on demand and keeps the rendered
+/// manifests until `state.json` changes.
+///
+/// Each lookup costs one `stat` of `state.json`: `publish` replaces it by rename,
+/// so a new inode (or size/mtime) means a new state, and a test can publish while
+/// the server runs.
+final class ReferenceServerCatalog: Sendable {
+    let directory: String
+    let signingKey: SigningKey?
+    let fullCompression: Manifest.Compression
+    private let cache = LockedBox<[String: (fingerprint: FileFingerprint, entry: CatalogEntry)]>([:])
+
+    init(directory: String, signingKey: SigningKey?, fullCompression: Manifest.Compression) {
+        self.directory = directory
+        self.signingKey = signingKey
+        self.fullCompression = fullCompression
+    }
+
+    /// The app's current entry; nil when it was never published here.
+    func entry(app: String) throws -> CatalogEntry? {
+        let statePath = "\(directory)/\(app)/\(PublishState.fileName)"
+        guard let fingerprint = FileFingerprint(path: statePath) else {
+            cache.withLock { $0[app] = nil }
+            return nil
+        }
+        if let cached = cache.withLock({ $0[app] }), cached.fingerprint == fingerprint {
+            return cached.entry
+        }
+        // Render outside the lock: concurrent first requests may both do it, harmlessly.
+        guard let state = try PublishState.load(appDirectory: "\(directory)/\(app)") else { return nil }
+        guard state.app == app else {
+            throw OfflineAgentError(.publish, "state.json names app '\(state.app)'", path: statePath)
+        }
+        let entry = try render(state)
+        cache.withLock { $0[app] = (fingerprint, entry) }
+        return entry
+    }
+
+    private func render(_ state: PublishState) throws -> CatalogEntry {
+        let bases: [Version?] = [nil] + state.patches.map(\.from)
+        var manifests: [ManifestRoute: [Version?: RenderedManifest]] = [:]
+        for route in [ManifestRoute.query, .path] {
+            let prefix = route == .query ? "\(state.app)/" : ""
+            var byBase: [Version?: RenderedManifest] = [:]
+            for base in bases {
+                guard let manifest = PublishManifest.manifest(
+                    from: state, current: base, fileURLPrefix: prefix, fullCompression: fullCompression) else { continue }
+                let body = try PublishManifest.encode(manifest)
+                byBase[base] = RenderedManifest(body: body, etag: PublishManifest.etag(of: body), signature: try signingKey?.sign(body))
+            }
+            manifests[route] = byBase
+        }
+        var fileTags: [String: String] = [:]
+        for release in state.versions {
+            fileTags[release.packageFile] = "\"\(release.sha256)\""
+            fileTags[release.gzipFile] = "\"\(release.gzipSha256)\""
+        }
+        for patch in state.patches { fileTags[patch.file] = "\"\(patch.sha256)\"" }
+        return CatalogEntry(state: state, manifests: manifests, fileTags: fileTags)
+    }
+}

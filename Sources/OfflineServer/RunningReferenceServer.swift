@@ -1,0 +1,25 @@
+import Foundation
+import Hummingbird
+import Logging
+import OfflineAgent
+import OfflineHTTP
+import ServiceLifecycle
+
+/// A reference server started with `ReferenceServer.start()`.
+public final class RunningReferenceServer: Sendable {
+    public let host: String
+    private let service: BackgroundService
+
+    init(host: String, service: BackgroundService) {
+        self.host = host
+        self.service = service
+    }
+
+    public var port: Int { service.port }
+
+    /// `http://HOST:PORT`, without a trailing slash.
+    public var baseURL: String { "http://\(host):\(port)" }
+
+    /// Shuts the server down gracefully and waits until it has stopped.
+    public func stop() async { await service.stop() }
+}

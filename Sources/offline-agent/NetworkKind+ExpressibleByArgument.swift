@@ -1,0 +1,6 @@
+import ArgumentParser
+import Foundation
+import Logging
+import OfflineAgent
+
+extension NetworkKind: ExpressibleByArgument {}

@@ -1,0 +1,45 @@
+import ArgumentParser
+import Foundation
+import OfflineAgent
+
+/// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist,
+/// rollout, previousVersion, diskBytes (`{"versions", "packages", "downloads", "total"}`),
+/// nextCheck and failures (throttle, `Retry-After`, backoff),
+/// and the lifecycle: state, launches, maxTrialLaunches, held, badVersions, history.
+struct StatusJSON: Encodable {
+    var status: AppStatus
+    var lifecycle: LifecycleStatus?
+
+    init(_ status: AppStatus, _ lifecycle: LifecycleStatus?) {
+        self.status = status
+        self.lifecycle = lifecycle
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion, diskBytes
+        case nextCheck, failures
+        case state, launches, maxTrialLaunches, held, badVersions, history
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(status.app, forKey: .app)
+        try c.encode(status.installed?.version.description, forKey: .version)
+        try c.encode(status.miniVersion?.description, forKey: .miniVersion)
+        try c.encode(status.usable, forKey: .usable)
+        try c.encode(status.path, forKey: .path)
+        try c.encode(status.lastCheck.map(RFC3339.string(from:)), forKey: .lastCheck)
+        try c.encode(status.installed?.whitelist ?? [], forKey: .whitelist)
+        try c.encode(status.installed?.rollout, forKey: .rollout)
+        try c.encode(status.installed?.previousVersion?.description, forKey: .previousVersion)
+        try c.encode(lifecycle?.state?.rawValue, forKey: .state)
+        try c.encode(lifecycle?.launches ?? 0, forKey: .launches)
+        try c.encode(lifecycle?.maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, forKey: .maxTrialLaunches)
+        try c.encode(lifecycle?.held ?? false, forKey: .held)
+        try c.encode(lifecycle?.badVersions.map(\.version.description) ?? [], forKey: .badVersions)
+        try c.encode(lifecycle?.history.map(LifecycleEventJSON.init) ?? [], forKey: .history)
+        try c.encode(status.diskUsage, forKey: .diskBytes)
+        try c.encode(status.nextCheck.map(RFC3339.string(from:)), forKey: .nextCheck)
+        try c.encode(status.failures, forKey: .failures)
+    }
+}

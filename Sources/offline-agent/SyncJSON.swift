@@ -1,0 +1,74 @@
+import ArgumentParser
+import Foundation
+import Logging
+import OfflineAgent
+
+/// The `sync --json` object: app, result, version, previousVersion, via, bytesDownloaded, error.
+struct SyncJSON: Encodable {
+    var app: String
+    var result: String
+    var version: String?
+    var previousVersion: String?
+    var via: String?
+    var bytesDownloaded: Int64
+    var error: String?
+    /// The stable cause code (`OfflineAgentError.Cause`).
+    var errorCode: String?
+    /// The phase that failed (`OfflineAgentError.Code`).
+    var phase: String?
+
+    init(_ report: SyncReport) {
+        app = report.app
+        result = report.result.rawValue
+        version = report.version?.description
+        previousVersion = report.previousVersion?.description
+        via = report.via?.rawValue
+        bytesDownloaded = report.bytesDownloaded
+        error = report.error?.description
+        errorCode = report.error?.cause.rawValue
+        phase = report.error?.code.rawValue
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(app, forKey: .app)
+        try c.encode(result, forKey: .result)
+        // null rather than absent, so consumers can rely on the keys.
+        try c.encode(version, forKey: .version)
+        try c.encode(previousVersion, forKey: .previousVersion)
+        try c.encode(via, forKey: .via)
+        try c.encode(bytesDownloaded, forKey: .bytesDownloaded)
+        try c.encodeIfPresent(error, forKey: .error)
+        try c.encodeIfPresent(errorCode, forKey: .errorCode)
+        try c.encodeIfPresent(phase, forKey: .phase)
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case app, result, version, previousVersion, via, bytesDownloaded, error, errorCode, phase
+    }
+
+    func encoded() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(self)) ?? Data(), as: UTF8.self)
+    }
+
+    static func line(_ report: SyncReport) -> String {
+        let version = report.version?.description ?? "none"
+        switch report.result {
+        case .updated:
+            let fallback = report.patchFallbackReason.map { " (patch unusable: \($0))" } ?? ""
+            return "\(report.app): updated \(report.previousVersion?.description ?? "none") -> \(version) via \(report.via?.rawValue ?? "?"), \(report.bytesDownloaded) bytes downloaded\(fallback)"
+        case .upToDate: return "\(report.app): up-to-date at \(version)"
+        case .throttled: return "\(report.app): throttled, next check \(report.nextCheck.map(RFC3339.string(from:)) ?? "later")"
+        case .deferred: return "\(report.app): deferred until an unmetered network"
+        case .held: return "\(report.app): held at \(version); nothing downloaded (offline-agent unhold)"
+        case .knownBad: return "\(report.app): the offered version is marked bad here; \(version) stays active"
+        case .failed:
+            // Busy is not a fault: another run is doing the work.
+            if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }
+            let next = report.nextCheck.map { "; next check after \(RFC3339.string(from: $0))" } ?? ""
+            return "\(report.app): failed: \(report.error?.description ?? "unknown error"); \(version) stays active\(next)"
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import ArgumentParser
+import Foundation
+import OfflineAgent
+import OfflinePublish
+
+struct PublishCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "publish",
+        abstract: "Package a directory of built web files as a new version of an app.",
+        discussion: """
+            Writes into OUT/APP/: VERSION.zip (stored entries, sorted names, fixed timestamps: \
+            identical input gives identical bytes), VERSION.zip.gz, BSDIFF40 patches FROM-VERSION.bsdiff \
+            from the last 3 published versions, a static manifest.json (the gzip-compressed full \
+            package, URLs relative to it) with manifest.json.sig when --key is given, and state.json. \
+            Host OUT on any static server, or serve it with offline-server.
+
+            Settings not given (mini version, whitelist, rollout, network type, expiry) keep their \
+            previous values; a first publish defaults to: mini version = VERSION, empty whitelist, \
+            rollout 100, network type any, no expiry. VERSION must be greater than the latest, and an \
+            expiry that has already passed (given or kept) is refused: no device would accept it.
+
+            The source tree is checked first with the rules devices apply to packages (no names \
+            differing only in case or Unicode normalisation, no links or special files, no backslashes, \
+            names within 1024 bytes, components within 255 bytes, at most 64 levels, 100 000 files and \
+            1 GiB); a refusal names the offending path. Nothing in OUT changes unless the whole \
+            publish succeeds.
+            """
+    )
+
+    @Option(help: "The app name ([a-z0-9][a-z0-9._-]{0,63}).") var app: String
+    @Option(help: "The new version (dotted decimal, greater than the latest).") var version: String
+    @Option(help: "The directory of built web files (the app root).") var source: String
+    @Option(help: "The publish directory.") var out: String
+    @Option(help: "The lowest version still allowed to be used offline.") var miniVersion: String?
+    @Option(help: "A URL prefix the package serves (repeat for several).") var whitelist: [String] = []
+    @Option(help: "Share of devices (0-100) allowed to use the package offline.") var rollout: Int?
+    @Option(help: "any, or wifi to download only on unmetered networks.") var networkType: String?
+    @Option(help: "RFC 3339 time after which manifests must not be trusted, or 'never'.") var expires: String?
+    @Option(help: "Ed25519 private key file (from keygen) to sign manifest.json with.") var key: String?
+    @Option(help: "Make the static manifest's URLs absolute: BASE_URL/APP/FILE.") var baseUrl: String?
+
+    func run() async throws {
+        try await reportingFailures {
+            let result = try Publisher.publish(try options())
+            let release = result.release
+            print("published \(result.state.app) \(release.version) to \(result.appDirectory)")
+            print("  \(release.packageFile)  \(release.size) bytes  sha256 \(release.sha256)")
+            print("  \(release.gzipFile)  \(release.gzipSize) bytes  sha256 \(release.gzipSha256)")
+            for patch in result.patches {
+                print("  \(patch.file)  \(patch.size) bytes  sha256 \(patch.sha256)")
+            }
+            print("  \(Publisher.manifestFile)\(result.signaturePath == nil ? "" : " + \(Publisher.signatureFile)")")
+        }
+    }
+
+    private func options() throws -> PublishOptions {
+        func usage(_ reason: String) -> OfflineAgentError { OfflineAgentError(.usage, reason) }
+        guard let version = Version(version) else { throw usage("invalid version '\(self.version)'") }
+        var options = PublishOptions(
+            app: app, version: version, sourceDirectory: source, publishDirectory: out,
+            whitelist: whitelist.isEmpty ? nil : whitelist, rollout: rollout, baseURL: baseUrl)
+        if let miniVersion {
+            guard let parsed = Version(miniVersion) else { throw usage("invalid mini version '\(miniVersion)'") }
+            options.miniVersion = parsed
+        }
+        if let networkType {
+            guard let parsed = Manifest.NetworkType(rawValue: networkType) else {
+                throw usage("network type must be 'any' or 'wifi', not '\(networkType)'")
+            }
+            options.networkType = parsed
+        }
+        if let expires {
+            if expires == "never" {
+                options.expires = .never
+            } else {
+                guard let date = RFC3339.date(from: expires) else { throw usage("--expires '\(expires)' is not an RFC 3339 time") }
+                guard date > Date() else { throw usage("--expires \(expires) has already passed: no device would accept the manifest") }
+                options.expires = .at(date)
+            }
+        }
+        if let key { options.signingKey = try SigningKey(contentsOfFile: key) }
+        return options
+    }
+}

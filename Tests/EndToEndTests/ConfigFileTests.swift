@@ -1,0 +1,78 @@
+import Crypto
+import Foundation
+import Testing
+@testable import OfflineAgent
+import TestSupport
+
+/// `sync --config` and `check-config` read the file fail-closed: one usage line (exit
+/// 64) naming the key path, never the decoder's dump; unsigned apps must say so.
+@Suite("Config files fail closed")
+struct ConfigFileTests {
+    struct Bad: CustomTestStringConvertible, Sendable {
+        var label: String
+        var json: String
+        var message: String
+        var testDescription: String { label }
+    }
+
+    static let app = #"{"app": "mall", "manifest": "http://127.0.0.1:9/m"}"#
+
+    static let bad: [Bad] = [
+        Bad(label: "misspelt top-level key", json: #"{"root": "/r", "allowUnsigned": true, "netwrok": "metered", "apps": [\#(app)]}"#,
+            message: "unknown key 'netwrok' (did you mean 'network'?)"),
+        Bad(label: "misspelt app key", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "mall", "manfest": "http://x/m"}]}"#,
+            message: "unknown key 'apps[0].manfest' (did you mean 'manifest'?)"),
+        Bad(label: "publicKey list under the singular name's typo", json: #"{"root": "/r", "publicKes": [], "apps": [\#(app)]}"#,
+            message: "unknown key 'publicKes' (did you mean 'publicKey'?)"),
+        Bad(label: "manifest is a number", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "mall", "manifest": 42}]}"#,
+            message: "apps[0].manifest: expected a string"),
+        Bad(label: "allowUnsigned is a string", json: #"{"root": "/r", "allowUnsigned": "yes", "apps": [\#(app)]}"#,
+            message: "allowUnsigned: expected true or false"),
+        Bad(label: "apps is an object", json: #"{"root": "/r", "allowUnsigned": true, "apps": {"app": "mall"}}"#,
+            message: "apps: expected a list"),
+        Bad(label: "an app without its name", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"manifest": "http://x/m"}]}"#,
+            message: "missing key 'apps[0].app'"),
+        Bad(label: "an unknown network", json: #"{"root": "/r", "allowUnsigned": true, "network": "wifi", "apps": [\#(app)]}"#,
+            message: "network: expected \"metered\" or \"unmetered\""),
+        Bad(label: "an unsigned app that does not say so", json: #"{"root": "/r", "apps": [\#(app)]}"#,
+            message: "app 'mall' has no trusted key"),
+        Bad(label: "a key that is not a key", json: #"{"root": "/r", "publicKeys": ["bm9wZQ=="], "apps": [\#(app)]}"#,
+            message: "trusted key 1 is not 32 bytes of base64"),
+    ]
+
+    @Test("a bad config is one usage line naming the key path", arguments: bad)
+    func rejected(_ bad: Bad) async throws {
+        let dir = TemporaryDirectory("config")
+        let file = dir.file("agent.json")
+        try bad.json.write(toFile: file, atomically: true, encoding: .utf8)
+        for command in [["sync", "--config", file], ["check-config", file]] {
+            let result = try await CLI.run(command)
+            #expect(result.status == 64, "\(command[0]): \(result.stderr)")
+            let lines = result.stderr.split(separator: "\n")
+            #expect(lines.count == 1, "\(command[0]): \(result.stderr)")
+            #expect(result.stderr.contains(bad.message), "\(command[0]): \(result.stderr)")
+            #expect(!result.stderr.contains("codingPath") && !result.stderr.contains("DecodingError"))
+        }
+    }
+
+    @Test("check-config prints each app's manifest, key fingerprints or unsigned, profile and network")
+    func checkConfig() async throws {
+        let key = Curve25519.Signing.PrivateKey().publicKey.rawRepresentation
+        let fingerprint = "SHA256:" + SHA256.hash(data: key).prefix(8).map { String(format: "%02x", $0) }.joined()
+        let dir = TemporaryDirectory("config")
+        let file = dir.file("agent.json")
+        let config: [String: Any] = [
+            "root": "/r", "network": "metered", "publicKeys": [key.base64EncodedString()],
+            "apps": [
+                ["app": "mall", "manifest": "http://127.0.0.1:9/m"],
+                ["app": "help", "manifest": "http://127.0.0.1:9/h", "allowUnsigned": true, "publicKeys": [], "profile": "alice"],
+            ],
+        ]
+        try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
+        let result = try await CLI.run(["check-config", file])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("mall: manifest http://127.0.0.1:9/m\n  keys: \(fingerprint)\n  profile: default\n  network: metered"), "\(result.stdout)")
+        // An empty list of its own names no key: the top-level keys apply.
+        #expect(result.stdout.contains("help: manifest http://127.0.0.1:9/h\n  keys: \(fingerprint)\n  profile: alice"), "\(result.stdout)")
+    }
+}

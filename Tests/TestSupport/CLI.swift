@@ -1,0 +1,100 @@
+import OfflineAgent
+import Foundation
+import Testing
+
+/// Runs the built command-line tools (tests of exit codes, JSON and crashes need a real
+/// process): `offline-agent` unless a call names `offline-publish`.
+package enum CLI {
+    /// The device agent (`OFFLINE_AGENT_BIN` overrides it).
+    package static var binary: String {
+        if let path = ProcessInfo.processInfo.environment["OFFLINE_AGENT_BIN"] { return path }
+        return built("offline-agent")
+    }
+
+    /// The publisher toolkit.
+    package static var publisher: String { built("offline-publish") }
+
+    private static func built(_ name: String) -> String {
+        for dir in [".build/debug", ".build/x86_64-unknown-linux-gnu/debug", ".build/release"] {
+            let path = "\(Repo.root)/\(dir)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        return "\(Repo.root)/.build/debug/\(name)"
+    }
+
+    package struct Result {
+        package var status: Int32
+        package var signaled: Bool
+        package var stdout: String
+        package var stderr: String
+    }
+
+    /// Runs the CLI with `arguments` and extra environment, waiting for it to end.
+    package static func run(
+        _ arguments: [String], environment: [String: String] = [:], executable: String = binary
+    ) async throws -> Result {
+        let process = try start(arguments, environment: environment, executable: executable)
+        return await finish(process)
+    }
+
+    package final class Running: @unchecked Sendable {
+        package let process: Process
+        package let out = Pipe()
+        package let err = Pipe()
+        package init(process: Process) { self.process = process }
+    }
+
+    package static func start(
+        _ arguments: [String], environment: [String: String] = [:], executable: String = binary
+    ) throws -> Running {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { $1 }
+        process.environment = env
+        let running = Running(process: process)
+        process.standardOutput = running.out
+        process.standardError = running.err
+        try process.run()
+        return running
+    }
+
+    /// Waits for the process on a thread of its own: blocking one of the two cooperative
+    /// threads of a 2-core machine for a child's whole run would stall every other test.
+    package static func finish(_ running: Running) async -> Result {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: finishBlocking(running)) }
+        }
+    }
+
+    /// `run` for code already on a thread of its own (`LocalHTTP.onThread`) or not async.
+    package static func runBlocking(
+        _ arguments: [String], environment: [String: String] = [:], executable: String = binary
+    ) throws -> Result {
+        finishBlocking(try start(arguments, environment: environment, executable: executable))
+    }
+
+    package static func finishBlocking(_ running: Running) -> Result {
+        // A thread of its own, not Dispatch: blocking a global queue can starve in-process servers.
+        let box = Box()
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            box.data = running.err.fileHandleForReading.readDataToEndOfFile()
+            done.signal()
+        }
+        let out = running.out.fileHandleForReading.readDataToEndOfFile()
+        running.process.waitUntilExit()
+        done.wait()
+        return Result(
+            status: running.process.terminationStatus, signaled: running.process.terminationReason == .uncaughtSignal,
+            stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: box.data, as: UTF8.self))
+    }
+
+    private final class Box: @unchecked Sendable { var data = Data() }
+
+    package static func json(_ text: String) -> [String: Any]? {
+        guard let line = text.split(separator: "\n").last else { return nil }
+        return try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+    }
+}

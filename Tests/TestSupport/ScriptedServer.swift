@@ -1,0 +1,213 @@
+import OfflineAgent
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A deliberately misbehaving HTTP/1.1 server on 127.0.0.1 (port 0) for fault tests:
+/// each request is answered by a script that can lie about lengths, stall, cut the
+/// body, reset the connection or ignore `Range`.
+package final class ScriptedServer: @unchecked Sendable {
+    package struct Request: Sendable {
+        var method: String
+        package var target: String
+        var headers: [String: String]
+
+        package var path: String { String(target.split(separator: "?", maxSplits: 1).first ?? "") }
+        package var query: [String: String] {
+            URLComponents(string: "http://x\(target)")?.queryItems?.reduce(into: [:]) { $0[$1.name] = $1.value ?? "" } ?? [:]
+        }
+        package func header(_ name: String) -> String? { headers[name.lowercased()] }
+    }
+
+    package struct Reply: Sendable {
+        package enum Ending: Sendable {
+            /// Send everything and keep the connection usable.
+            case complete
+            /// Close after this many body bytes.
+            case close(afterBodyBytes: Int)
+            /// Reset (RST) after this many body bytes.
+            case reset(afterBodyBytes: Int)
+            /// Send the headers, then go silent for this many seconds.
+            case stall(seconds: Double)
+            /// Send the body in small pieces with pauses (a slow link).
+            case drip(chunk: Int, pause: Double)
+        }
+
+        package var status: Int
+        package var headers: [(String, String)] = []
+        package var body: [UInt8] = []
+        package var ending: Ending = .complete
+        /// Content-Length to announce; the body's length when nil.
+        package var contentLength: Int?
+
+        package init(
+            status: Int, headers: [(String, String)] = [], body: [UInt8] = [], ending: Ending = .complete,
+            contentLength: Int? = nil
+        ) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+            self.ending = ending
+            self.contentLength = contentLength
+        }
+
+        package static func ok(_ body: [UInt8], headers: [(String, String)] = []) -> Reply {
+            Reply(status: 200, headers: headers, body: body)
+        }
+
+        package static func status(_ code: Int, headers: [(String, String)] = []) -> Reply {
+            Reply(status: code, headers: headers, body: Array("status \(code)\n".utf8))
+        }
+    }
+
+    package typealias Handler = @Sendable (Request) -> Reply
+
+    package let port: Int
+    private let listener: Int32
+    private let handler: Handler
+    private let lock = NSLock()
+    private var log: [Request] = []
+    private var stopped = false
+
+    package var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    /// Requests seen so far, in order.
+    package var requests: [Request] { lock.withLock { log } }
+
+    package init(_ handler: @escaping Handler) throws {
+        self.handler = handler
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listener = listener
+        var one: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(listener, 64) == 0 else { throw POSIXError(.EADDRINUSE) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in acceptLoop() }
+    }
+
+    /// Stops accepting; safe to call more than once (a second close could hit a reused descriptor).
+    package func stop() {
+        let first = lock.withLock {
+            defer { stopped = true }
+            return !stopped
+        }
+        guard first else { return }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    deinit { stop() }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if lock.withLock({ stopped }) { return }
+                continue
+            }
+            Thread.detachNewThread { [self] in serve(client) }
+        }
+    }
+
+    private func serve(_ fd: Int32) {
+        var closed = false
+        defer { if !closed { close(fd) } }
+        var buffer: [UInt8] = []
+        while true {
+            guard let request = readRequest(fd, &buffer) else { return }
+            lock.withLock { log.append(request) }
+            let reply = handler(request)
+            var head = "HTTP/1.1 \(reply.status) X\r\n"
+            var hasLength = false
+            var chunked = false
+            for (name, value) in reply.headers {
+                head += "\(name): \(value)\r\n"
+                if name.lowercased() == "content-length" { hasLength = true }
+                if name.lowercased() == "transfer-encoding" { chunked = true }
+            }
+            if !hasLength && !chunked { head += "Content-Length: \(reply.contentLength ?? reply.body.count)\r\n" }
+            head += "\r\n"
+            guard send(fd, Array(head.utf8)) else { return }
+            var body = request.method == "HEAD" ? [] : reply.body
+            if chunked {
+                var encoded: [UInt8] = []
+                var offset = 0
+                while offset < body.count {
+                    let piece = body[offset..<min(offset + 16384, body.count)]
+                    encoded += Array(String(piece.count, radix: 16).utf8) + [13, 10] + piece + [13, 10]
+                    offset += piece.count
+                }
+                body = encoded + Array("0\r\n\r\n".utf8)
+            }
+            switch reply.ending {
+            case .complete:
+                guard send(fd, body) else { return }
+            case .close(let count):
+                _ = send(fd, Array(body.prefix(count)))
+                return
+            case .reset(let count):
+                _ = send(fd, Array(body.prefix(count)))
+                var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+                setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+                close(fd)
+                closed = true
+                return
+            case .stall(let seconds):
+                Thread.sleep(forTimeInterval: seconds)
+                return
+            case .drip(let chunk, let pause):
+                var offset = 0
+                while offset < body.count {
+                    guard send(fd, Array(body[offset..<min(offset + chunk, body.count)])) else { return }
+                    offset += chunk
+                    Thread.sleep(forTimeInterval: pause)
+                }
+            }
+        }
+    }
+
+    private func send(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { return false }
+            offset += n
+        }
+        return true
+    }
+
+    private func readRequest(_ fd: Int32, _ buffer: inout [UInt8]) -> Request? {
+        let terminator: [UInt8] = [13, 10, 13, 10]
+        while true {
+            if let end = buffer.firstRange(of: terminator) {
+                let head = String(decoding: buffer[..<end.lowerBound], as: UTF8.self)
+                buffer.removeSubrange(..<end.upperBound)
+                var lines = head.components(separatedBy: "\r\n")
+                let first = lines.removeFirst().split(separator: " ")
+                guard first.count >= 2 else { return nil }
+                var headers: [String: String] = [:]
+                for line in lines {
+                    guard let colon = line.firstIndex(of: ":") else { continue }
+                    headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                }
+                return Request(method: String(first[0]), target: String(first[1]), headers: headers)
+            }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let n = recv(fd, &chunk, chunk.count, 0)
+            if n <= 0 { return nil }
+            buffer += chunk[0..<n]
+        }
+    }
+}
