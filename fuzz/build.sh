@@ -32,14 +32,17 @@ rm -f "$out/.probe"
 
 cflags=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
         -ICBspatch/include)
-"$cc" "${cflags[@]}" fuzz/fuzz_bspatch.c CBspatch/bspatch.c -lbz2 -lpthread -o "$out/bspatch"
-"$cc" "${cflags[@]}" fuzz/fuzz_cbz.c -lbz2 -lpthread -o "$out/cbz"
+cbspatch=(CBspatch/*.c) # the C target's sources, whatever its files by concern
+"$cc" "${cflags[@]}" fuzz/fuzz_bspatch.c "${cbspatch[@]}" -lbz2 -lpthread -o "$out/bspatch"
+"$cc" "${cflags[@]}" fuzz/fuzz_cbz.c "${cbspatch[@]}" -lbz2 -lpthread -o "$out/cbz"
 
-swiftflags=(-parse-as-library -swift-version 6 -sanitize=fuzzer,address -O -g)
+# -package-name: the sources use `package` access (cross-target internals).
+swiftflags=(-parse-as-library -swift-version 6 -package-name offline_agent -sanitize=fuzzer,address -O -g)
 [[ -x $toolchain/ld.lld ]] && swiftflags+=(-use-ld=lld)
 src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
     $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Agent/OfflineAgentError.swift \
+    $src/Agent/POSIXFailure.swift \
     -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
     $src/Check/{Manifest,ManifestFields,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \

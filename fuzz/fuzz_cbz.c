@@ -6,9 +6,15 @@
  * refuses after output, libbz2 must refuse too (that is what lets cbz's
  * refusals without fall-back stand for libbz2's).
  *
- * bspatch.c is included so its static functions can be called.
+ * It calls CBspatch's internal cbz_* functions (CBspatch/bsp_bzip2.h, hidden
+ * from the library's users but linked in here with the target's sources).
  */
-#include "../CBspatch/bspatch.c"
+#include "../CBspatch/bsp_bzip2.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* Output beyond this is not decoded: bzip2 expands a few bytes into megabytes. */
 #define OUT_CAP (4u << 20)
@@ -28,9 +34,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fd = mkstemp(path);
     if (out_cbz == NULL || out_ref == NULL || input == NULL || fd < 0) abort();
     unlink(path);
-    pthread_once(&crc_tables_once, crc_tables_build);
+    cbz_init_tables();
     for (int fast = 0; fast < 2; fast++) {
-        if (arena_init(&arenas[fast], fast) != 0) abort();
+        if (cbsp_arena_init(&arenas[fast], fast) != 0) abort();
         decoders[fast] = calloc(1, sizeof(cbz));
         if (decoders[fast] == NULL) abort();
     }
