@@ -1,5 +1,16 @@
 /*-
- * Native bsdiff producing BSDIFF40 patches.
+ * Native bsdiff producing BSDIFF40 patches, for the publisher (never linked
+ * into the device engine). See include/cbsdiff.h.
+ *
+ * Where it comes from and under which licence (all listed in NOTICE):
+ * - the algorithm and patch format are bsdiff 4.3's (Colin Percival,
+ *   BSD-2-Clause, reproduced below as that licence requires);
+ * - the suffix array comes from libdivsufsort (Yuta Mori, MIT), linked from
+ *   the system (libdivsufsort-dev), not vendored;
+ * - the three streams are compressed by libbz2 (Julian Seward, bzip2
+ *   licence), linked from the system;
+ * - everything else (the batched search, the encoder thread, the error
+ *   handling) is this project's, under its licence (MIT, see LICENSE).
  *
  * The difference algorithm (match search, the lenf/lenb/overlap extension
  * logic and the patch layout) is that of bsdiff 4.3:
@@ -37,7 +48,9 @@
  *   cache misses;
  * - the diff and extra blocks are not buffered raw: a second thread
  *   compresses the three streams while the search runs;
- * - every failure is returned as a status with a message; nothing exits.
+ * - every failure is returned as a status with a message; nothing exits
+ *   (bsdiff 4.3 calls err(3)), and the patch is written to a temporary file
+ *   renamed onto the target only when complete.
  */
 
 #if defined(__linux__) && !defined(_GNU_SOURCE)
@@ -872,7 +885,11 @@ static void encoder_close(encoder *e, int cancelled)
 enum { DIFF_OK = 0, DIFF_NOMEM = -1, DIFF_ENCODER_FAILED = -2 };
 
 /* bsdiff 4.3's main loop, unchanged in its decisions; the control tuples go
- * to the encoder in chunks instead of to a bzip2 stream. */
+ * to the encoder in chunks instead of to a bzip2 stream. Over 100 lines on
+ * purpose: it is kept in one piece, with bsdiff 4.3's variable names, so it
+ * can be compared line by line with the reference, which is what makes its
+ * output byte-identical to bsdiff 4.3's (and splitting it would add nothing
+ * but state passed around). */
 static int diff_core(const matcher *mt, encoder *enc)
 {
     const uint8_t *old = mt->old, *nw = mt->nw;
@@ -1044,24 +1061,206 @@ static void sync_parent_dir(const char *patch_path)
 }
 
 /* ------------------------------------------------------------------------ */
+/* One call: inputs, output, suffix array, search, patch */
+
+/* Everything one cbsdiff_create call holds; job_close releases it whatever
+ * happened. */
+typedef struct {
+    const char *patch_path;
+    uint8_t *old, *nw;
+    int64_t oldsize, newsize;
+    int32_t *I, *tables;
+    matcher mt;
+    encoder *enc;
+    int enc_ready;
+    char *tmp; /* the temporary patch; NULL once renamed or never created */
+    int fd;
+    uint8_t header[32];
+} diff_job;
+
+/* Creates the temporary patch next to patch_path and writes a header whose
+ * two stream lengths are filled in at the end. Done before the expensive
+ * part so that an unwritable destination fails fast. */
+static cbsdiff_status job_create_output(diff_job *j, cbsdiff_error *error)
+{
+    j->tmp = temp_template(j->patch_path);
+    if (j->tmp == NULL) {
+        set_error(error, "out of memory");
+        return CBSDIFF_ERR_NOMEM;
+    }
+    j->fd = mkstemp(j->tmp);
+    if (j->fd < 0) {
+        set_error(error, "cannot create a temporary file next to %s: %s", j->patch_path,
+                  strerror(errno));
+        free(j->tmp);
+        j->tmp = NULL; /* nothing to remove */
+        return CBSDIFF_ERR_IO;
+    }
+    (void)fcntl(j->fd, F_SETFD, FD_CLOEXEC);
+    if (fchmod(j->fd, default_file_mode()) != 0) {
+        set_error(error, "cannot set the mode of %s: %s", j->tmp, strerror(errno));
+        return CBSDIFF_ERR_IO;
+    }
+    /* Header:
+     *   0  8  "BSDIFF40"
+     *   8  8  length of the bzip2'ed ctrl block
+     *  16  8  length of the bzip2'ed diff block
+     *  24  8  length of the new file
+     * then the ctrl, diff and extra blocks, each its own bzip2 stream. */
+    memcpy(j->header, "BSDIFF40", 8);
+    offtout(0, j->header + 8);
+    offtout(0, j->header + 16);
+    offtout(j->newsize, j->header + 24);
+    return write_all(j->fd, j->patch_path, j->header, sizeof(j->header), error);
+}
+
+/* Suffix array with the empty suffix first, exactly as qsufsort leaves it in
+ * bsdiff 4.3, so the search sees the same array; then the prefix table. */
+static cbsdiff_status job_sort(diff_job *j, cbsdiff_error *error)
+{
+    int rc;
+
+    j->I = big_alloc(((size_t)j->oldsize + 1) * sizeof(int32_t));
+    j->tables = malloc(2 * 65536 * sizeof(int32_t));
+    if (j->I == NULL || j->tables == NULL) {
+        set_error(error, "out of memory for the suffix array (%lld bytes)",
+                  (long long)(j->oldsize + 1) * 4);
+        return CBSDIFF_ERR_NOMEM;
+    }
+    j->I[0] = (int32_t)j->oldsize;
+    rc = divsufsort(j->old, j->I + 1, (saidx_t)j->oldsize);
+    if (rc != 0) {
+        set_error(error, "divsufsort failed (error %d)", rc);
+        return rc == -2 ? CBSDIFF_ERR_NOMEM : CBSDIFF_ERR_ARGUMENT;
+    }
+    prefix_table(j->old, j->oldsize, j->tables, j->tables + 65536, &j->mt.one);
+    j->mt.I = j->I;
+    j->mt.old = j->old;
+    j->mt.oldsize = j->oldsize;
+    j->mt.nw = j->nw;
+    j->mt.newsize = j->newsize;
+    j->mt.lo = j->tables;
+    j->mt.cnt = j->tables + 65536;
+    return CBSDIFF_OK;
+}
+
+/* The search, with the encoder compressing on a second thread. */
+static cbsdiff_status job_diff(diff_job *j, cbsdiff_error *error)
+{
+    pthread_t thread;
+    sigset_t blocked, saved_mask;
+    int threaded = 0, drc;
+    cbsdiff_status st;
+
+    j->enc = malloc(sizeof(*j->enc));
+    if (j->enc == NULL) {
+        set_error(error, "out of memory");
+        return CBSDIFF_ERR_NOMEM;
+    }
+    st = encoder_init(j->enc, j->fd, j->patch_path, j->old, j->nw, error);
+    j->enc_ready = 1; /* encoder_destroy undoes a partial init too */
+    if (st != CBSDIFF_OK)
+        return st;
+    /* The encoder thread takes no signals: they stay with the caller's
+     * threads, as if there were none. Without a thread (none left?) the
+     * encoder runs after the search. */
+    sigfillset(&blocked);
+    if (pthread_sigmask(SIG_SETMASK, &blocked, &saved_mask) == 0) {
+        threaded = pthread_create(&thread, NULL, encoder_main, j->enc) == 0;
+        pthread_sigmask(SIG_SETMASK, &saved_mask, NULL);
+    }
+
+    drc = diff_core(&j->mt, j->enc);
+    /* The search is done: give its memory back while the encoder finishes. */
+    free(j->I);
+    j->I = NULL;
+    free(j->tables);
+    j->tables = NULL;
+    encoder_close(j->enc, drc == DIFF_NOMEM);
+    if (threaded)
+        pthread_join(thread, NULL);
+    else
+        encoder_main(j->enc);
+    if (drc == DIFF_NOMEM) {
+        set_error(error, "out of memory for control tuples");
+        return CBSDIFF_ERR_NOMEM;
+    }
+    if (j->enc->status != CBSDIFF_OK) {
+        if (error != NULL)
+            memcpy(error, &j->enc->error, sizeof(*error));
+        return j->enc->status;
+    }
+    return CBSDIFF_OK;
+}
+
+/* Appends the diff and extra streams, fills in the header's lengths, then
+ * fsync, close and rename onto patch_path. */
+static cbsdiff_status job_write_patch(diff_job *j, cbsdiff_error *error)
+{
+    cbsdiff_status st;
+    int rc;
+
+    st = write_all(j->fd, j->patch_path, j->enc->diff.mem.data, j->enc->diff.mem.len, error);
+    if (st != CBSDIFF_OK)
+        return st;
+    st = write_all(j->fd, j->patch_path, j->enc->extra.mem.data, j->enc->extra.mem.len, error);
+    if (st != CBSDIFF_OK)
+        return st;
+    offtout((int64_t)j->enc->ctrl.written, j->header + 8);
+    offtout((int64_t)j->enc->diff.written, j->header + 16);
+    for (;;) {
+        ssize_t w = pwrite(j->fd, j->header, sizeof(j->header), 0);
+        if (w == (ssize_t)sizeof(j->header))
+            break;
+        if (w < 0 && errno == EINTR)
+            continue;
+        set_error(error, "cannot write the header of patch %s: %s", j->patch_path,
+                  w < 0 ? strerror(errno) : "short write");
+        return CBSDIFF_ERR_IO;
+    }
+    if (fsync(j->fd) != 0) {
+        set_error(error, "cannot fsync patch %s: %s", j->patch_path, strerror(errno));
+        return CBSDIFF_ERR_IO;
+    }
+    rc = close(j->fd);
+    j->fd = -1;
+    if (rc != 0) {
+        set_error(error, "cannot close patch %s: %s", j->patch_path, strerror(errno));
+        return CBSDIFF_ERR_IO;
+    }
+    if (rename(j->tmp, j->patch_path) != 0) {
+        set_error(error, "cannot rename the temporary file to %s: %s", j->patch_path,
+                  strerror(errno));
+        return CBSDIFF_ERR_IO;
+    }
+    free(j->tmp);
+    j->tmp = NULL; /* renamed: must not be unlinked */
+    sync_parent_dir(j->patch_path);
+    return CBSDIFF_OK;
+}
+
+static void job_close(diff_job *j)
+{
+    if (j->enc_ready)
+        encoder_destroy(j->enc);
+    free(j->enc);
+    if (j->fd >= 0)
+        close(j->fd);
+    if (j->tmp != NULL) {
+        (void)unlink(j->tmp);
+        free(j->tmp);
+    }
+    free(j->tables);
+    free(j->I);
+    free(j->nw);
+    free(j->old);
+}
 
 cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
                               const char *patch_path, cbsdiff_error *error)
 {
-    uint8_t *old = NULL, *nw = NULL;
-    int64_t oldsize = 0, newsize = 0;
-    int32_t *I = NULL, *tables = NULL;
-    matcher mt;
-    encoder *enc = NULL;
-    int enc_ready = 0;
-    pthread_t thread;
-    sigset_t blocked, saved_mask;
-    int threaded = 0, drc;
-    char *tmp = NULL;
-    int fd = -1;
-    uint8_t header[32];
+    diff_job j;
     cbsdiff_status st;
-    int rc;
 
     trace("start");
     if (error != NULL)
@@ -1071,181 +1270,27 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
         set_error(error, "old, new and patch paths must be non-empty");
         return CBSDIFF_ERR_ARGUMENT;
     }
+    memset(&j, 0, sizeof(j));
+    j.patch_path = patch_path;
+    j.fd = -1;
 
     /* divsufsort takes 32-bit lengths, and I[0] and the prefix table hold
      * values up to oldsize + 1. */
-    st = read_file(old_path, "old", (int64_t)INT32_MAX - 1, 1, &old, &oldsize, error);
-    if (st != CBSDIFF_OK)
-        goto out;
-    st = read_file(new_path, "new", (int64_t)(PTRDIFF_MAX / 2), 0, &nw, &newsize, error);
-    if (st != CBSDIFF_OK)
-        goto out;
+    st = read_file(old_path, "old", (int64_t)INT32_MAX - 1, 1, &j.old, &j.oldsize, error);
+    if (st == CBSDIFF_OK)
+        st = read_file(new_path, "new", (int64_t)(PTRDIFF_MAX / 2), 0, &j.nw, &j.newsize, error);
     trace("read");
-
-    /* Create the output before the expensive part so that an unwritable
-     * destination fails fast. */
-    tmp = temp_template(patch_path);
-    if (tmp == NULL) {
-        set_error(error, "out of memory");
-        st = CBSDIFF_ERR_NOMEM;
-        goto out;
-    }
-    fd = mkstemp(tmp);
-    if (fd < 0) {
-        set_error(error, "cannot create a temporary file next to %s: %s", patch_path,
-                  strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        free(tmp);
-        tmp = NULL; /* nothing to remove */
-        goto out;
-    }
-    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-    if (fchmod(fd, default_file_mode()) != 0) {
-        set_error(error, "cannot set the mode of %s: %s", tmp, strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
-    /* Header:
-     *   0  8  "BSDIFF40"
-     *   8  8  length of the bzip2'ed ctrl block
-     *  16  8  length of the bzip2'ed diff block
-     *  24  8  length of the new file
-     * then the ctrl, diff and extra blocks, each its own bzip2 stream. The
-     * two lengths are filled in at the end. */
-    memcpy(header, "BSDIFF40", 8);
-    offtout(0, header + 8);
-    offtout(0, header + 16);
-    offtout(newsize, header + 24);
-    st = write_all(fd, patch_path, header, sizeof(header), error);
-    if (st != CBSDIFF_OK)
-        goto out;
-
-    /* Suffix array with the empty suffix first, exactly as qsufsort leaves
-     * it in bsdiff 4.3, so the search sees the same array. */
-    I = big_alloc(((size_t)oldsize + 1) * sizeof(int32_t));
-    tables = malloc(2 * 65536 * sizeof(int32_t));
-    if (I == NULL || tables == NULL) {
-        set_error(error, "out of memory for the suffix array (%lld bytes)",
-                  (long long)(oldsize + 1) * 4);
-        st = CBSDIFF_ERR_NOMEM;
-        goto out;
-    }
-    I[0] = (int32_t)oldsize;
-    rc = divsufsort(old, I + 1, (saidx_t)oldsize);
-    if (rc != 0) {
-        set_error(error, "divsufsort failed (error %d)", rc);
-        st = rc == -2 ? CBSDIFF_ERR_NOMEM : CBSDIFF_ERR_ARGUMENT;
-        goto out;
-    }
-    prefix_table(old, oldsize, tables, tables + 65536, &mt.one);
-    mt.I = I;
-    mt.old = old;
-    mt.oldsize = oldsize;
-    mt.nw = nw;
-    mt.newsize = newsize;
-    mt.lo = tables;
-    mt.cnt = tables + 65536;
+    if (st == CBSDIFF_OK)
+        st = job_create_output(&j, error);
+    if (st == CBSDIFF_OK)
+        st = job_sort(&j, error);
     trace("sort");
-
-    enc = malloc(sizeof(*enc));
-    if (enc == NULL) {
-        set_error(error, "out of memory");
-        st = CBSDIFF_ERR_NOMEM;
-        goto out;
-    }
-    st = encoder_init(enc, fd, patch_path, old, nw, error);
-    enc_ready = 1; /* encoder_destroy undoes a partial init too */
-    if (st != CBSDIFF_OK)
-        goto out;
-    /* The encoder thread takes no signals: they stay with the caller's
-     * threads, as if there were none. Without a thread (none left?) the
-     * encoder runs after the search. */
-    sigfillset(&blocked);
-    if (pthread_sigmask(SIG_SETMASK, &blocked, &saved_mask) == 0) {
-        threaded = pthread_create(&thread, NULL, encoder_main, enc) == 0;
-        pthread_sigmask(SIG_SETMASK, &saved_mask, NULL);
-    }
-
-    drc = diff_core(&mt, enc);
-    /* The search is done: give its memory back while the encoder finishes. */
-    free(I);
-    I = NULL;
-    free(tables);
-    tables = NULL;
-    encoder_close(enc, drc == DIFF_NOMEM);
-    if (threaded)
-        pthread_join(thread, NULL);
-    else
-        encoder_main(enc);
+    if (st == CBSDIFF_OK)
+        st = job_diff(&j, error);
     trace("diff");
-    if (drc == DIFF_NOMEM) {
-        set_error(error, "out of memory for control tuples");
-        st = CBSDIFF_ERR_NOMEM;
-        goto out;
-    }
-    if (enc->status != CBSDIFF_OK) {
-        if (error != NULL)
-            memcpy(error, &enc->error, sizeof(*error));
-        st = enc->status;
-        goto out;
-    }
-
-    st = write_all(fd, patch_path, enc->diff.mem.data, enc->diff.mem.len, error);
-    if (st != CBSDIFF_OK)
-        goto out;
-    st = write_all(fd, patch_path, enc->extra.mem.data, enc->extra.mem.len, error);
-    if (st != CBSDIFF_OK)
-        goto out;
-    offtout((int64_t)enc->ctrl.written, header + 8);
-    offtout((int64_t)enc->diff.written, header + 16);
-    for (;;) {
-        ssize_t w = pwrite(fd, header, sizeof(header), 0);
-        if (w == (ssize_t)sizeof(header))
-            break;
-        if (w < 0 && errno == EINTR)
-            continue;
-        set_error(error, "cannot write the header of patch %s: %s", patch_path,
-                  w < 0 ? strerror(errno) : "short write");
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
-    if (fsync(fd) != 0) {
-        set_error(error, "cannot fsync patch %s: %s", patch_path, strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
-    rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        set_error(error, "cannot close patch %s: %s", patch_path, strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
-    if (rename(tmp, patch_path) != 0) {
-        set_error(error, "cannot rename the temporary file to %s: %s", patch_path,
-                  strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
-    free(tmp);
-    tmp = NULL; /* renamed: must not be unlinked */
-    sync_parent_dir(patch_path);
-    st = CBSDIFF_OK;
+    if (st == CBSDIFF_OK)
+        st = job_write_patch(&j, error);
     trace("write");
-
-out:
-    if (enc_ready)
-        encoder_destroy(enc);
-    free(enc);
-    if (fd >= 0)
-        close(fd);
-    if (tmp != NULL) {
-        (void)unlink(tmp);
-        free(tmp);
-    }
-    free(tables);
-    free(I);
-    free(nw);
-    free(old);
+    job_close(&j);
     return st;
 }
