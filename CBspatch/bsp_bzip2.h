@@ -108,6 +108,7 @@ typedef struct {
     uint8_t bucket[CBZ_BLOCK_MAX / 1024 + 1]; /* symbol at position 1024*i: starts the cftab search */
     uint32_t nblock, tpos, used, stored_crc, crc, pending;
     int last, run;
+    int overrun; /* the run after a block that ends in four equal bytes was set up */
     uint8_t pending_ch;
     /* tables */
     uint8_t seq_to_unseq[256];

@@ -407,6 +407,7 @@ static int cbz_block(cbz *z) {
     z->pending = 0;
     z->last = -1;
     z->run = 0;
+    z->overrun = 0;
     return CBZ_OK;
 }
 
@@ -481,12 +482,24 @@ static int cbz_step(cbz *z) {
     return CBZ_OK;
 }
 
+/* The symbol at *tpos, which moves on to the next position in output order. */
+static inline uint8_t cbz_symbol(const cbz *z, const uint32_t *tt, uint32_t *tpos) {
+    if (tt != NULL) {
+        uint32_t entry = tt[*tpos];
+        *tpos = entry >> 8;
+        return (uint8_t)(entry & 0xff);
+    }
+    /* tpos < nblock = cftab[256], so the search stops by symbol 255 */
+    uint32_t sym = z->bucket[*tpos >> 10];
+    while (z->cftab[sym + 1] <= *tpos) sym++;
+    *tpos = cbz_link(z, *tpos);
+    return (uint8_t)sym;
+}
+
 /* Expands the current block into out[*n..cap) and runs the block CRC over
    it; returns 1 when the block is complete. */
 static int cbz_output(cbz *z, uint8_t *out, size_t cap, size_t *n) {
     size_t k = *n, crc_from = k;
-    const uint32_t *cftab = z->cftab;
-    const uint8_t *bucket = z->bucket;
     const uint32_t *tt = z->fast ? z->tt : NULL;
     uint32_t tpos = z->tpos, used = z->used, nblock = z->nblock, crc = z->crc;
     int last = z->last, run = z->run;
@@ -504,23 +517,26 @@ static int cbz_output(cbz *z, uint8_t *out, size_t cap, size_t *n) {
             z->pending -= (uint32_t)m;
             if (z->pending > 0) break;
         }
-        if (used == nblock) break;
+        if (used == nblock) {
+            if (run == 4 && !z->overrun) {
+                /* Four equal bytes end the block, so their run count is
+                   missing: the block is corrupt. libbz2 reads the count one
+                   step past the block's end anyway and writes that run before
+                   it reports the error; cbz does the same, so both decoders
+                   hand over the same bytes before the same error and an
+                   apply's verdict cannot depend on which one decoded. */
+                z->overrun = 1;
+                z->pending = cbz_symbol(z, tt, &tpos);
+                z->pending_ch = (uint8_t)last;
+                continue;
+            }
+            break;
+        }
         if (k == cap) break;
         /* Literal symbols until the output is full, the block ends, or a run
            count follows four equal bytes. */
         while (used < nblock && k < cap) {
-            uint8_t c;
-            if (tt != NULL) {
-                tpos = tt[tpos];
-                c = (uint8_t)(tpos & 0xff);
-                tpos >>= 8;
-            } else {
-                /* tpos < nblock = cftab[256], so the search stops by symbol 255 */
-                uint32_t sym = bucket[tpos >> 10];
-                while (cftab[sym + 1] <= tpos) sym++;
-                c = (uint8_t)sym;
-                tpos = cbz_link(z, tpos);
-            }
+            uint8_t c = cbz_symbol(z, tt, &tpos);
             used++;
             if (run == 4) {
                 z->pending = c;

@@ -3,8 +3,10 @@
  * from libbz2), fed one hostile bzip2 stream directly, in both of its block
  * layouts (small: 2.5 bytes a symbol; fast: 4), and compared with libbz2:
  * whatever cbz accepts, libbz2 must decode to the same bytes; whatever cbz
- * refuses after output, libbz2 must refuse too (that is what lets cbz's
- * refusals without fall-back stand for libbz2's).
+ * refuses after output, libbz2 must refuse too, after the same bytes (that is
+ * what lets cbz's refusals without fall-back stand for libbz2's: an apply's
+ * verdict can depend on how many bytes a stream gave before its error).
+ * libbz2 runs in small mode, as CBspatch's fall-back does.
  *
  * It calls CBspatch's internal cbz_* functions (CBspatch/bsp_bzip2.h, hidden
  * from the library's users but linked in here with the target's sources).
@@ -43,11 +45,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* libbz2 on the whole input, output capped; returns DECODE_END/DECODE_MORE (cap hit)/DECODE_ERROR. */
+/* libbz2 (small mode, as bz_libbz2.c) on the whole input, output capped;
+   returns DECODE_END/DECODE_MORE (cap hit)/DECODE_ERROR. */
 static int reference(const uint8_t *data, size_t size, size_t *produced) {
     bz_stream bz;
     memset(&bz, 0, sizeof bz);
-    if (BZ2_bzDecompressInit(&bz, 0, 0) != BZ_OK) abort();
+    if (BZ2_bzDecompressInit(&bz, 0, 1) != BZ_OK) abort();
     bz.next_in = (char *)data;
     bz.avail_in = (unsigned)size;
     bz.next_out = (char *)out_ref;
@@ -111,6 +114,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             /* Refused after output (no fall-back possible): libbz2 must refuse as well. */
             if (!before_output && ref == DECODE_END) {
                 fprintf(stderr, "cbz (fast=%d) refused after output: %s; libbz2 accepts\n", fast, message);
+                __builtin_trap();
+            }
+            /* ...and libbz2 must have handed over the same bytes before its error. */
+            if (!before_output && ref == DECODE_ERROR &&
+                (ref_n != total || memcmp(out_cbz, out_ref, total) != 0)) {
+                fprintf(stderr, "cbz (fast=%d) refused after %zu bytes: %s; libbz2 after %zu bytes\n", fast, total,
+                        message, ref_n);
                 __builtin_trap();
             }
         } else if (ref == DECODE_END && ref_n < total) {

@@ -1,3 +1,4 @@
+import CBspatch
 import Foundation
 import Testing
 @testable import OfflineAgent
@@ -88,6 +89,39 @@ struct FuzzRegressionTests {
         #expect(error.code == .patch)
         #expect(error.cause == .patchInvalid)
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.path).isEmpty)
+    }
+
+    @Test("bspatch: one verdict whichever bzip2 decoder runs (CBspatch's own, or libbz2 for every stream)",
+          arguments: inputs("bspatch"))
+    func bspatchDecoders(name: String) throws {
+        // A corrupt block can make two decoders hand over different amounts of output
+        // before its error; the control triples could then end inside that output with
+        // one ("goes on past": control) and past it with the other (bzip2).
+        let scratch = TemporaryDirectory("fuzz-bspatch-decoders")
+        let old = URL(fileURLWithPath: "\(Repo.fixtures)/fuzz/bspatch-old.bin")
+        let patch = URL(fileURLWithPath: "\(Self.directory)/\(name)")
+        defer { cbspatch_testing_faults(0, 0) }
+        var statuses: [Int32?] = []
+        for decline in [0, 1] { // 1: the fast decoder declines every stream's first block
+            cbspatch_testing_faults(Int32(decline), 0)
+            let new = scratch.url.appendingPathComponent("new-\(decline)")
+            let outcome = Outcome()
+            Thread {
+                do {
+                    try Patcher.apply(old: old, patch: patch, to: new, durable: false)
+                    outcome.finish(nil)
+                } catch {
+                    outcome.finish(error)
+                }
+            }.start()
+            guard outcome.done.wait(timeout: .now() + 60) == .success else {
+                Issue.record("\(name): the patch was not applied or refused within 60 s")
+                return
+            }
+            statuses.append(((outcome.error as? OfflineAgentError)?.underlying as? PatchFailure)?.status)
+        }
+        #expect(statuses[0] != nil, "\(name) was applied")
+        #expect(statuses[0] == statuses[1], "fast decoder: \(statuses[0].map(String.init) ?? "ok"), libbz2: \(statuses[1].map(String.init) ?? "ok")")
     }
 
     /// The result of an apply running on another thread.
