@@ -35,7 +35,7 @@ cflags=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-
 "$cc" "${cflags[@]}" fuzz/fuzz_bspatch.c CBspatch/bspatch.c -lbz2 -lpthread -o "$out/bspatch"
 "$cc" "${cflags[@]}" fuzz/fuzz_cbz.c -lbz2 -lpthread -o "$out/cbz"
 
-swiftflags=(-parse-as-library -swift-version 6 -sanitize=fuzzer,address -O -g)
+swiftflags=(-parse-as-library -swift-version 6 -package-name offlineagent -sanitize=fuzzer,address -O -g)
 [[ -x $toolchain/ld.lld ]] && swiftflags+=(-use-ld=lld)
 src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
@@ -43,7 +43,9 @@ src=Sources/OfflineAgent
     -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
     $src/Check/{Manifest,ManifestFields,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
+    $src/Support/{WebAddress,UTCTime}.swift \
     -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \
-    $src/Cookies/{SetCookie,CookieDate,Cookie,Cookie+WellFormed,CookieURL,PublicSuffixList}.swift -o "$out/setcookie"
+    $src/Cookies/{SetCookie,CookieDate,Cookie,Cookie+WellFormed,CookieURL,PublicSuffixList}.swift \
+    $src/Support/{WebAddress,UTCTime}.swift -o "$out/setcookie"
 echo "fuzz targets built in $out with $cc and $swiftc"
