@@ -872,7 +872,8 @@ static void encoder_close(encoder *e, int cancelled)
 enum { DIFF_OK = 0, DIFF_NOMEM = -1, DIFF_ENCODER_FAILED = -2 };
 
 /* bsdiff 4.3's main loop, unchanged in its decisions; the control tuples go
- * to the encoder in chunks instead of to a bzip2 stream. */
+ * to the encoder in chunks instead of to a bzip2 stream.
+ * Long on purpose: kept in one piece so it reads side by side with bsdiff 4.3's. */
 static int diff_core(const matcher *mt, encoder *enc)
 {
     const uint8_t *old = mt->old, *nw = mt->nw;
@@ -1045,6 +1046,149 @@ static void sync_parent_dir(const char *patch_path)
 
 /* ------------------------------------------------------------------------ */
 
+/* Creates the temporary patch file next to patch_path (mode as for a new file).
+ * On failure nothing is left to remove. */
+static cbsdiff_status create_temp_patch(const char *patch_path, char **tmp_out, int *fd_out,
+                                        cbsdiff_error *error)
+{
+    char *tmp = temp_template(patch_path);
+    int fd;
+
+    if (tmp == NULL) {
+        set_error(error, "out of memory");
+        return CBSDIFF_ERR_NOMEM;
+    }
+    fd = mkstemp(tmp);
+    if (fd < 0) {
+        set_error(error, "cannot create a temporary file next to %s: %s", patch_path,
+                  strerror(errno));
+        free(tmp);
+        return CBSDIFF_ERR_IO;
+    }
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (fchmod(fd, default_file_mode()) != 0) {
+        set_error(error, "cannot set the mode of %s: %s", tmp, strerror(errno));
+        close(fd);
+        (void)unlink(tmp);
+        free(tmp);
+        return CBSDIFF_ERR_IO;
+    }
+    *tmp_out = tmp;
+    *fd_out = fd;
+    return CBSDIFF_OK;
+}
+
+/* Suffix array with the empty suffix first, exactly as qsufsort leaves it in
+ * bsdiff 4.3, so the search sees the same array; then the matcher over it.
+ * *I_out and *tables_out are the caller's to free, on failure too. */
+static cbsdiff_status build_matcher(const uint8_t *old, int64_t oldsize, const uint8_t *nw,
+                                    int64_t newsize, int32_t **I_out, int32_t **tables_out,
+                                    matcher *mt, cbsdiff_error *error)
+{
+    int32_t *I = big_alloc(((size_t)oldsize + 1) * sizeof(int32_t));
+    int32_t *tables = malloc(2 * 65536 * sizeof(int32_t));
+    int rc;
+
+    *I_out = I;
+    *tables_out = tables;
+    if (I == NULL || tables == NULL) {
+        set_error(error, "out of memory for the suffix array (%lld bytes)",
+                  (long long)(oldsize + 1) * 4);
+        return CBSDIFF_ERR_NOMEM;
+    }
+    I[0] = (int32_t)oldsize;
+    rc = divsufsort(old, I + 1, (saidx_t)oldsize);
+    if (rc != 0) {
+        set_error(error, "divsufsort failed (error %d)", rc);
+        return rc == -2 ? CBSDIFF_ERR_NOMEM : CBSDIFF_ERR_ARGUMENT;
+    }
+    prefix_table(old, oldsize, tables, tables + 65536, &mt->one);
+    mt->I = I;
+    mt->old = old;
+    mt->oldsize = oldsize;
+    mt->nw = nw;
+    mt->newsize = newsize;
+    mt->lo = tables;
+    mt->cnt = tables + 65536;
+    return CBSDIFF_OK;
+}
+
+/* Runs the search while the encoder compresses on its own thread (or after the
+ * search, when no thread can be had). Frees the search's memory (*I, *tables) as
+ * soon as the search is done. */
+static cbsdiff_status search_and_encode(matcher *mt, encoder *enc, int32_t **I, int32_t **tables,
+                                        cbsdiff_error *error)
+{
+    pthread_t thread;
+    sigset_t blocked, saved_mask;
+    int threaded = 0, drc;
+
+    /* The encoder thread takes no signals: they stay with the caller's
+     * threads, as if there were none. */
+    sigfillset(&blocked);
+    if (pthread_sigmask(SIG_SETMASK, &blocked, &saved_mask) == 0) {
+        threaded = pthread_create(&thread, NULL, encoder_main, enc) == 0;
+        pthread_sigmask(SIG_SETMASK, &saved_mask, NULL);
+    }
+
+    drc = diff_core(mt, enc);
+    /* The search is done: give its memory back while the encoder finishes. */
+    free(*I);
+    *I = NULL;
+    free(*tables);
+    *tables = NULL;
+    encoder_close(enc, drc == DIFF_NOMEM);
+    if (threaded)
+        pthread_join(thread, NULL);
+    else
+        encoder_main(enc);
+    trace("diff");
+    if (drc == DIFF_NOMEM) {
+        set_error(error, "out of memory for control tuples");
+        return CBSDIFF_ERR_NOMEM;
+    }
+    if (enc->status != CBSDIFF_OK) {
+        if (error != NULL)
+            memcpy(error, &enc->error, sizeof(*error));
+        return enc->status;
+    }
+    return CBSDIFF_OK;
+}
+
+/* Appends the diff and extra blocks, fills the two block lengths into the
+ * header at offset 0, and flushes the file. */
+static cbsdiff_status finish_patch(int fd, const char *patch_path, uint8_t header[32],
+                                   const encoder *enc, cbsdiff_error *error)
+{
+    cbsdiff_status st;
+
+    st = write_all(fd, patch_path, enc->diff.mem.data, enc->diff.mem.len, error);
+    if (st != CBSDIFF_OK)
+        return st;
+    st = write_all(fd, patch_path, enc->extra.mem.data, enc->extra.mem.len, error);
+    if (st != CBSDIFF_OK)
+        return st;
+    offtout((int64_t)enc->ctrl.written, header + 8);
+    offtout((int64_t)enc->diff.written, header + 16);
+    for (;;) {
+        ssize_t w = pwrite(fd, header, 32, 0);
+        if (w == 32)
+            break;
+        if (w < 0 && errno == EINTR)
+            continue;
+        set_error(error, "cannot write the header of patch %s: %s", patch_path,
+                  w < 0 ? strerror(errno) : "short write");
+        return CBSDIFF_ERR_IO;
+    }
+    if (fsync(fd) != 0) {
+        set_error(error, "cannot fsync patch %s: %s", patch_path, strerror(errno));
+        return CBSDIFF_ERR_IO;
+    }
+    return CBSDIFF_OK;
+}
+
+/* Long on purpose: the steps are helpers above; what stays is the one cleanup at
+ * `out` that every failure path must reach with the same ownership. */
 cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
                               const char *patch_path, cbsdiff_error *error)
 {
@@ -1054,9 +1198,6 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
     matcher mt;
     encoder *enc = NULL;
     int enc_ready = 0;
-    pthread_t thread;
-    sigset_t blocked, saved_mask;
-    int threaded = 0, drc;
     char *tmp = NULL;
     int fd = -1;
     uint8_t header[32];
@@ -1084,27 +1225,9 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
 
     /* Create the output before the expensive part so that an unwritable
      * destination fails fast. */
-    tmp = temp_template(patch_path);
-    if (tmp == NULL) {
-        set_error(error, "out of memory");
-        st = CBSDIFF_ERR_NOMEM;
+    st = create_temp_patch(patch_path, &tmp, &fd, error);
+    if (st != CBSDIFF_OK)
         goto out;
-    }
-    fd = mkstemp(tmp);
-    if (fd < 0) {
-        set_error(error, "cannot create a temporary file next to %s: %s", patch_path,
-                  strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        free(tmp);
-        tmp = NULL; /* nothing to remove */
-        goto out;
-    }
-    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-    if (fchmod(fd, default_file_mode()) != 0) {
-        set_error(error, "cannot set the mode of %s: %s", tmp, strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
     /* Header:
      *   0  8  "BSDIFF40"
      *   8  8  length of the bzip2'ed ctrl block
@@ -1120,31 +1243,9 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
     if (st != CBSDIFF_OK)
         goto out;
 
-    /* Suffix array with the empty suffix first, exactly as qsufsort leaves
-     * it in bsdiff 4.3, so the search sees the same array. */
-    I = big_alloc(((size_t)oldsize + 1) * sizeof(int32_t));
-    tables = malloc(2 * 65536 * sizeof(int32_t));
-    if (I == NULL || tables == NULL) {
-        set_error(error, "out of memory for the suffix array (%lld bytes)",
-                  (long long)(oldsize + 1) * 4);
-        st = CBSDIFF_ERR_NOMEM;
+    st = build_matcher(old, oldsize, nw, newsize, &I, &tables, &mt, error);
+    if (st != CBSDIFF_OK)
         goto out;
-    }
-    I[0] = (int32_t)oldsize;
-    rc = divsufsort(old, I + 1, (saidx_t)oldsize);
-    if (rc != 0) {
-        set_error(error, "divsufsort failed (error %d)", rc);
-        st = rc == -2 ? CBSDIFF_ERR_NOMEM : CBSDIFF_ERR_ARGUMENT;
-        goto out;
-    }
-    prefix_table(old, oldsize, tables, tables + 65536, &mt.one);
-    mt.I = I;
-    mt.old = old;
-    mt.oldsize = oldsize;
-    mt.nw = nw;
-    mt.newsize = newsize;
-    mt.lo = tables;
-    mt.cnt = tables + 65536;
     trace("sort");
 
     enc = malloc(sizeof(*enc));
@@ -1157,63 +1258,13 @@ cbsdiff_status cbsdiff_create(const char *old_path, const char *new_path,
     enc_ready = 1; /* encoder_destroy undoes a partial init too */
     if (st != CBSDIFF_OK)
         goto out;
-    /* The encoder thread takes no signals: they stay with the caller's
-     * threads, as if there were none. Without a thread (none left?) the
-     * encoder runs after the search. */
-    sigfillset(&blocked);
-    if (pthread_sigmask(SIG_SETMASK, &blocked, &saved_mask) == 0) {
-        threaded = pthread_create(&thread, NULL, encoder_main, enc) == 0;
-        pthread_sigmask(SIG_SETMASK, &saved_mask, NULL);
-    }
-
-    drc = diff_core(&mt, enc);
-    /* The search is done: give its memory back while the encoder finishes. */
-    free(I);
-    I = NULL;
-    free(tables);
-    tables = NULL;
-    encoder_close(enc, drc == DIFF_NOMEM);
-    if (threaded)
-        pthread_join(thread, NULL);
-    else
-        encoder_main(enc);
-    trace("diff");
-    if (drc == DIFF_NOMEM) {
-        set_error(error, "out of memory for control tuples");
-        st = CBSDIFF_ERR_NOMEM;
-        goto out;
-    }
-    if (enc->status != CBSDIFF_OK) {
-        if (error != NULL)
-            memcpy(error, &enc->error, sizeof(*error));
-        st = enc->status;
-        goto out;
-    }
-
-    st = write_all(fd, patch_path, enc->diff.mem.data, enc->diff.mem.len, error);
+    st = search_and_encode(&mt, enc, &I, &tables, error);
     if (st != CBSDIFF_OK)
         goto out;
-    st = write_all(fd, patch_path, enc->extra.mem.data, enc->extra.mem.len, error);
+
+    st = finish_patch(fd, patch_path, header, enc, error);
     if (st != CBSDIFF_OK)
         goto out;
-    offtout((int64_t)enc->ctrl.written, header + 8);
-    offtout((int64_t)enc->diff.written, header + 16);
-    for (;;) {
-        ssize_t w = pwrite(fd, header, sizeof(header), 0);
-        if (w == (ssize_t)sizeof(header))
-            break;
-        if (w < 0 && errno == EINTR)
-            continue;
-        set_error(error, "cannot write the header of patch %s: %s", patch_path,
-                  w < 0 ? strerror(errno) : "short write");
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
-    if (fsync(fd) != 0) {
-        set_error(error, "cannot fsync patch %s: %s", patch_path, strerror(errno));
-        st = CBSDIFF_ERR_IO;
-        goto out;
-    }
     rc = close(fd);
     fd = -1;
     if (rc != 0) {
