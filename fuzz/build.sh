@@ -46,7 +46,9 @@ src=Sources/OfflineAgent
     -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
     $src/Check/{Manifest,ManifestFields,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
+    $src/Support/{WebAddress,UTCTime}.swift \
     -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \
-    $src/Cookies/{SetCookie,CookieDate,Cookie,Cookie+WellFormed,CookieURL,PublicSuffixList}.swift -o "$out/setcookie"
+    $src/Cookies/{SetCookie,CookieDate,Cookie,Cookie+WellFormed,CookieURL,PublicSuffixList}.swift \
+    $src/Support/{WebAddress,UTCTime}.swift -o "$out/setcookie"
 echo "fuzz targets built in $out with $cc and $swiftc"

@@ -57,7 +57,7 @@ struct ConfigFile: Decodable {
         }
         let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
         let entries = try file.apps.enumerated().map { index, entry in
-            guard let url = URL(string: entry.manifest), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+            guard let url = URL(string: entry.manifest), WebAddress.webScheme(url.scheme) != nil else {
                 throw OfflineAgentError(.usage, "apps[\(index)].manifest: invalid manifest URL '\(entry.manifest)'", path: path)
             }
             let appKeys = (entry.publicKey.map { [$0] } ?? []) + (entry.publicKeys ?? [])

@@ -71,9 +71,8 @@ struct ServeCommand: AsyncParsableCommand {
                 logger: logger)
             do {
                 try await server.run(stopOnSignals: true) { host, port in
-                    let shown = host.contains(":") ? "[\(host)]" : host
                     // Unbuffered: a parent reading the pipe sees the line at once.
-                    FileHandle.standardOutput.write(Data("listening on http://\(shown):\(port)\n".utf8))
+                    FileHandle.standardOutput.write(Data("listening on http://\(WebAddress.authority(host: host, port: port))\n".utf8))
                 }
             } catch let error as OfflineAgentError {
                 throw error

@@ -35,7 +35,6 @@ struct SyncCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object per app on stdout.") var json = false
     @Option(help: "Require manifests signed by this Ed25519 public key: base64, or the path of a file holding it.") var publicKey: String?
     @Option(help: "The network the device is on: metered or unmetered.") var network: NetworkKind = .unmetered
-    @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
     @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
     @Option(help: "Launches a new version may have unconfirmed before it is rolled back (default 3; 0: never).")
     var maxTrialLaunches: Int?

@@ -29,9 +29,10 @@ package enum DeepTree {
         defer { close(fd) }
         let out = openat(fd, file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard out >= 0 else { throw Failure(description: "create \(file): errno \(errno)") }
-        let bytes = Array(contents.utf8)
-        _ = bytes.withUnsafeBytes { write(out, $0.baseAddress, $0.count) }
-        close(out)
+        defer { close(out) }
+        do { try FileDescriptor.writeAll(out, Array(contents.utf8)) } catch {
+            throw Failure(description: "write \(file): errno \(error.errno)")
+        }
     }
 
     /// The text of `file` at the bottom of `components` under `base`, or nil.
@@ -49,8 +50,10 @@ package enum DeepTree {
         guard input >= 0 else { return nil }
         defer { close(input) }
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = Glibc.read(input, &buffer, buffer.count)
-        return n < 0 ? nil : String(decoding: buffer[0..<n], as: UTF8.self)
+        guard let n = try? buffer.withUnsafeMutableBytes({ try FileDescriptor.read(input, into: $0.baseAddress!, count: $0.count) }) else {
+            return nil
+        }
+        return String(decoding: buffer[0..<n], as: UTF8.self)
     }
 
     /// How many descriptors this process has open.

@@ -64,28 +64,10 @@ package enum LocalHTTP {
         }
     }
 
-    /// A connected TCP socket to 127.0.0.1:`port` with a 30 s receive timeout;
+    /// A connected TCP socket to 127.0.0.1:`port` with 30 s send and receive timeouts;
     /// `receiveBuffer` shrinks the receive window (set before connecting).
     package static func connect(port: Int, receiveBuffer: Int32? = nil) throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "socket") }
-        var timeout = timeval(tv_sec: 30, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        if var size = receiveBuffer {
-            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else {
-            close(fd)
-            throw Failure(description: "connect: \(String(cString: strerror(errno)))")
-        }
-        return fd
+        try LoopbackSocket.connect(port: port, timeout: 30, receiveBuffer: receiveBuffer)
     }
 
     package static func send(_ fd: Int32, _ bytes: [UInt8]) throws {

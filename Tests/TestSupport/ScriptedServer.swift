@@ -64,11 +64,10 @@ package final class ScriptedServer: @unchecked Sendable {
     package typealias Handler = @Sendable (Request) -> Reply
 
     package let port: Int
-    private let listener: Int32
+    private let listener: LoopbackListener
     private let handler: Handler
     private let lock = NSLock()
     private var log: [Request] = []
-    private var stopped = false
 
     package var baseURL: String { "http://127.0.0.1:\(port)" }
 
@@ -77,49 +76,15 @@ package final class ScriptedServer: @unchecked Sendable {
 
     package init(_ handler: @escaping Handler) throws {
         self.handler = handler
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.listener = listener
-        var one: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(listener, 64) == 0 else { throw POSIXError(.EADDRINUSE) }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
-        Thread.detachNewThread { [self] in acceptLoop() }
+        listener = try LoopbackListener()
+        port = listener.port
+        listener.start { [self] client in serve(client) }
     }
 
-    /// Stops accepting; safe to call more than once (a second close could hit a reused descriptor).
-    package func stop() {
-        let first = lock.withLock {
-            defer { stopped = true }
-            return !stopped
-        }
-        guard first else { return }
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
-    }
+    /// Stops accepting; safe to call more than once.
+    package func stop() { listener.stop() }
 
     deinit { stop() }
-
-    private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if lock.withLock({ stopped }) { return }
-                continue
-            }
-            Thread.detachNewThread { [self] in serve(client) }
-        }
-    }
 
     private func serve(_ fd: Int32) {
         var closed = false

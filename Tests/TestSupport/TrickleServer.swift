@@ -26,13 +26,12 @@ package final class TrickleServer: @unchecked Sendable {
 
     package let port: Int
     package var baseURL: String { "http://127.0.0.1:\(port)" }
-    private let listener: Int32
+    private let listener: LoopbackListener
     private let handler: Handler
     private let lock = NSLock()
     private var inFlight = 0
     private var peak = 0
     private var targets: [String] = []
-    private var stopped = false
 
     /// The most requests in flight at the same time (read, not yet answered: a client
     /// cannot start its next request before the answer, so sequential clients count 1).
@@ -42,26 +41,17 @@ package final class TrickleServer: @unchecked Sendable {
 
     package init(_ handler: @escaping Handler) throws {
         self.handler = handler
-        (listener, port) = try Self.listen(backlog: 64)
-        Thread.detachNewThread { [self] in acceptLoop() }
+        listener = try LoopbackListener()
+        port = listener.port
+        listener.start { [self] client in
+            serve(client)
+            close(client)
+        }
     }
 
     /// A listening socket on 127.0.0.1 that never accepts; returns it and its port.
     package static func listen(backlog: Int32) throws -> (Int32, Int) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, Glibc.listen(fd, backlog) == 0 else { close(fd); throw POSIXError(.EADDRINUSE) }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return (fd, Int(UInt16(bigEndian: address.sin_port)))
+        try LoopbackSocket.listen(backlog: backlog)
     }
 
     /// A port on 127.0.0.1 where nothing listens (bound, then closed): connecting is refused.
@@ -73,43 +63,12 @@ package final class TrickleServer: @unchecked Sendable {
 
     /// Non-blocking connections to `port`, for filling a listener's accept queue.
     package static func connectAsync(to port: Int) -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        return fd
+        LoopbackSocket.connectNonBlocking(port: port)
     }
 
-    package func stop() {
-        let first = lock.withLock {
-            defer { stopped = true }
-            return !stopped
-        }
-        guard first else { return }
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
-    }
+    package func stop() { listener.stop() }
 
     deinit { stop() }
-
-    private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if lock.withLock({ stopped }) { return }
-                continue
-            }
-            Thread.detachNewThread { [self] in
-                serve(client)
-                close(client)
-            }
-        }
-    }
 
     private func serve(_ fd: Int32) {
         guard let target = readTarget(fd) else { return }

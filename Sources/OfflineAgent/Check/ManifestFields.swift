@@ -94,7 +94,7 @@ struct ManifestFields {
     func whitelist(_ field: String) throws -> [String] {
         guard case .array(let elements) = try required(field) else { throw invalid(field) }
         return try elements.map { element in
-            guard case .string(let prefix) = element, Self.isAbsoluteHTTPURL(prefix) else { throw invalid(field) }
+            guard case .string(let prefix) = element, WebAddress.isAbsolute(prefix) else { throw invalid(field) }
             return prefix
         }
     }
@@ -126,13 +126,7 @@ struct ManifestFields {
     /// manifest URL (which is http(s) itself); any other scheme is refused.
     static func isFileURL(_ text: String) -> Bool {
         guard !text.isEmpty, let components = URLComponents(string: text) else { return false }
-        return components.scheme == nil || isAbsoluteHTTPURL(text)
+        return components.scheme == nil || WebAddress.isAbsolute(text)
     }
 
-    /// `http(s)://host…`, as `publish --whitelist` requires.
-    static func isAbsoluteHTTPURL(_ text: String) -> Bool {
-        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
-              scheme == "http" || scheme == "https", let host = components.host, !host.isEmpty else { return false }
-        return true
-    }
 }

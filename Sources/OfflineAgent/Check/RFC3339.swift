@@ -67,16 +67,6 @@ public enum RFC3339 {
               let year = digits(b, 0, 4), let month = digits(b, 5, 2), let day = digits(b, 8, 2),
               let hour = digits(b, 11, 2), let minute = digits(b, 14, 2), let second = digits(b, 17, 2),
               (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
-        var parts = tm()
-        parts.tm_year = Int32(year - 1900)
-        parts.tm_mon = Int32(month - 1)
-        parts.tm_mday = Int32(day)
-        parts.tm_hour = Int32(hour)
-        parts.tm_min = Int32(minute)
-        parts.tm_sec = Int32(second)
-        let seconds = timegm(&parts)
-        // timegm normalises 31 February into March: refuse dates that moved.
-        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
-        return Int(seconds)
+        return UTCTime.seconds(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
     }
 }

@@ -21,16 +21,9 @@ enum CookieDate {
         guard let (hour, minute, second) = time, let day, let month, var year else { return nil }
         if (70...99).contains(year) { year += 1900 } else if (0...69).contains(year) { year += 2000 }
         guard (1...31).contains(day), year >= 1601, hour <= 23, minute <= 59, second <= 59 else { return nil }
-        var parts = tm()
-        parts.tm_year = Int32(year - 1900)
-        parts.tm_mon = Int32(month - 1)
-        parts.tm_mday = Int32(day)
-        parts.tm_hour = Int32(hour)
-        parts.tm_min = Int32(minute)
-        parts.tm_sec = Int32(second)
-        let seconds = timegm(&parts)
-        // 31 February is not a date (timegm would move it into March).
-        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
+        guard let seconds = UTCTime.seconds(year: year, month: month, day: day, hour: hour, minute: minute, second: second) else {
+            return nil
+        }
         return Date(timeIntervalSince1970: TimeInterval(seconds))
     }
 

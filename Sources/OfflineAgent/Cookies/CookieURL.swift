@@ -10,9 +10,9 @@ struct CookieURL {
 
     init?(_ url: URL) {
         guard let components = URLComponents(url: url, resolvingAgainstBaseURL: false),
-              let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              var host = components.percentEncodedHost?.lowercased(), !host.isEmpty else { return nil }
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+              let scheme = WebAddress.webScheme(components.scheme),
+              let encodedHost = components.percentEncodedHost?.lowercased(), !encodedHost.isEmpty else { return nil }
+        var host = WebAddress.unbracketed(encodedHost)
         if host.hasSuffix(".") { host.removeLast() }
         self.host = host
         self.path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath

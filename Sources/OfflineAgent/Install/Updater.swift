@@ -167,7 +167,7 @@ struct Updater {
 
     private func target(url: String, size: Int64, sha256: String?) throws -> DownloadTarget {
         guard let resolved = URL(string: url, relativeTo: manifestURL)?.absoluteURL,
-              let scheme = resolved.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+              WebAddress.webScheme(resolved.scheme) != nil else {
             throw OfflineAgentError(.manifest, "invalid file URL '\(url)'", cause: .manifestInvalid)
         }
         guard size >= 0, size <= configuration.maxPackageBytes else {

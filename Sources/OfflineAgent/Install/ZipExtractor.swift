@@ -225,14 +225,8 @@ public enum ZipExtractor {
             guard Int64(n) <= entry.size - written else {
                 throw hostile("entry '\(quoted(tree.path(of: entry.node)))' holds more bytes than its declared \(entry.size)", archive.path)
             }
-            var offset = 0
-            while offset < n {
-                let w = Glibc.write(fd, buffer + offset, n - offset)
-                if w < 0 {
-                    if errno == EINTR { continue }
-                    throw POSIXFailure("write \(tree.path(of: entry.node))")
-                }
-                offset += w
+            do { try FileDescriptor.writeAll(fd, UnsafeRawBufferPointer(start: buffer, count: n)) } catch {
+                throw POSIXFailure("write \(tree.path(of: entry.node))", errno: error.errno)
             }
             written += Int64(n)
         }

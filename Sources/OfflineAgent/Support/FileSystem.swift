@@ -173,17 +173,7 @@ package enum FileSystem {
         let (fd, temp) = try makeTemporaryFile(in: dir, prefix: ".\(name(of: path)).tmp-")
         var closed = false
         do {
-            try data.withUnsafeBytes { raw in
-                var offset = 0
-                while offset < raw.count {
-                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        throw POSIXFailure("write \(temp)")
-                    }
-                    offset += n
-                }
-            }
+            do { try FileDescriptor.writeAll(fd, data) } catch { throw POSIXFailure("write \(temp)", errno: error.errno) }
             guard fchmod(fd, mode) == 0 else { throw POSIXFailure("chmod \(temp)") }
             guard fsync(fd) == 0 else { throw POSIXFailure("fsync \(temp)") }
             close(fd)

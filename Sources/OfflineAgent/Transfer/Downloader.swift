@@ -128,7 +128,7 @@ struct Downloader: Sendable {
                         counter?.add(count)
                         try chunk.withUnsafeReadableBytes { raw in
                             let kept = UnsafeRawBufferPointer(rebasing: raw[0..<Int(min(count, allowed))])
-                            try Self.writeAll(fd, kept.baseAddress!, kept.count, path: part)
+                            try Self.writeAll(fd, kept, path: part)
                             hasher.update(bufferPointer: kept)
                         }
                         written += min(count, allowed)
@@ -186,18 +186,10 @@ struct Downloader: Sendable {
         return error is HTTPParserError ? .protocolViolation : .network
     }
 
-    private static func writeAll(_ fd: Int32, _ base: UnsafeRawPointer, _ count: Int, path: String) throws {
-        var done = 0
-        while done < count {
-            let n = write(fd, base + done, count - done)
-            if n < 0 {
-                if errno == EINTR { continue }
-                let failure = POSIXFailure("write")
-                let full = failure.errno == ENOSPC || failure.errno == EDQUOT
-                throw OfflineAgentError(.download, full ? "disk full while downloading" : "cannot write download",
-                                        cause: full ? .diskFull : .io, path: path, underlying: failure)
-            }
-            done += n
+    private static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
+        do { try FileDescriptor.writeAll(fd, bytes) } catch {
+            throw OfflineAgentError(.download, error.isDiskFull ? "disk full while downloading" : "cannot write download",
+                                    cause: error.isDiskFull ? .diskFull : .io, path: path, underlying: error)
         }
     }
 }

@@ -35,10 +35,9 @@ enum GzipDecoder {
         var finished = false
         do {
             while !finished {
-                let n = read(input, inBuffer, chunk)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw fail("cannot read compressed package", .io, POSIXFailure("read"))
+                let n: Int
+                do { n = try FileDescriptor.read(input, into: inBuffer, count: chunk) } catch {
+                    throw fail("cannot read compressed package", .io, error)
                 }
                 if n == 0 { throw fail("compressed package is truncated", .archiveCorrupt) }
                 stream.next_in = inBuffer
@@ -57,15 +56,9 @@ enum GzipDecoder {
                     }
                     produced = total
                     hasher.update(bufferPointer: UnsafeRawBufferPointer(start: outBuffer, count: count))
-                    var written = 0
-                    while written < count {
-                        let w = write(output, outBuffer + written, count - written)
-                        if w < 0 {
-                            if errno == EINTR { continue }
-                            let full = errno == ENOSPC || errno == EDQUOT
-                            throw fail(full ? "disk full while decompressing" : "cannot write package", full ? .diskFull : .io, POSIXFailure("write"))
-                        }
-                        written += w
+                    do { try FileDescriptor.writeAll(output, UnsafeRawBufferPointer(start: outBuffer, count: count)) } catch {
+                        throw fail(error.isDiskFull ? "disk full while decompressing" : "cannot write package",
+                                   error.isDiskFull ? .diskFull : .io, error)
                     }
                     if status == Z_STREAM_END {
                         // Only one member is expected; trailing bytes mean a different file.

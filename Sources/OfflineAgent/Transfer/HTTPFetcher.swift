@@ -39,8 +39,9 @@ struct HTTPFetcher: Sendable {
         var current = url
         let deadline = NIODeadline.now() + .init(timeout)
         for _ in 0...settings.maxRedirects {
-            guard let scheme = current.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
-                throw OfflineAgentError(phase, "unsupported URL scheme", path: current.absoluteString)
+            guard WebAddress.webScheme(current.scheme) != nil else {
+                throw OfflineAgentError(phase, "unsupported URL scheme \(current.scheme ?? "none"): only http and https",
+                                        cause: .protocolViolation, path: current.absoluteString)
             }
             var request = HTTPClientRequest(url: current.absoluteString)
             request.method = .GET
@@ -91,7 +92,7 @@ struct HTTPFetcher: Sendable {
         guard let location, let next = URL(string: location, relativeTo: current)?.absoluteURL else {
             throw OfflineAgentError(phase, "redirect without a usable Location", path: current.absoluteString)
         }
-        if current.scheme?.lowercased() == "https", next.scheme?.lowercased() != "https" {
+        if WebAddress.webScheme(current.scheme) == "https", WebAddress.webScheme(next.scheme) != "https" {
             throw OfflineAgentError(phase, "refusing redirect from https to \(next.scheme ?? "?")", path: next.absoluteString)
         }
         return next
@@ -115,7 +116,7 @@ struct HTTPFetcher: Sendable {
     /// `.timeout` for an expired deadline and `.network` for an unreachable server.
     static func failure(_ error: any Error, phase: OfflineAgentError.Code, url: URL) -> OfflineAgentError {
         if let error = error as? OfflineAgentError { return error }
-        let endpoint = "\(url.host ?? "?"):\(url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80))"
+        let endpoint = WebAddress.endpoint(of: url)
         let path = url.absoluteString
         if let error = error as? HTTPClientError {
             switch error {

@@ -18,11 +18,13 @@ public enum DeviceID {
             let id = UUID().uuidString.lowercased()
             // link() refuses to replace: two first uses agree on whichever id won.
             let (fd, temp) = try FileSystem.makeTemporaryFile(in: FileSystem.absolute(root), prefix: ".device-id.")
-            _ = id.withCString { write(fd, $0, strlen($0)) }
-            fsync(fd)
-            close(fd)
+            defer { unlink(temp) }
+            do {
+                defer { close(fd) }
+                try FileDescriptor.writeAll(fd, Array(id.utf8))
+                guard fsync(fd) == 0 else { throw POSIXFailure("fsync \(temp)") }
+            }
             _ = link(temp, path)
-            unlink(temp)
         } catch {
             throw OfflineAgentError(.install, "cannot create device id", path: path, underlying: error as? POSIXFailure)
         }

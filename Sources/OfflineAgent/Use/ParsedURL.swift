@@ -23,11 +23,11 @@ struct ParsedURL: Equatable {
     }
 
     private init?(_ components: URLComponents) {
-        guard let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+        guard let scheme = WebAddress.webScheme(components.scheme),
               let host = components.host?.lowercased(), !host.isEmpty else { return nil }
         self.scheme = scheme
         self.host = host
-        self.port = components.port ?? (scheme == "https" ? 443 : 80)
+        self.port = components.port ?? WebAddress.defaultPort(scheme: scheme)
         self.path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
     }
 

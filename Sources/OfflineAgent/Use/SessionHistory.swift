@@ -83,10 +83,9 @@ public struct SessionHistory: Sendable, Hashable, Codable {
         guard (1...65535).contains(port) else {
             throw OfflineAgentError(.usage, "port \(port) is outside 1...65535")
         }
-        // IPv6 addresses go in brackets.
-        let urlHost = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         let query = Self.queryEncoded(String(decoding: json, as: UTF8.self))
-        guard !host.isEmpty, let url = URL(string: "http://\(urlHost):\(port)/session/restore?history=\(query)"),
+        let authority = WebAddress.authority(host: host, port: port)
+        guard !host.isEmpty, let url = URL(string: "http://\(authority)/session/restore?history=\(query)"),
               url.host?.isEmpty == false else {
             throw OfflineAgentError(.usage, "invalid host '\(host)'")
         }
@@ -107,8 +106,7 @@ public struct SessionHistory: Sendable, Hashable, Codable {
     /// An absolute `http` or `https` URL with a host: what may be restored (never
     /// `javascript:`, `file:`, `data:` or a relative reference).
     public static func isWebURL(_ url: URL) -> Bool {
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else { return false }
-        return url.host?.isEmpty == false
+        WebAddress.isAbsolute(url)
     }
 
     /// Percent-encodes everything but RFC 3986's unreserved characters, so the text is

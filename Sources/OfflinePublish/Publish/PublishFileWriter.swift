@@ -25,14 +25,8 @@ final class PublishFileWriter {
         guard !bytes.isEmpty else { return }
         hasher.update(bufferPointer: bytes)
         count += Int64(bytes.count)
-        var offset = 0
-        while offset < bytes.count {
-            let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw OfflineAgentError(.publish, "cannot write file", path: path, underlying: POSIXFailure("write"))
-            }
-            offset += n
+        do { try FileDescriptor.writeAll(fd, bytes) } catch {
+            throw OfflineAgentError(.publish, "cannot write file", cause: error.isDiskFull ? .diskFull : .publish, path: path, underlying: error)
         }
     }
 
@@ -53,20 +47,11 @@ final class PublishFileWriter {
 
     /// The size and SHA-256 of an existing file, read in chunks.
     static func digest(of path: String) throws -> PublishedFile {
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw OfflineAgentError(.publish, "cannot open file", path: path)
-        }
-        defer { try? handle.close() }
-        var hasher = SHA256()
-        var count: Int64 = 0
         do {
-            while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
-                hasher.update(data: chunk)
-                count += Int64(chunk.count)
-            }
+            let (size, sha256) = try FileHasher.digest(of: path)
+            return PublishedFile(size: size, sha256: sha256)
         } catch {
-            throw OfflineAgentError(.publish, "cannot read file", path: path)
+            throw OfflineAgentError(.publish, "cannot read file", path: path, underlying: error as? POSIXFailure)
         }
-        return PublishedFile(size: count, sha256: hasher.finalize().map { String(format: "%02x", $0) }.joined())
     }
 }

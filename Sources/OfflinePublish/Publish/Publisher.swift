@@ -205,10 +205,10 @@ public enum Publisher {
         if let miniVersion = options.miniVersion, miniVersion > options.version {
             throw usage("miniVersion \(miniVersion) is above version \(options.version)")
         }
-        for prefix in options.whitelist ?? [] where !isHTTPURL(prefix) {
+        for prefix in options.whitelist ?? [] where !WebAddress.isAbsolute(prefix) {
             throw usage("whitelist entry '\(prefix)' is not an absolute http(s) URL")
         }
-        if let baseURL = options.baseURL, !isHTTPURL(baseURL) {
+        if let baseURL = options.baseURL, !WebAddress.isAbsolute(baseURL) {
             throw usage("base URL '\(baseURL)' is not an absolute http(s) URL")
         }
         guard options.patchBaseCount >= 0 else { throw usage("negative patch count") }
@@ -216,12 +216,6 @@ public enum Publisher {
         if case .at(let date) = options.expires, date <= Date() {
             throw usage("expires \(RFC3339.string(from: date)) has already passed: no device would accept the manifest")
         }
-    }
-
-    private static func isHTTPURL(_ text: String) -> Bool {
-        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
-              scheme == "http" || scheme == "https", let host = components.host, !host.isEmpty else { return false }
-        return true
     }
 
     private static func writeNew(_ data: Data, to path: String) throws {

@@ -12,8 +12,7 @@ enum LocalHost {
     /// name or address: `localhost` and `*.localhost` (RFC 6761, never sent to DNS by
     /// browsers), `127.0.0.0/8`, `::1` and `::ffff:127.x.x.x`.
     static func isLoopback(host: some StringProtocol) -> Bool {
-        var name = host.lowercased()
-        if name.hasPrefix("["), name.hasSuffix("]") { name = String(name.dropFirst().dropLast()) }
+        var name = WebAddress.unbracketed(host.lowercased())
         if name.hasSuffix(".") { name.removeLast() }
         if name == "localhost" || name.hasSuffix(".localhost") { return true }
         var v4 = in_addr()
@@ -33,33 +32,7 @@ enum LocalHost {
     /// Whether a `Host` header value (`host`, `host:port`, `[v6]`, `[v6]:port`) names a
     /// loopback host. A missing or malformed value is not.
     static func isLoopback(authority: String?) -> Bool {
-        guard let authority, !authority.isEmpty else { return false }
-        let host: Substring
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return false }
-            host = authority[authority.index(after: authority.startIndex)..<close]
-            let after = authority[authority.index(after: close)...]
-            guard after.isEmpty || isPort(after) else { return false }
-            // Brackets hold IPv6 only.
-            guard host.contains(":") else { return false }
-        } else if let colon = authority.lastIndex(of: ":") {
-            host = authority[..<colon]
-            guard isPort(authority[colon...]), !host.contains(":") else { return false }
-        } else {
-            host = authority[...]
-        }
-        return !host.isEmpty && isLoopback(host: host)
-    }
-
-    /// `:` followed by 1–5 digits.
-    private static func isPort(_ text: Substring) -> Bool {
-        guard text.first == ":" else { return false }
-        let digits = text.dropFirst()
-        return (1...5).contains(digits.count) && digits.utf8.allSatisfy { $0 >= 48 && $0 <= 57 }
-    }
-
-    /// `host` as it appears in a URL: IPv6 addresses in brackets.
-    static func urlHost(_ host: String) -> String {
-        host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        guard let authority, let (host, _) = WebAddress.split(authority: authority) else { return false }
+        return isLoopback(host: host)
     }
 }

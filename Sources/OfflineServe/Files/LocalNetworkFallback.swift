@@ -12,8 +12,7 @@ enum LocalNetworkFallback {
     /// percent-encoding that `URLComponents` would refuse.
     static func location(whitelist: [String], rest: String, query: String?) -> String? {
         for entry in whitelist {
-            guard let components = URLComponents(string: entry), let scheme = components.scheme?.lowercased(),
-                  scheme == "http" || scheme == "https", components.host?.isEmpty == false else { continue }
+            guard WebAddress.isAbsolute(entry) else { continue }
             var prefix = entry[..<(entry.firstIndex { $0 == "?" || $0 == "#" } ?? entry.endIndex)]
             if !prefix.hasSuffix("/") { prefix += "/" }
             var location = prefix + rest

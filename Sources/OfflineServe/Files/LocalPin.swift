@@ -5,8 +5,8 @@ import OfflineHTTP
 import Glibc
 #endif
 
-/// The active version of an app, held for one response: the same shared `flock` on
-/// the version's record that `Store.pin` takes (`ReaderLock`), so garbage collection
+/// The active version of an app, held for one response: a shared `flock` on the
+/// version's record (`ReaderLock`, what garbage collection checks), so garbage collection
 /// leaves the directory alone until the last reference goes.
 final class LocalPin: Sendable {
     let app: String

@@ -5,7 +5,7 @@ import OfflineHTTP
 import Glibc
 #endif
 
-/// Pins active versions per request like `Store.pin`, cheaply, with the kill-switch
+/// Pins active versions per request (`LocalPin`), cheaply, with the kill-switch
 /// decision (`Resolver.fallbackReason`) for each.
 ///
 /// The first request after a change validates the (link target, record file identity,
@@ -45,7 +45,7 @@ final class LocalVersions: @unchecked Sendable {
         appsDirectory = "\(resolver.store.root)/apps"
     }
 
-    /// Pins the active version of `app`, or nil when none is usable (as `Store.pin`).
+    /// Pins the active version of `app`, or nil when none is usable (no active version, or its record or directory gone).
     func pin(_ app: String) -> LocalPin? {
         guard AppName.isValid(app) else { return nil }
         let appDirectory = "\(appsDirectory)/\(app)"

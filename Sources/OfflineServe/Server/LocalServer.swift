@@ -50,7 +50,7 @@ import ServiceLifecycle
 /// closed at once), a request head within `headerTimeout`, and no connection idle for
 /// longer than `idleTimeout` (see `Configuration`).
 ///
-/// Each file response pins the version it reads (the shared lock `Store.pin` takes, see
+/// Each file response pins the version it reads (a shared lock on its record, see
 /// `LocalVersions`) and takes every byte from one source: a descriptor opened once and
 /// kept, with the pin, until the body is written (files over 64 KiB, streamed in 64 KiB
 /// chunks), or the kept bytes of a small file read under that same version record
@@ -175,7 +175,7 @@ public struct LocalServer: Sendable {
     /// The one error for a server that could not listen: "cannot serve on HOST:PORT: why".
     private func listenFailure(_ error: any Error) -> any Error {
         if error is OfflineAgentError || error is CancellationError { return error }
-        let address = "\(LocalHost.urlHost(configuration.host)):\(configuration.port)"
+        let address = WebAddress.authority(host: configuration.host, port: configuration.port)
         let why: String
         if let failure = error as? IOError {
             switch failure.errnoCode {

@@ -125,8 +125,7 @@ struct LocalServerResponder: HTTPResponder {
         guard let raw = request.uri.queryParameters[values: "url"].last, !raw.isEmpty else {
             return Self.text(.badRequest, "missing query parameter 'url' (the percent-encoded URL to open)\n")
         }
-        guard let url = URL(string: String(raw)), let scheme = url.scheme?.lowercased(),
-              scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+        guard let url = URL(string: String(raw)), WebAddress.isAbsolute(url) else {
             return Self.text(.badRequest, "'url' must be an absolute http or https URL\n")
         }
         var resolution = resolver.resolve(url)
@@ -151,75 +150,32 @@ struct LocalServerResponder: HTTPResponder {
     private func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
         let app = pinned.app
         guard let entry = files.resolve(rest, in: pinned.directory) else {
-            if rest.removingPercentEncoding == nil {
-                metrics.recordFile(app: app, code: 400)
-                return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
-            }
-            // A directory asked for without its slash: send the browser to it.
-            if !rest.isEmpty, !rest.hasSuffix("/"), Resolver.file(at: rest + "/", in: pinned.directory) != nil {
-                return Self.redirect(.movedPermanently, to: "/\(app)/\(rest)/" + Self.query(of: request))
-            }
-            metrics.recordFile(app: app, code: 404)
-            return Self.text(.notFound, "not found\n", head: head)
+            return missingFile(request, pinned: pinned, rest: rest, head: head)
         }
-        let path = entry.path
-        let version = pinned.versionText
-        // The bytes come from one place: kept contents read under this very record, or a
-        // descriptor opened once now (small files are then read whole and kept).
         let source: Source
         let validators: LocalFileCache.Validators
-        if let content = files.content(rest, in: pinned.directory, record: pinned.recordIdentity) {
-            source = .memory(content.body)
-            validators = content.validators
-        } else {
-            guard let file = LocalOpenFile(path: path) else {
-                files.forget(rest, in: pinned.directory)
-                metrics.recordFile(app: app, code: 404)
-                return Self.text(.notFound, "not found\n", head: head)
-            }
-            validators = files.validators(
-                rest, in: pinned.directory, file: file, version: version, recordModified: pinned.recordModified)
-            if file.size <= Self.keepLimit {
-                do {
-                    let body = try file.read(offset: 0, count: Int(file.size), allocator: Self.allocator)
-                    files.keep(.init(record: pinned.recordIdentity, body: body, validators: validators), for: rest, in: pinned.directory)
-                    source = .memory(body)
-                } catch {
-                    logger.error("reading \(path): \(error)")
-                    return Self.text(.internalServerError, "cannot read file\n")
-                }
-            } else {
-                source = .open(file)
-            }
+        switch load(entry.path, pinned: pinned, rest: rest, head: head) {
+        case .ready(let loaded, let loadedValidators): (source, validators) = (loaded, loadedValidators)
+        case .failed(let response): return response
         }
         let size = validators.size
-        let etag = validators.etag, lastModified = validators.lastModified, modified = validators.modified
         var headers: HTTPFields = [
             .contentType: entry.contentType,
-            .eTag: etag,
-            .lastModified: lastModified,
+            .eTag: validators.etag,
+            .lastModified: validators.lastModified,
             .acceptRanges: "bytes",
             // Revalidate every time: the next load after a swap must see the new version.
             .cacheControl: "no-cache",
         ]
-        headers[Self.versionHeader] = version
-
-        // Conditional GET (RFC 9110 §13.2.2): If-None-Match wins over If-Modified-Since.
-        let notModified: Bool
-        if let noneMatch = request.headers[.ifNoneMatch] {
-            notModified = HTTPValidators.noneMatchHits(noneMatch, etag: etag)
-        } else if let since = request.headers[.ifModifiedSince], let sinceSeconds = HTTPDate.parse(since) {
-            notModified = modified <= sinceSeconds
-        } else {
-            notModified = false
-        }
-        if notModified {
+        headers[Self.versionHeader] = pinned.versionText
+        if Self.isNotModified(request, validators) {
             metrics.recordFile(app: app, code: 304)
             return Response(status: .notModified, headers: headers)
         }
 
         var range = HTTPRange(header: request.headers[.range], size: size)
-        if range != .full, !HTTPValidators.ifRangeHolds(request.headers[.ifRange], etag: etag, lastModified: lastModified) {
+        if range != .full,
+           !HTTPValidators.ifRangeHolds(request.headers[.ifRange], etag: validators.etag, lastModified: validators.lastModified) {
             range = .full
         }
         let status: HTTPResponse.Status
@@ -244,7 +200,67 @@ struct LocalServerResponder: HTTPResponder {
         let count = bytes.map { Int($0.upperBound - $0.lowerBound + 1) } ?? 0
         headers[.contentLength] = String(count)
         guard !head, let bytes, count > 0 else { return Response(status: status, headers: headers) }
+        return send(bytes, of: source, path: entry.path, pinned: pinned, status: status, headers: headers)
+    }
 
+    /// No file at `rest`: a 400 for broken percent-encoding, a redirect for a directory
+    /// asked for without its slash, else a 404.
+    private func missingFile(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
+        let app = pinned.app
+        if rest.removingPercentEncoding == nil {
+            metrics.recordFile(app: app, code: 400)
+            return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
+        }
+        // A directory asked for without its slash: send the browser to it.
+        if !rest.isEmpty, !rest.hasSuffix("/"), Resolver.file(at: rest + "/", in: pinned.directory) != nil {
+            return Self.redirect(.movedPermanently, to: "/\(app)/\(rest)/" + Self.query(of: request))
+        }
+        metrics.recordFile(app: app, code: 404)
+        return Self.text(.notFound, "not found\n", head: head)
+    }
+
+    /// Where the bytes of the file at `path` come from: kept contents read under this very
+    /// record, or a descriptor opened once now (small files are then read whole and kept).
+    private func load(_ path: String, pinned: LocalPin, rest: String, head: Bool) -> Loaded {
+        if let content = files.content(rest, in: pinned.directory, record: pinned.recordIdentity) {
+            return .ready(.memory(content.body), content.validators)
+        }
+        guard let file = LocalOpenFile(path: path) else {
+            files.forget(rest, in: pinned.directory)
+            metrics.recordFile(app: pinned.app, code: 404)
+            return .failed(Self.text(.notFound, "not found\n", head: head))
+        }
+        let validators = files.validators(
+            rest, in: pinned.directory, file: file, version: pinned.versionText, recordModified: pinned.recordModified)
+        guard file.size <= Self.keepLimit else { return .ready(.open(file), validators) }
+        do {
+            let body = try file.read(offset: 0, count: Int(file.size), allocator: Self.allocator)
+            files.keep(.init(record: pinned.recordIdentity, body: body, validators: validators), for: rest, in: pinned.directory)
+            return .ready(.memory(body), validators)
+        } catch {
+            logger.error("reading \(path): \(error)")
+            return .failed(Self.text(.internalServerError, "cannot read file\n"))
+        }
+    }
+
+    /// Conditional GET (RFC 9110 §13.2.2): If-None-Match wins over If-Modified-Since.
+    private static func isNotModified(_ request: Request, _ validators: LocalFileCache.Validators) -> Bool {
+        if let noneMatch = request.headers[.ifNoneMatch] {
+            return HTTPValidators.noneMatchHits(noneMatch, etag: validators.etag)
+        }
+        if let since = request.headers[.ifModifiedSince], let sinceSeconds = HTTPDate.parse(since) {
+            return validators.modified <= sinceSeconds
+        }
+        return false
+    }
+
+    /// The response carrying `bytes` of the file: kept bytes in one write, a medium file
+    /// read whole, a large one streamed in chunks while `pinned` holds its version.
+    private func send(
+        _ bytes: ClosedRange<Int64>, of source: Source, path: String, pinned: LocalPin, status: HTTPResponse.Status,
+        headers: HTTPFields
+    ) -> Response {
+        let count = Int(bytes.upperBound - bytes.lowerBound + 1)
         let file: LocalOpenFile
         switch source {
         case .memory(let buffer):
@@ -291,6 +307,12 @@ struct LocalServerResponder: HTTPResponder {
     /// On a response the kill switch sent to the network: why (a `FallbackReason`).
     static let fallbackHeader = HTTPFields.Element.Name("X-Offline-Fallback")!
     static let hostField = HTTPFields.Element.Name("Host")!
+
+    /// A file's source and validators, or the response that says why there is none.
+    private enum Loaded {
+        case ready(Source, LocalFileCache.Validators)
+        case failed(Response)
+    }
 
     /// Where a response's bytes come from.
     private enum Source {

@@ -22,7 +22,7 @@ public final class RunningLocalServer: Sendable {
     public var port: Int { service.port }
 
     /// `http://HOST:PORT`, without a trailing slash.
-    public var baseURL: String { "http://\(LocalHost.urlHost(host)):\(port)" }
+    public var baseURL: String { "http://\(WebAddress.authority(host: host, port: port))" }
 
     /// Shuts the server down gracefully and waits until it has stopped.
     public func stop() async { await service.stop() }
