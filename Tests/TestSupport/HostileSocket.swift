@@ -30,14 +30,7 @@ package enum HostileSocket {
     }
 
     package static func send(_ fd: Int32, _ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { return false }
-            sent += n
-        }
-        return true
+        LoopbackSocket.sendAll(fd, Array(text.utf8))
     }
 
     /// Reads until the server closes the connection (true) or `deadline` passes (false);

@@ -71,12 +71,7 @@ package enum LocalHTTP {
     }
 
     package static func send(_ fd: Int32, _ bytes: [UInt8]) throws {
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { throw Failure(description: "send: \(String(cString: strerror(errno)))") }
-            sent += n
-        }
+        guard LoopbackSocket.sendAll(fd, bytes) else { throw Failure(description: "send: \(String(cString: strerror(errno)))") }
     }
 
     /// Reads up to the end of the response head; returns the head and any body bytes read with it.

@@ -52,6 +52,19 @@ package enum LoopbackSocket {
         return fd
     }
 
+    /// Sends every byte, never raising SIGPIPE; false when the peer is gone or the
+    /// send timed out (`errno` says which).
+    package static func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            sent += n
+        }
+        return true
+    }
+
     private static func start(_ fd: Int32, port: Int) -> Int32 {
         var address = loopback(port: port)
         return withUnsafePointer(to: &address) {

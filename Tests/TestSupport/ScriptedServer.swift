@@ -104,7 +104,7 @@ package final class ScriptedServer: @unchecked Sendable {
             }
             if !hasLength && !chunked { head += "Content-Length: \(reply.contentLength ?? reply.body.count)\r\n" }
             head += "\r\n"
-            guard send(fd, Array(head.utf8)) else { return }
+            guard LoopbackSocket.sendAll(fd, Array(head.utf8)) else { return }
             var body = request.method == "HEAD" ? [] : reply.body
             if chunked {
                 var encoded: [UInt8] = []
@@ -118,12 +118,12 @@ package final class ScriptedServer: @unchecked Sendable {
             }
             switch reply.ending {
             case .complete:
-                guard send(fd, body) else { return }
+                guard LoopbackSocket.sendAll(fd, body) else { return }
             case .close(let count):
-                _ = send(fd, Array(body.prefix(count)))
+                _ = LoopbackSocket.sendAll(fd, Array(body.prefix(count)))
                 return
             case .reset(let count):
-                _ = send(fd, Array(body.prefix(count)))
+                _ = LoopbackSocket.sendAll(fd, Array(body.prefix(count)))
                 var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
                 setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
                 close(fd)
@@ -135,22 +135,12 @@ package final class ScriptedServer: @unchecked Sendable {
             case .drip(let chunk, let pause):
                 var offset = 0
                 while offset < body.count {
-                    guard send(fd, Array(body[offset..<min(offset + chunk, body.count)])) else { return }
+                    guard LoopbackSocket.sendAll(fd, Array(body[offset..<min(offset + chunk, body.count)])) else { return }
                     offset += chunk
                     Thread.sleep(forTimeInterval: pause)
                 }
             }
         }
-    }
-
-    private func send(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n <= 0 { return false }
-            offset += n
-        }
-        return true
     }
 
     private func readRequest(_ fd: Int32, _ buffer: inout [UInt8]) -> Request? {

@@ -92,11 +92,11 @@ package final class TrickleServer: @unchecked Sendable {
             }
             switch step {
             case .send(let bytes):
-                guard send(fd, bytes) else { return }
+                guard LoopbackSocket.sendAll(fd, bytes) else { return }
             case .trickle(let bytes, let chunk, let pause):
                 var offset = 0
                 while offset < bytes.count {
-                    guard send(fd, Array(bytes[offset..<min(offset + chunk, bytes.count)])) else { return }
+                    guard LoopbackSocket.sendAll(fd, Array(bytes[offset..<min(offset + chunk, bytes.count)])) else { return }
                     offset += chunk
                     Thread.sleep(forTimeInterval: pause)
                 }
@@ -121,16 +121,6 @@ package final class TrickleServer: @unchecked Sendable {
         var byte: UInt8 = 0
         let n = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
         return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-    }
-
-    private func send(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n <= 0 { return false }
-            offset += n
-        }
-        return true
     }
 
     /// Reads one request head; returns its target.
