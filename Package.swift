@@ -68,6 +68,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                // NIOThreadPool: the agent's threads for blocking work.
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         // HTTP plumbing both servers share: ranges, validators, file identity, service running.

@@ -37,11 +37,7 @@ final class ProgressDisplay: Sendable {
         }
     }
 
-    /// Stops listening (the agent's stream outlives the batch).
-    func stop() {
-        task.cancel()
-    }
-
+    /// Waits until the stream has ended and everything is drawn.
     func finish() async {
         await task.value
     }

@@ -72,14 +72,16 @@ struct SyncCommand: AsyncParsableCommand {
             var configuration = AgentConfiguration()
             configuration.maxTrialLaunches = batch[0].maxTrialLaunches
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
-            let display = ProgressDisplay(events: agent.events, verbose: verbose)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,
                             options: SyncOptions(force: force, publicKeys: job.publicKeys, network: job.network, profile: job.profile))
             }
-            let reports = await agent.sync(requests, concurrency: Self.concurrency)
-            display.stop()
+            // The batch's own events: the stream ends with the batch, so every line is drawn.
+            let sync = agent.startSync(requests, concurrency: Self.concurrency)
+            let display = ProgressDisplay(events: sync.events, verbose: verbose)
+            let reports = await sync.value
             await display.finish()
+            await agent.shutdown()
             for report in reports {
                 if json {
                     print(SyncJSON(report).encoded())

@@ -13,39 +13,86 @@ import Logging
 /// ```
 /// Every sync takes the root's lock, so several agents (or processes) over one root
 /// are safe: the second finds it busy. Failures leave the installed version untouched.
+///
+/// Blocking work (patching, extraction, hashing, fsync, removing trees) runs on the
+/// agent's own two threads, never on Swift's cooperative pool, so a host app's async
+/// code keeps running while an update installs. Call `shutdown()` when done with the
+/// agent (releasing it does the same, without waiting).
 public actor Agent {
     public nonisolated let store: Store
     public nonisolated let configuration: AgentConfiguration
-    /// Progress of every sync this agent runs.
-    public nonisolated let events: AsyncStream<ProgressEvent>
-    private let continuation: AsyncStream<ProgressEvent>.Continuation
-    private let logger: Logger
+    private nonisolated let logger: Logger
+    nonisolated let broadcaster = ProgressBroadcaster()
+    /// Threads for blocking work, started by the first sync that needs one.
+    private nonisolated let pool = BlockingPool()
 
     public init(root: URL, configuration: AgentConfiguration = AgentConfiguration(), logger: Logger = Logger(label: "offline-agent")) {
         self.store = Store(root: root.path)
         self.configuration = configuration
         self.logger = logger
-        (events, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(256))
     }
 
-    deinit { continuation.finish() }
+    deinit {
+        broadcaster.finish()
+        pool.shutdownInBackground()
+    }
+
+    // MARK: - Progress
+
+    /// Progress of every sync this agent runs, from now on.
+    ///
+    /// Each access returns a new stream, and every stream gets every event: two tasks
+    /// reading `agent.events` both see each sync whole. A stream whose reader stops (its
+    /// task cancelled, the stream dropped) is unsubscribed; all streams finish at
+    /// `shutdown()` or when the agent is released, and one obtained afterwards is
+    /// already finished. A reader that falls far behind loses the oldest waiting events
+    /// first (256 are kept), so it never costs unbounded memory.
+    ///
+    /// ```swift
+    /// Task { for await event in agent.events { print(event.app, event.phase, event.completed, event.total) } }
+    /// ```
+    /// To follow one sync only, pass `progress:` to `sync` or use `startSync`.
+    public nonisolated var events: AsyncStream<ProgressEvent> { broadcaster.subscribe() }
+
+    /// Finishes every `events` stream and stops the agent's threads for blocking work.
+    ///
+    /// A sync still running fails with the `cancelled` cause before its next blocking
+    /// step (one already running completes first; the installed version stays whole);
+    /// syncs started afterwards fail the same way at once. Resolving, status and the
+    /// lifecycle calls keep working.
+    public func shutdown() async {
+        broadcaster.finish()
+        await pool.shutdown()
+    }
 
     // MARK: - Sync
 
     /// Checks `manifest` for a newer version of `app` and installs it.
     ///
     /// Never throws: a failure is reported with `result == .failed` and its error, and
-    /// leaves the active version as it was. A busy root reports `.busy` as the error code.
-    public func sync(app: String, manifest manifestURL: URL, options: SyncOptions = SyncOptions()) async -> SyncReport {
-        await sync(app: app, manifestURL: manifestURL, options: options, session: nil)
+    /// leaves the active version as it was. A busy root reports `.busy` as the error code;
+    /// a cancelled task, the `cancelled` cause.
+    /// - Parameter progress: called with this sync's events only, in order, on the
+    ///   sync's task (keep it short); the last is `.done`, before `sync` returns. The
+    ///   same events also go to every `events` stream.
+    public nonisolated func sync(
+        app: String, manifest manifestURL: URL, options: SyncOptions = SyncOptions(),
+        progress: (@Sendable (ProgressEvent) -> Void)? = nil
+    ) async -> SyncReport {
+        await sync(app: app, manifestURL: manifestURL, options: options, session: nil, progress: progress)
     }
 
     /// Syncs several apps of this root, at most `concurrency` at a time, so N dead servers
     /// cost about N / `concurrency` deadlines instead of N. The root's lock is taken once,
     /// by the first app that gets past its throttle, and held until the batch ends.
     ///
+    /// - Parameter progress: called with the batch's events (`ProgressEvent.app` tells
+    ///   the apps apart; each app's last is `.done`), from the apps' tasks at once:
+    ///   it must be safe to call concurrently.
     /// - Returns: one report per request, in the order of `requests`.
-    public func sync(_ requests: [SyncRequest], concurrency: Int = 4) async -> [SyncReport] {
+    public nonisolated func sync(
+        _ requests: [SyncRequest], concurrency: Int = 4, progress: (@Sendable (ProgressEvent) -> Void)? = nil
+    ) async -> [SyncReport] {
         let session = SyncSession(root: store.root)
         return await withTaskGroup(of: (Int, SyncReport).self) { group in
             var reports = [SyncReport?](repeating: nil, count: requests.count)
@@ -55,7 +102,9 @@ public actor Agent {
                 let index = next, request = requests[index]
                 next += 1
                 group.addTask {
-                    (index, await self.sync(app: request.app, manifestURL: request.manifest, options: request.options, session: session))
+                    (index, await self.sync(
+                        app: request.app, manifestURL: request.manifest, options: request.options, session: session,
+                        progress: progress))
                 }
             }
             for _ in 0..<max(1, concurrency) { startNext() }
@@ -69,33 +118,84 @@ public actor Agent {
         }
     }
 
-    private func sync(app: String, manifestURL: URL, options: SyncOptions, session: SyncSession?) async -> SyncReport {
+    /// Starts syncing `request` in a new task and returns at once: read the sync's own
+    /// events from `events` (the stream finishes when the sync ends, also on failure and
+    /// cancellation), its report from `value`; `cancel()` stops it.
+    ///
+    /// ```swift
+    /// let sync = agent.startSync(SyncRequest(app: "mall", manifest: manifestURL))
+    /// for await event in sync.events { print(event.phase, event.completed, event.total) }
+    /// let report = await sync.value
+    /// ```
+    public nonisolated func startSync(_ request: SyncRequest) -> SyncTask<SyncReport> {
+        let (events, continuation) = ProgressBroadcaster.makeStream()
+        let task = Task {
+            defer { continuation.finish() }
+            return await self.sync(app: request.app, manifest: request.manifest, options: request.options) { continuation.yield($0) }
+        }
+        return SyncTask(events: events, task: task)
+    }
+
+    /// Starts a batch (`sync(_:concurrency:progress:)`) in a new task: `events` carries
+    /// every app's events (told apart by `ProgressEvent.app`) and finishes when the last
+    /// app's sync ends; `value` is one report per request, in order.
+    public nonisolated func startSync(_ requests: [SyncRequest], concurrency: Int = 4) -> SyncTask<[SyncReport]> {
+        let (events, continuation) = ProgressBroadcaster.makeStream()
+        let task = Task {
+            defer { continuation.finish() }
+            return await self.sync(requests, concurrency: concurrency) { continuation.yield($0) }
+        }
+        return SyncTask(events: events, task: task)
+    }
+
+    private nonisolated func sync(
+        app: String, manifestURL: URL, options: SyncOptions, session: SyncSession?,
+        progress: (@Sendable (ProgressEvent) -> Void)?
+    ) async -> SyncReport {
+        let broadcaster = self.broadcaster
+        let emit: @Sendable (ProgressEvent) -> Void = { event in
+            broadcaster.yield(event)
+            progress?(event)
+        }
         let before = AppName.isValid(app) ? store.active(app) : nil
         var report = SyncReport(app: app, result: .failed, version: before?.version, previousVersion: before?.version)
         do {
-            try await run(app: app, manifestURL: manifestURL, options: options, session: session, report: &report)
-        } catch let error as OfflineAgentError {
+            try await run(app: app, manifestURL: manifestURL, options: options, session: session, emit: emit, report: &report)
+        } catch var error as OfflineAgentError {
+            // Whatever a cancelled sync's last step failed with (a dropped connection,
+            // a skipped step), the reason is the cancellation.
+            if Task.isCancelled, error.cause != .cancelled {
+                error = OfflineAgentError(error.code, "cancelled: \(error.reason)", cause: .cancelled, path: error.path, underlying: error.underlying)
+            }
             report.result = .failed
             report.error = error
             report.version = AppName.isValid(app) ? store.active(app)?.version : nil
             // The caller reports the failure (the CLI prints one line); this is detail for --verbose.
-            if error.code == .busy {
+            if error.code == .busy || error.cause == .cancelled {
                 logger.info("\(app): \(error)")
             } else {
                 logger.notice("\(app): \(error)")
             }
         } catch {
             report.result = .failed
-            report.error = OfflineAgentError(.install, "unexpected failure: \(error)", cause: .unexpected)
+            report.error = Task.isCancelled
+                ? OfflineAgentError(.install, "cancelled: \(error)", cause: .cancelled)
+                : OfflineAgentError(.install, "unexpected failure: \(error)", cause: .unexpected)
+            report.version = AppName.isValid(app) ? store.active(app)?.version : nil
         }
-        continuation.yield(ProgressEvent(app: app, phase: .done, completed: 0, total: 0))
+        emit(ProgressEvent(app: app, phase: .done))
         return report
     }
 
-    private func run(app: String, manifestURL: URL, options: SyncOptions, session: SyncSession?, report: inout SyncReport) async throws {
+    private nonisolated func run(
+        app: String, manifestURL: URL, options: SyncOptions, session: SyncSession?,
+        emit: @escaping @Sendable (ProgressEvent) -> Void, report: inout SyncReport
+    ) async throws {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
         let publicKeys = try options.trustedKeys.map(ManifestSignature.publicKey(base64:))
         let profile = try CookieProfile(root: store.root, name: options.profile)
+        if pool.isShutDown { throw OfflineAgentError(.install, "the agent is shut down", cause: .cancelled) }
+        if Task.isCancelled { throw OfflineAgentError(.install, "cancelled before it started", cause: .cancelled) }
         let now = configuration.clock()
         let throttle = configuration.throttle
         // Fast path without the lock: a throttled no-op is what cron runs most. State a
@@ -109,71 +209,97 @@ public actor Agent {
             report.nextCheck = next
             return
         }
+        // Locking, repairs and housekeeping write, fsync and remove trees: off the cooperative pool.
+        let start = try await pool.run(.install) {
+            try self.start(app: app, now: now, stored: stored, backoff: backoff, needsRepair: needsRepair, force: options.force, session: session)
+        }
+        guard case .ready(let lock, let check, let failures, let installed) = start else {
+            if case .throttled(let next) = start {
+                report.result = .throttled
+                report.nextCheck = next
+            }
+            return
+        }
+        defer { withExtendedLifetime(lock) {} }
+        report.previousVersion = installed?.version
+        report.version = installed?.version
+
+        emit(ProgressEvent(app: app, phase: .checking))
+        let (cookies, warning) = session?.jar(profile, now: now) ?? profile.open(now: now)
+        if let warning { logger.warning("\(app): \(warning)") }
+        let fetcher = HTTPFetcher(settings: configuration.network, cookies: cookies, logger: logger)
+        do {
+            try await update(app: app, manifestURL: manifestURL, installed: installed, check: check,
+                             publicKeys: publicKeys, options: options, now: now, fetcher: fetcher, emit: emit, report: &report)
+        } catch {
+            await fetcher.shutdown()
+            // A cancelled sync is the host's doing, not the server's: no failed check is counted.
+            if Task.isCancelled { throw error }
+            // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
+            let count = (failures?.failures ?? 0) + 1
+            let next = now.addingTimeInterval(policy.delay(failures: count, spread: Double.random(in: -1...1)))
+            let store = self.store
+            _ = try? await pool.run(.install, cancellable: false) { try BackoffState(failures: count, nextCheck: next).save(store, app: app) }
+            // The 5-minute throttle holds as well, whichever ends later.
+            report.nextCheck = max(next, now.addingTimeInterval(throttle.interval))
+            throw error
+        }
+        await fetcher.shutdown()
+        if failures != nil {
+            let store = self.store
+            _ = try? await pool.run(.install, cancellable: false) { BackoffState.clear(store, app: app) }
+        }
+    }
+
+    /// The local start of a sync, under the root's lock: state a wrong clock or a crash
+    /// left behind is repaired, leftovers go, and the check is recorded.
+    private nonisolated func start(
+        app: String, now: Date, stored: CheckState, backoff: BackoffState?, needsRepair: Bool, force: Bool,
+        session: SyncSession?
+    ) throws -> SyncStart {
+        let throttle = configuration.throttle
+        let policy = configuration.backoff
         try store.prepare(app)
         let lock: RootLock
         do {
             lock = try session?.lock() ?? RootLock(root: store.root)
         } catch let error as OfflineAgentError where error.code == .busy && needsRepair {
             // Only the repair needed the lock; the other run will see the same state.
-            if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force) {
-                report.result = .throttled
-                report.nextCheck = next
-                return
+            if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: force) {
+                return .throttled(until: next)
             }
             throw error
         }
-        defer { withExtendedLifetime(lock) {} }
         let recorded = store.checkState(app)
         var check = throttle.sanitized(recorded, now: now)
         if check != recorded { try store.saveCheckState(check, for: app) }
         // Another process may have checked while we waited for nothing: look again under the lock.
         let failures = BackoffState.load(store, app: app)
-        if let next = throttle.nextCheck(after: check, backoff: failures, policy: policy, now: now, force: options.force) {
-            report.result = .throttled
-            report.nextCheck = next
-            return
+        if let next = throttle.nextCheck(after: check, backoff: failures, policy: policy, now: now, force: force) {
+            return .throttled(until: next)
         }
         store.cleanLeftovers(app)
         // Finish a rollback a crash or a busy root left half done, before deciding anything.
         try Lifecycle(store: store).repair(app)
         store.collectDownloads(app, plan: nil)
         let installed = store.active(app)
-        report.previousVersion = installed?.version
-        report.version = installed?.version
         if installed == nil, store.isInconsistent(app) {
             logger.warning("\(app): recorded version disagrees with the disk; repairing with a full install")
         }
         check.lastCheck = now
         try store.saveCheckState(check, for: app)
-
-        continuation.yield(ProgressEvent(app: app, phase: .checking, completed: 0, total: 0))
-        let (cookies, warning) = session?.jar(profile, now: now) ?? profile.open(now: now)
-        if let warning { logger.warning("\(app): \(warning)") }
-        let fetcher = HTTPFetcher(settings: configuration.network, cookies: cookies, logger: logger)
-        do {
-            try await update(app: app, manifestURL: manifestURL, installed: installed, check: check,
-                             publicKeys: publicKeys, options: options, now: now, fetcher: fetcher, report: &report)
-        } catch {
-            await fetcher.shutdown()
-            // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
-            let count = (failures?.failures ?? 0) + 1
-            let next = now.addingTimeInterval(policy.delay(failures: count, spread: Double.random(in: -1...1)))
-            try? BackoffState(failures: count, nextCheck: next).save(store, app: app)
-            // The 5-minute throttle holds as well, whichever ends later.
-            report.nextCheck = max(next, now.addingTimeInterval(throttle.interval))
-            throw error
-        }
-        await fetcher.shutdown()
-        if failures != nil { BackoffState.clear(store, app: app) }
+        return .ready(lock: lock, check: check, failures: failures, installed: installed)
     }
 
-    /// The network part of a sync: manifest, rules, and the update itself.
-    private func update(
+    /// The network part of a sync: manifest, rules, and the update itself. Every local
+    /// write between the network steps goes through the pool (they fsync).
+    private nonisolated func update(
         app: String, manifestURL: URL, installed: InstalledVersion?, check: CheckState,
         publicKeys: [Curve25519.Signing.PublicKey], options: SyncOptions, now: Date, fetcher: HTTPFetcher,
-        report: inout SyncReport
+        emit: @escaping @Sendable (ProgressEvent) -> Void, report: inout SyncReport
     ) async throws {
         var check = check
+        let store = self.store
         let client = ManifestClient(fetcher: fetcher, publicKeys: publicKeys)
         let etag = check.etagCurrent == (installed?.version.description ?? "") ? check.etag : nil
         let response: ManifestResponse
@@ -182,13 +308,15 @@ public actor Agent {
         } catch {
             // The answer we cached an ETag for may be gone: ask afresh next time.
             check.etag = nil
-            try? store.saveCheckState(check, for: app)
+            let forgotten = check
+            _ = try? await pool.run(.manifest) { try store.saveCheckState(forgotten, for: app) }
             throw error
         }
         if case .retryAfter = response {} else if check.notBefore != nil {
             // The server answered (a forced check past its Retry-After): its wish is spent.
             check.notBefore = nil
-            try store.saveCheckState(check, for: app)
+            let spent = check
+            try await pool.run(.install) { try store.saveCheckState(spent, for: app) }
         }
         let manifest: Manifest
         let newETag: String?
@@ -198,7 +326,8 @@ public actor Agent {
             return
         case .retryAfter(let until):
             check.notBefore = min(until, now.addingTimeInterval(Throttle.maxAhead))
-            try store.saveCheckState(check, for: app)
+            let waiting = check
+            try await pool.run(.install) { try store.saveCheckState(waiting, for: app) }
             report.result = .throttled
             report.nextCheck = until
             return
@@ -212,14 +341,17 @@ public actor Agent {
             }
         }
         CrashPoint.afterManifest.hit()
-        store.collectDownloads(app, plan: manifest, manifestURL: manifestURL, installed: installed?.version)
         // A trusted manifest's miniVersion holds from now on, whatever happens to the download.
         check.knownMiniVersion = max(check.knownMiniVersion ?? manifest.miniVersion, manifest.miniVersion)
         check.etag = nil
-        try store.saveCheckState(check, for: app)
-
+        let planned = check
         // A version marked bad here is never installed again; a held app keeps its version.
-        if let refusal = Lifecycle(store: store).refusal(app, offered: manifest.version, installed: installed?.version) {
+        let refusal = try await pool.run(.install) {
+            store.collectDownloads(app, plan: manifest, manifestURL: manifestURL, installed: installed?.version)
+            try store.saveCheckState(planned, for: app)
+            return Lifecycle(store: store).refusal(app, offered: manifest.version, installed: installed?.version)
+        }
+        if let refusal {
             report.result = refusal
             return
         }
@@ -231,8 +363,11 @@ public actor Agent {
             installed.rollout = manifest.rollout
             installed.whitelist = manifest.whitelist
             installed.miniVersion = manifest.miniVersion
-            try store.updateRecord(installed, app: app)
-            try saveETag(newETag, current: installed.version, check: &check, app: app)
+            let record = installed
+            try await pool.run(.install) {
+                try store.updateRecord(record, app: app)
+                try self.saveETag(newETag, current: record.version, check: planned, app: app)
+            }
             report.result = .upToDate
             return
         }
@@ -243,7 +378,7 @@ public actor Agent {
         let counter = ByteCounter()
         let updater = Updater(
             store: store, app: app, manifest: manifest, manifestURL: manifestURL, installed: installed,
-            fetcher: fetcher, configuration: configuration, logger: logger, continuation: continuation, counter: counter)
+            fetcher: fetcher, configuration: configuration, logger: logger, progress: emit, pool: pool, counter: counter)
         // A failed sync reports what it downloaded too (a partial file, a patch and a full).
         defer { report.bytesDownloaded = counter.value }
         let outcome = try await updater.run()
@@ -251,16 +386,23 @@ public actor Agent {
         report.via = outcome.installed.via
         report.version = outcome.installed.version
         report.result = .updated
-        do {
-            try Lifecycle(store: store).recordInstall(app, outcome.installed.version, maxTrialLaunches: configuration.maxTrialLaunches)
-        } catch {
-            // Installed all the same: the trial then runs with the default launch limit.
-            logger.warning("\(app): cannot record the trial's launch limit: \(error)")
+        let version = outcome.installed.version
+        let maxTrialLaunches = configuration.maxTrialLaunches
+        let logger = self.logger
+        // Installed: the bookkeeping runs even if the sync is cancelled now.
+        try await pool.run(.install, cancellable: false) {
+            do {
+                try Lifecycle(store: store).recordInstall(app, version, maxTrialLaunches: maxTrialLaunches)
+            } catch {
+                // Installed all the same: the trial then runs with the default launch limit.
+                logger.warning("\(app): cannot record the trial's launch limit: \(error)")
+            }
+            try self.saveETag(newETag, current: version, check: planned, app: app)
         }
-        try saveETag(newETag, current: outcome.installed.version, check: &check, app: app)
     }
 
-    private func saveETag(_ etag: String?, current: Version, check: inout CheckState, app: String) throws {
+    private nonisolated func saveETag(_ etag: String?, current: Version, check: CheckState, app: String) throws {
+        var check = check
         check.etag = etag
         check.etagCurrent = current.description
         try store.saveCheckState(check, for: app)

@@ -79,6 +79,9 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case publish
         /// `serve` cannot listen on its address (in use, not on this machine, not permitted).
         case listenFailed = "listen-failed"
+        /// The sync's task was cancelled, or its agent shut down, before it finished;
+        /// the installed version is as it was.
+        case cancelled
         /// Anything not classified above.
         case unexpected
 

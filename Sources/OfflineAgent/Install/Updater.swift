@@ -4,7 +4,8 @@ import Logging
 /// One update of one app from a validated manifest: plan (patch or full, disk
 /// budget), download, patch with fallback to the full package, verify, install.
 /// Runs under the root lock; any failure leaves the active version as it was.
-struct Updater {
+/// Patching, hashing, decompression and extraction run on `pool`, off the cooperative pool.
+struct Updater: Sendable {
     let store: Store
     let app: String
     let manifest: Manifest
@@ -13,7 +14,8 @@ struct Updater {
     let fetcher: HTTPFetcher
     let configuration: AgentConfiguration
     let logger: Logger
-    let continuation: AsyncStream<ProgressEvent>.Continuation
+    let progress: @Sendable (ProgressEvent) -> Void
+    let pool: BlockingPool
     /// Counts every package byte received, also by a sync that then fails.
     var counter = ByteCounter()
 
@@ -23,7 +25,7 @@ struct Updater {
         var patchFallbackReason: String?
     }
 
-    private var downloader: Downloader { Downloader(fetcher: fetcher, directory: store.downloadsDirectory(app), counter: counter) }
+    private var downloader: Downloader { Downloader(fetcher: fetcher, directory: store.downloadsDirectory(app), pool: pool, counter: counter) }
 
     /// Where a verified package waits for its install: the downloader's name for a file
     /// whose hash is `packageSha256`. A local failure (disk full, a kill) leaves it there
@@ -38,8 +40,8 @@ struct Updater {
                 cause: refused.cause)
         }
         try checkDeclaredSizes()
-        if let kept = try reusablePackage() {
-            let record = try install(kept, via: manifest.isPatch ? .patch : .full)
+        if let kept = try await reusablePackage() {
+            let record = try await install(kept, via: manifest.isPatch ? .patch : .full)
             return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
         }
         var fallbackReason: String?
@@ -47,9 +49,9 @@ struct Updater {
         if manifest.isPatch {
             do {
                 let package = try await viaPatch()
-                let record = try install(package, via: .patch)
+                let record = try await install(package, via: .patch)
                 return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
-            } catch let error as OfflineAgentError where error.code == .patch || error.code == .download {
+            } catch let error as OfflineAgentError where (error.code == .patch || error.code == .download) && error.cause != .cancelled {
                 // Corrupt bytes, a wrong base, a 404: the full package still gets us there.
                 // Reported in SyncReport.patchFallbackReason (and the CLI's line); a log only with --verbose.
                 logger.notice("\(app): patch unusable (\(error)); falling back to the full package")
@@ -62,19 +64,23 @@ struct Updater {
             package = try await viaFull()
         } catch let error as OfflineAgentError where patchHashMismatch && error.cause == .hashMismatch {
             // Both ways to these bytes fail their hash: what is published is wrong, not the transfer.
-            RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: true)
+            let (store, app, manifest) = (self.store, self.app, self.manifest)
+            _ = try? await pool.run(.download, cancellable: false) {
+                RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: true)
+            }
             throw error
         }
-        let record = try install(package, via: .full)
+        let record = try await install(package, via: .full)
         return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: fallbackReason)
     }
 
     /// The verified package a failed earlier run left in downloads/, hashed again
     /// (the disk may have altered it); one that no longer matches is deleted.
-    private func reusablePackage() throws -> String? {
+    private func reusablePackage() async throws -> String? {
         let path = verifiedPath
         guard let size = FileSystem.fileSize(path) else { return nil }
-        guard (try? FileHasher.sha256(of: path)) == manifest.packageSha256 else {
+        let digest = try await pool.run(.install) { try? FileHasher.sha256(of: path) }
+        guard digest == manifest.packageSha256 else {
             logger.notice("\(app): kept package \(path) no longer matches packageSha256; downloading again")
             FileSystem.remove(path)
             return nil
@@ -89,7 +95,8 @@ struct Updater {
         guard let installed, let base = manifest.baseVersion, base == installed.version else {
             throw OfflineAgentError(.patch, "patch is from \(manifest.baseVersion?.description ?? "?"), installed is \(installed?.version.description ?? "nothing")")
         }
-        guard let old = store.verifiedPackage(of: installed, app: app) else {
+        let store = self.store, app = self.app
+        guard let old = try await pool.run(.patch, { store.verifiedPackage(of: installed, app: app) }) else {
             throw OfflineAgentError(.patch, "kept package of \(installed.version) is missing or altered")
         }
         let oldSize = FileSystem.fileSize(old) ?? 0
@@ -98,31 +105,36 @@ struct Updater {
         try checkDiskSpace(needed: try Self.sum(manifest.size, try Self.product(packageEstimate, 2)))
         let target = try self.target(url: manifest.url, size: manifest.size, sha256: manifest.sha256)
         let patch = try await download(target)
-        continuation.yield(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
+        progress(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
         let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
         let expected: Int64? = manifest.compression == .none ? manifest.fullSize : nil
+        let maxPackageBytes = configuration.maxPackageBytes
         do {
-            // The header's new size is the patch author's word: over the cap, the patch is not worth applying.
-            let newSize = try Patcher.header(of: URL(fileURLWithPath: patch)).newSize
-            guard newSize <= configuration.maxPackageBytes else {
-                throw OfflineAgentError(
-                    .patch, "patch would produce \(newSize) bytes, above the cap of \(configuration.maxPackageBytes)",
-                    cause: .tooLarge, path: patch)
+            try await pool.run(.patch) {
+                // The header's new size is the patch author's word: over the cap, the patch is not worth applying.
+                let newSize = try Patcher.header(of: URL(fileURLWithPath: patch)).newSize
+                guard newSize <= maxPackageBytes else {
+                    throw OfflineAgentError(
+                        .patch, "patch would produce \(newSize) bytes, above the cap of \(maxPackageBytes)",
+                        cause: .tooLarge, path: patch)
+                }
+                try Patcher.apply(old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: patch),
+                                  to: URL(fileURLWithPath: output), expectedSize: expected)
             }
-            try Patcher.apply(old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: patch),
-                              to: URL(fileURLWithPath: output), expectedSize: expected)
         } catch {
             FileSystem.remove(patch)
             throw error
         }
         FileSystem.remove(patch)
         CrashPoint.afterPatch.hit()
-        let digest = try FileHasher.sha256(of: output)
-        guard digest == manifest.packageSha256 else {
-            FileSystem.remove(output)
-            throw OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
+        return try await pool.run(.patch) {
+            let digest = try FileHasher.sha256(of: output)
+            guard digest == manifest.packageSha256 else {
+                FileSystem.remove(output)
+                throw OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
+            }
+            return try keepVerified(output)
         }
-        return try keepVerified(output)
     }
 
     // MARK: - Full
@@ -141,7 +153,7 @@ struct Updater {
         let fileHash = sha256 ?? (compressed ? nil : manifest.packageSha256)
         let file = try await download(try target(url: url, size: size, sha256: fileHash))
         if !compressed, fileHash == manifest.packageSha256 { return file }  // already verified while streaming
-        return try unpackIfNeeded(file)
+        return try await pool.run(.download) { try unpackIfNeeded(file) }
     }
 
     private func unpackIfNeeded(_ file: String) throws -> String {
@@ -190,10 +202,10 @@ struct Updater {
 
     private func download(_ target: DownloadTarget) async throws -> String {
         let app = self.app
-        let continuation = self.continuation
-        continuation.yield(ProgressEvent(app: app, phase: .downloading, completed: 0, total: target.size))
+        let progress = self.progress
+        progress(ProgressEvent(app: app, phase: .downloading, completed: 0, total: target.size))
         let (path, _) = try await downloader.fetch(target) { done, total in
-            continuation.yield(ProgressEvent(app: app, phase: .downloading, completed: done, total: total))
+            progress(ProgressEvent(app: app, phase: .downloading, completed: done, total: total))
         }
         CrashPoint.afterDownload.hit()
         return path
@@ -235,19 +247,21 @@ struct Updater {
         return result
     }
 
-    private func install(_ package: String, via: UpdateMethod) throws -> InstalledVersion {
-        continuation.yield(ProgressEvent(app: app, phase: .extracting, completed: 0, total: 0))
-        let record: InstalledVersion
-        do {
-            record = try store.install(
-                app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
-                limits: configuration.extractionLimits)
-        } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
-            // Verified bytes the extractor refuses are refused on every device and every run.
-            RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)
-            throw error
+    private func install(_ package: String, via: UpdateMethod) async throws -> InstalledVersion {
+        progress(ProgressEvent(app: app, phase: .extracting, completed: 0, total: 0))
+        // Extraction, syncfs, the swap and the collection of old versions: all blocking.
+        let record = try await pool.run(.extract) {
+            do {
+                return try store.install(
+                    app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
+                    limits: configuration.extractionLimits)
+            } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
+                // Verified bytes the extractor refuses are refused on every device and every run.
+                RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)
+                throw error
+            }
         }
-        continuation.yield(ProgressEvent(app: app, phase: .installing, completed: 1, total: 1))
+        progress(ProgressEvent(app: app, phase: .installing, completed: 1, total: 1))
         return record
     }
 }

@@ -13,6 +13,8 @@ import Glibc
 struct Downloader: Sendable {
     let fetcher: HTTPFetcher
     let directory: String
+    /// Where hashing and fsync run, off the cooperative pool.
+    let pool: BlockingPool
     /// Receives every body byte as it arrives, kept or not, so failures are counted too.
     var counter: ByteCounter?
 
@@ -27,7 +29,8 @@ struct Downloader: Sendable {
     /// Downloads `target` (or reuses a complete verified copy) and returns its path and the bytes transferred.
     func fetch(_ target: DownloadTarget, progress: @escaping @Sendable (Int64, Int64) -> Void) async throws -> (path: String, transferred: Int64) {
         let final = path(for: target)
-        if let sha256 = target.sha256, FileSystem.fileSize(final) == target.size, (try? FileHasher.sha256(of: final)) == sha256 {
+        if let sha256 = target.sha256, FileSystem.fileSize(final) == target.size,
+           try await pool.run(.download, { try? FileHasher.sha256(of: final) }) == sha256 {
             return (final, 0)
         }
         FileSystem.remove(final)
@@ -90,8 +93,10 @@ struct Downloader: Sendable {
             throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(expected)", cause: .hashMismatch,
                                     path: target.url.absoluteString)
         }
-        try FileSystem.sync(part)
-        try FileSystem.renameDurably(part, to: final)
+        try await pool.run(.download) {
+            try FileSystem.sync(part)
+            try FileSystem.renameDurably(part, to: final)
+        }
         FileSystem.remove(infoPath)
         return (final, transferred)
     }
@@ -102,8 +107,11 @@ struct Downloader: Sendable {
         progress: @escaping @Sendable (Int64, Int64) -> Void
     ) async throws -> (transferred: Int64, sha256: String) {
         // The hash covers the kept prefix too, so a resumed file is checked whole.
-        var seed = SHA256()
-        if offset > 0 { try FileHasher.update(&seed, with: part, upTo: offset) }
+        let seed = try await pool.run(.download) {
+            var seed = SHA256()
+            if offset > 0 { try FileHasher.update(&seed, with: part, upTo: offset) }
+            return seed
+        }
         let fd = open(part, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard fd >= 0 else {
             throw OfflineAgentError(.download, "cannot open partial file", cause: .io, path: part, underlying: POSIXFailure("open"))

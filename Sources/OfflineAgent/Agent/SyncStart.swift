@@ -1,0 +1,8 @@
+import Foundation
+
+/// How the locked, local start of a sync ended: throttled after all (another run just
+/// checked), or ready for the network with the lock held.
+enum SyncStart: Sendable {
+    case throttled(until: Date)
+    case ready(lock: RootLock, check: CheckState, failures: BackoffState?, installed: InstalledVersion?)
+}
