@@ -18,6 +18,8 @@ import ServiceLifecycle
 /// - `GET /NAME/FILE`: the published files — `V.zip`, `V.zip.gz`, `A-B.bsdiff`,
 ///   `manifest.json`, `manifest.json.sig` — with `Range`, `If-Range` and 416;
 ///   `state.json` and anything else is 404.
+/// - `GET /metrics`: this server's counters in the Prometheus text format (see
+///   `ReferenceServerMetrics`).
 ///
 /// `state.json` is looked at on every request (one `stat`), so a new publish is
 /// served at once. Full packages are offered gzip-compressed (`compression: gzip`,
@@ -51,10 +53,13 @@ public struct ReferenceServer: Sendable {
     public let configuration: Configuration
     /// Receives one `info` line per request and Hummingbird's own messages.
     public let logger: Logger
+    /// The server's counters, also served at `GET /metrics`.
+    public let metrics: ReferenceServerMetrics
 
     public init(configuration: Configuration, logger: Logger = Logger(label: "offline-server")) {
         self.configuration = configuration
         self.logger = logger
+        self.metrics = ReferenceServerMetrics()
     }
 
     /// Runs until the task is cancelled or, with `stopOnSignals`, SIGTERM/SIGINT
@@ -72,7 +77,7 @@ public struct ReferenceServer: Sendable {
     /// in-process form for tests (use port 0 and read `port`).
     public func start() async throws -> RunningReferenceServer {
         let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
-        return RunningReferenceServer(host: configuration.host, service: service)
+        return RunningReferenceServer(host: configuration.host, metrics: metrics, service: service)
     }
 
     private func makeApplication(
@@ -83,7 +88,7 @@ public struct ReferenceServer: Sendable {
             fullCompression: configuration.fullCompression)
         let host = configuration.host
         return Application(
-            responder: ReferenceServerResponder(catalog: catalog, logger: logger),
+            responder: ReferenceServerResponder(catalog: catalog, logger: logger, metrics: metrics),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)

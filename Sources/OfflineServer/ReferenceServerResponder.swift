@@ -13,7 +13,8 @@ import Glibc
 /// - `GET /manifest?app=NAME&current=VERSION` — the manifest, URLs `NAME/<file>`;
 /// - `GET /NAME/manifest?current=VERSION` — the same, URLs `<file>`;
 /// - `GET /NAME/<file>` — a published file (package, gzip, patch, static
-///   `manifest.json` and `.sig`), with `Range`/`If-Range`.
+///   `manifest.json` and `.sig`), with `Range`/`If-Range`;
+/// - `GET /metrics` — Prometheus text (see `ReferenceServerMetrics`).
 ///
 /// Both manifest forms resolve to the same file URLs, and files live where a static
 /// host serving the publish directory would put them.
@@ -22,6 +23,8 @@ struct ReferenceServerResponder: HTTPResponder {
 
     let catalog: ReferenceServerCatalog
     let logger: Logger
+    /// This server's counters, also served at `GET /metrics`.
+    let metrics: ReferenceServerMetrics
     let fileIO = FileIO()
     /// `X-Offline-Signature` (HTTPField itself is not re-exported by Hummingbird).
     static let signatureField = HTTPFields.Element.Name(ManifestSignature.header)!
@@ -39,7 +42,7 @@ struct ReferenceServerResponder: HTTPResponder {
         let elapsed = ContinuousClock.now - started
         let micros = elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000
         logger.info("\(request.method) \(request.uri) \(response.status.code) \(response.headers[.contentLength] ?? "-") \(micros)us")
-        return response
+        return counted(response, for: request)
     }
 
     private func route(_ request: Request, context: Context) async throws -> Response {
@@ -50,6 +53,8 @@ struct ReferenceServerResponder: HTTPResponder {
         }
         let segments = request.uri.path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         switch segments.count {
+        case 1 where segments.first == "metrics":
+            return metricsResponse(head: request.method == .head)
         case 1 where segments.first == "manifest":
             let query = request.uri.queryParameters
             // The agent appends its parameters after any the URL already has: the last one wins.

@@ -8,10 +8,13 @@ import ServiceLifecycle
 /// A reference server started with `ReferenceServer.start()`.
 public final class RunningReferenceServer: Sendable {
     public let host: String
+    /// The server's counters, also served at `GET /metrics`.
+    public let metrics: ReferenceServerMetrics
     private let service: BackgroundService
 
-    init(host: String, service: BackgroundService) {
+    init(host: String, metrics: ReferenceServerMetrics, service: BackgroundService) {
         self.host = host
+        self.metrics = metrics
         self.service = service
     }
 

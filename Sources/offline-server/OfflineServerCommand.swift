@@ -14,7 +14,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
         discussion: """
             GET /manifest?app=NAME&current=VERSION (or /NAME/manifest?current=VERSION) answers a \
             patch manifest when the latest version has a patch from VERSION, else the full package; \
-            GET /NAME/FILE serves the published files with Range support. Prints \
+            GET /NAME/FILE serves the published files with Range support; GET /metrics gives \
+            Prometheus counters (manifests, files by kind and status, bytes sent, errors). Prints \
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
             """

@@ -411,9 +411,9 @@ struct LocalServerTests {
             ] {
                 #expect(lines.contains(line), "missing: \(line)")
             }
-            // Every sample line is `name{labels} value` or `name value`.
+            // Every sample line is `name{labels} value` or `name value` (the gauge prints as `1.0`).
             for line in lines where !line.hasPrefix("#") {
-                #expect(line.wholeMatch(of: /[a-z_]+(\{[^}]*\})? [0-9]+/) != nil, "\(line)")
+                #expect(line.wholeMatch(of: /[a-z_]+(\{[^}]*\})? [0-9]+(\.[0-9]+)?/) != nil, "\(line)")
             }
         }
     }

@@ -1,190 +1,143 @@
-import Foundation
+import CoreMetrics
 import OfflineAgent
+import OfflineHTTP
 
-/// Counters of the loopback package server, exposed at `GET /metrics` in the
-/// Prometheus text format (version 0.0.4). Thread-safe; every count but the open-connection gauge only grows.
+/// Counters of the loopback package server, recorded through swift-metrics into a
+/// swift-prometheus registry this server owns (never `MetricsSystem`'s global backend, which
+/// a host app may have bootstrapped for itself), and exposed at `GET /metrics` in the
+/// Prometheus text format (version 0.0.4). Thread-safe; every count but the
+/// open-connection gauge only grows.
 ///
 /// - `offline_agent_offline_hits_total{app}` — `/open` URLs served from a package
 ///   (redirected to the local copy).
 /// - `offline_agent_network_fallbacks_total{app,reason}` — `/open` URLs sent to the
 ///   network, by reason (`not-whitelisted`, `below-mini-version`, `outside-rollout`,
-///   `missing-file`); `app` is empty when no app's whitelist matched. Requests under
-///   `/<app>/` that the kill switch sends to the network count here too.
+///   `missing-file`, `bad-version`); `app` is empty when no app's whitelist matched.
+///   Requests under `/<app>/` that the kill switch sends to the network count here too.
 /// - `offline_agent_file_responses_total{app,code}` — responses to `GET|HEAD /<app>/…`
-///   by status (200, 206, 302, 304, 404, 416); `app` is empty for names with no active version.
+///   by status (200, 206, 302, 304, 400, 404, 416); `app` is empty for names with no active version.
 /// - `offline_agent_forbidden_host_total` — requests refused for a non-loopback `Host`.
-/// - `offline_agent_open_connections` — connections open now (a gauge).
+/// - `offline_agent_open_connections` — connections open now (a gauge; printed as a
+///   floating-point number, `2.0`, as swift-prometheus writes gauges).
 /// - `offline_agent_refused_connections_total` — connections closed at once (503)
 ///   because `maxConnections` were open.
 /// - `offline_agent_timed_out_connections_total{timeout}` — connections closed by the
 ///   `header` or `idle` timeout.
-public final class LocalServerMetrics: @unchecked Sendable {
-    private struct FallbackKey: Hashable {
-        var app: String
-        var reason: FallbackReason
+///
+/// Series without labels and both timeout series are shown from the start, at 0; a
+/// labelled series appears with its first count. Families and samples are sorted by name.
+public final class LocalServerMetrics: Sendable {
+    private enum Name {
+        static let hits = "offline_agent_offline_hits_total"
+        static let fallbacks = "offline_agent_network_fallbacks_total"
+        static let files = "offline_agent_file_responses_total"
+        static let forbidden = "offline_agent_forbidden_host_total"
+        static let open = "offline_agent_open_connections"
+        static let refused = "offline_agent_refused_connections_total"
+        static let timeouts = "offline_agent_timed_out_connections_total"
     }
 
-    private struct FileKey: Hashable {
-        var app: String
-        var code: Int
+    private let registry = ServerMetricsRegistry(help: [
+        Name.hits: "URLs opened through /open and served from an offline package.",
+        Name.fallbacks: "URLs opened through /open and sent to the network, by reason.",
+        Name.files: "Responses to GET and HEAD of package files, by status code.",
+        Name.forbidden: "Requests refused because their Host header is not a loopback name.",
+        Name.open: "Connections open now.",
+        Name.refused: "Connections closed at once because the connection cap was reached.",
+        Name.timeouts: "Connections closed by the header or idle timeout.",
+    ])
+    // The series every request may touch, made once.
+    private let forbidden: CoreMetrics.Counter
+    private let refused: CoreMetrics.Counter
+    private let open: Meter
+    private let timeouts: [LocalConnectionTimeout: CoreMetrics.Counter]
+
+    public init() {
+        forbidden = registry.counter(Name.forbidden)
+        refused = registry.counter(Name.refused)
+        open = registry.meter(Name.open)
+        var timeouts: [LocalConnectionTimeout: CoreMetrics.Counter] = [:]
+        for kind in LocalConnectionTimeout.allCases {
+            timeouts[kind] = registry.counter(Name.timeouts, [("timeout", kind.rawValue)])
+        }
+        self.timeouts = timeouts
     }
-
-    private let lock = NSLock()
-    private var hits: [String: Int] = [:]
-    private var fallbacks: [FallbackKey: Int] = [:]
-    private var files: [FileKey: Int] = [:]
-    private var forbidden = 0
-    private var refused = 0
-    private var open = 0
-    private var timeouts: [LocalConnectionTimeout: Int] = [:]
-
-    public init() {}
 
     /// Counts one `/open` resolution.
     public func recordOpen(_ resolution: Resolution) {
-        lock.lock()
-        defer { lock.unlock() }
         switch resolution {
         case .file(let file):
-            hits[file.app, default: 0] += 1
+            registry.counter(Name.hits, [("app", file.app)]).increment()
         case .network(let reason, let app):
-            fallbacks[FallbackKey(app: app ?? "", reason: reason), default: 0] += 1
+            recordFallback(app: app ?? "", reason: reason)
         }
     }
 
     /// Counts one request under `/<app>/` the kill switch sent to the network.
     func recordFallback(app: String, reason: FallbackReason) {
-        lock.lock()
-        fallbacks[FallbackKey(app: app, reason: reason), default: 0] += 1
-        lock.unlock()
+        registry.counter(Name.fallbacks, [("app", app), ("reason", reason.rawValue)]).increment()
     }
 
     /// Counts a connection given a slot, or (`opened` false) its slot given back.
     func recordConnection(opened: Bool) {
-        lock.lock()
-        open += opened ? 1 : -1
-        lock.unlock()
+        if opened { open.increment() } else { open.decrement() }
     }
 
     /// Counts one connection refused because `maxConnections` were open.
     func recordRefusedConnection() {
-        lock.lock()
-        refused += 1
-        lock.unlock()
+        refused.increment()
     }
 
     /// Counts one connection closed by the header or idle timeout.
     func recordTimeout(_ kind: LocalConnectionTimeout) {
-        lock.lock()
-        timeouts[kind, default: 0] += 1
-        lock.unlock()
+        timeouts[kind]?.increment()
     }
 
     /// Counts one response under `/<app>/`.
     func recordFile(app: String, code: Int) {
-        lock.lock()
-        files[FileKey(app: app, code: code), default: 0] += 1
-        lock.unlock()
+        registry.counter(Name.files, [("app", app), ("code", String(code))]).increment()
     }
 
     func recordForbiddenHost() {
-        lock.lock()
-        forbidden += 1
-        lock.unlock()
+        forbidden.increment()
     }
 
     /// `/open` URLs of `app` served offline.
     public func offlineHits(app: String) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return hits[app] ?? 0
+        count(Name.hits, [("app", app)])
     }
 
     /// `/open` URLs sent to the network for `reason`; `app` nil or empty for "no app matched".
     public func networkFallbacks(app: String?, reason: FallbackReason) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return fallbacks[FallbackKey(app: app ?? "", reason: reason)] ?? 0
+        count(Name.fallbacks, [("app", app ?? ""), ("reason", reason.rawValue)])
     }
 
     /// Responses under `/<app>/` with status `code`.
     public func fileResponses(app: String, code: Int) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return files[FileKey(app: app, code: code)] ?? 0
+        count(Name.files, [("app", app), ("code", String(code))])
     }
 
     /// Requests refused with 403 for their `Host` header.
-    public var forbiddenHosts: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return forbidden
-    }
+    public var forbiddenHosts: Int { count(Name.forbidden) }
 
     /// Connections open now (each holding one of `maxConnections` slots).
-    public var openConnections: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return open
-    }
+    public var openConnections: Int { count(Name.open) }
 
     /// Connections closed at once because `maxConnections` were already open.
-    public var refusedConnections: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return refused
-    }
+    public var refusedConnections: Int { count(Name.refused) }
 
     /// Connections closed by a timeout of `kind`.
     public func timedOutConnections(_ kind: LocalConnectionTimeout) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return timeouts[kind] ?? 0
+        count(Name.timeouts, [("timeout", kind.rawValue)])
     }
 
-    /// The Prometheus text exposition of every counter, lines sorted for stable output.
+    /// The Prometheus text exposition of every series, as served at `/metrics`.
     public func prometheusText() -> String {
-        lock.lock()
-        let hits = self.hits, fallbacks = self.fallbacks, files = self.files, forbidden = self.forbidden
-        let refused = self.refused, timeouts = self.timeouts, open = self.open
-        lock.unlock()
-
-        var out = ""
-        out += "# HELP offline_agent_offline_hits_total URLs opened through /open and served from an offline package.\n"
-        out += "# TYPE offline_agent_offline_hits_total counter\n"
-        for (app, count) in hits.sorted(by: { $0.key < $1.key }) {
-            out += "offline_agent_offline_hits_total{app=\"\(Self.escape(app))\"} \(count)\n"
-        }
-        out += "# HELP offline_agent_network_fallbacks_total URLs opened through /open and sent to the network, by reason.\n"
-        out += "# TYPE offline_agent_network_fallbacks_total counter\n"
-        for (key, count) in fallbacks.sorted(by: { ($0.key.app, $0.key.reason.rawValue) < ($1.key.app, $1.key.reason.rawValue) }) {
-            out += "offline_agent_network_fallbacks_total{app=\"\(Self.escape(key.app))\",reason=\"\(key.reason.rawValue)\"} \(count)\n"
-        }
-        out += "# HELP offline_agent_file_responses_total Responses to GET and HEAD of package files, by status code.\n"
-        out += "# TYPE offline_agent_file_responses_total counter\n"
-        for (key, count) in files.sorted(by: { ($0.key.app, $0.key.code) < ($1.key.app, $1.key.code) }) {
-            out += "offline_agent_file_responses_total{app=\"\(Self.escape(key.app))\",code=\"\(key.code)\"} \(count)\n"
-        }
-        out += "# HELP offline_agent_forbidden_host_total Requests refused because their Host header is not a loopback name.\n"
-        out += "# TYPE offline_agent_forbidden_host_total counter\n"
-        out += "offline_agent_forbidden_host_total \(forbidden)\n"
-        out += "# HELP offline_agent_open_connections Connections open now.\n"
-        out += "# TYPE offline_agent_open_connections gauge\n"
-        out += "offline_agent_open_connections \(open)\n"
-        out += "# HELP offline_agent_refused_connections_total Connections closed at once because the connection cap was reached.\n"
-        out += "# TYPE offline_agent_refused_connections_total counter\n"
-        out += "offline_agent_refused_connections_total \(refused)\n"
-        out += "# HELP offline_agent_timed_out_connections_total Connections closed by the header or idle timeout.\n"
-        out += "# TYPE offline_agent_timed_out_connections_total counter\n"
-        for kind in LocalConnectionTimeout.allCases {
-            out += "offline_agent_timed_out_connections_total{timeout=\"\(kind.rawValue)\"} \(timeouts[kind] ?? 0)\n"
-        }
-        return out
+        registry.exposition()
     }
 
-    /// Label values: backslash, quote and newline escaped (app names never need it).
-    private static func escape(_ value: String) -> String {
-        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-            .replacingOccurrences(of: "\n", with: "\\n")
+    /// A series' value as exported (so the accessors and a scrape always agree).
+    private func count(_ name: String, _ labels: [(String, String)] = []) -> Int {
+        Int(registry.value(name, labels))
     }
 }
