@@ -52,14 +52,14 @@ rm -rf "$package/.build" "$package/.swiftpm" "$package/Package.resolved"
 swift package --package-path "$package" config set-mirror --original "$canonical" --mirror "file://$clone"
 
 # The README's library example, compiled as written: the first swift block under
-# "## Library", as a second executable of the scratch package.
+# "## Library" that starts with an import, as a second executable of the scratch package.
 mkdir -p "$package/Sources/readme-example"
 awk '/^## Library/ {section = 1; next}
      section && /^## / {exit}
-     section && !inblock && /^```swift$/ {inblock = 1; next}
-     inblock && /^```$/ {exit}
-     inblock {print}' "$clone/README.md" >"$package/Sources/readme-example/main.swift"
-[[ -s "$package/Sources/readme-example/main.swift" ]] || fail "no \`\`\`swift block under '## Library' in README.md"
+     section && !inblock && /^```swift$/ {inblock = 1; block = ""; next}
+     inblock && /^```$/ {inblock = 0; if (block ~ /^import /) {printf "%s", block; exit}; next}
+     inblock {block = block $0 "\n"}' "$clone/README.md" >"$package/Sources/readme-example/main.swift"
+[[ -s "$package/Sources/readme-example/main.swift" ]] || fail "no swift block starting with an import under '## Library' in README.md"
 cat >>"$package/Package.swift" <<'SWIFT'
 
 // Added by scripts/test-host-app.sh: README.md's library example, as written.
