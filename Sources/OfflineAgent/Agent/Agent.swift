@@ -14,13 +14,21 @@ import Logging
 /// Every sync takes the root's lock, so several agents (or processes) over one root
 /// are safe: the second finds it busy. Failures leave the installed version untouched.
 public actor Agent {
+    /// The root's on-disk layout.
     public nonisolated let store: Store
+    /// Settings shared by every sync of this agent.
     public nonisolated let configuration: AgentConfiguration
     /// Progress of every sync this agent runs.
     public nonisolated let events: AsyncStream<ProgressEvent>
     private let continuation: AsyncStream<ProgressEvent>.Continuation
     private let logger: Logger
 
+    /// An agent over the root directory `root` (created by the first sync).
+    ///
+    /// - Parameters:
+    ///   - root: The directory holding every app's versions, downloads and state.
+    ///   - configuration: Timeouts, limits and the clock.
+    ///   - logger: Receives the agent's messages.
     public init(root: URL, configuration: AgentConfiguration = AgentConfiguration(), logger: Logger = Logger(label: "offline-agent")) {
         self.store = Store(root: root.path)
         self.configuration = configuration

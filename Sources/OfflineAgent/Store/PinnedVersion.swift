@@ -4,7 +4,9 @@ import Foundation
 /// until the value is released, so a response started before a swap finishes from
 /// the version it started with.
 public final class PinnedVersion: Sendable {
+    /// The app the version belongs to.
     public let app: String
+    /// The version's record, read under the pin.
     public let record: InstalledVersion
     /// The version directory; files read from it belong to `record.version` only.
     public let directory: String

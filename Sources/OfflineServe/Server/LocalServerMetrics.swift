@@ -38,6 +38,7 @@ public final class LocalServerMetrics: @unchecked Sendable {
     private var open = 0
     private var timeouts: [LocalConnectionTimeout: Int] = [:]
 
+    /// Counters at zero.
     public init() {}
 
     /// Counts one `/open` resolution.
