@@ -278,7 +278,9 @@ public actor Agent {
 
     /// Resolves `url` to a file of an active version, honouring whitelist, miniVersion and rollout.
     ///
-    /// - Parameter deviceID: the id for the rollout bucket; the root's stable id when nil.
+    /// - Parameters:
+    ///   - url: the URL a web view is about to load.
+    ///   - deviceID: the id for the rollout bucket; the root's stable id when nil.
     public func resolve(_ url: URL, deviceID: String? = nil) throws -> Resolution {
         try Resolver(store: store, deviceID: deviceID ?? DeviceID.load(root: store.root)).resolve(url)
     }

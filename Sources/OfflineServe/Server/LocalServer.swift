@@ -148,7 +148,9 @@ public struct LocalServer: Sendable {
     /// Runs until the task is cancelled or, with `stopOnSignals`, SIGTERM/SIGINT
     /// arrives; in-flight responses finish first (graceful shutdown).
     ///
-    /// - Parameter onListening: called once with the bound host and port.
+    /// - Parameters:
+    ///   - stopOnSignals: also stop gracefully on SIGTERM or SIGINT (for a process that is only the server).
+    ///   - onListening: called once with the bound host and port.
     public func run(
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
