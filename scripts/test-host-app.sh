@@ -71,13 +71,19 @@ SWIFT
 
 step "build (dependencies from the tagged clone, scratch path $work/build)"
 build_started=$SECONDS
-if ! timeout 2400 swift build --package-path "$package" --scratch-path "$work/build" >"$work/build.log" 2>&1; then
+# A kept work directory (HOST_APP_WORK) reuses the dependencies' build, never the
+# previous clone: the tag now names another commit.
+rm -rf "$work/build/repositories/offline-agent-"* "$work/build/checkouts/offline-agent"
+if ! timeout 2400 swift build --package-path "$package" --scratch-path "$work/build" --disable-dependency-cache \
+    >"$work/build.log" 2>&1; then
     tail -40 "$work/build.log" >&2
     fail "swift build of host-app failed (log: $work/build.log)"
 fi
 grep -i 'warning:' "$work/build.log" | grep -v '/checkouts/' | grep -v '^warning: ' | head -20 || true
 grep -A6 '"identity" : "offline-agent"' "$package/Package.resolved" | grep -q "\"version\" : \"$version\"" \
     || fail "offline-agent did not resolve to $version: $(cat "$package/Package.resolved")"
+grep -A6 '"identity" : "offline-agent"' "$package/Package.resolved" | grep -q "\"revision\" : \"$(git -C "$clone" rev-parse HEAD)\"" \
+    || fail "offline-agent did not resolve to the tagged commit: $(cat "$package/Package.resolved")"
 echo "   built in $((SECONDS - build_started)) s"
 host_app="$(swift build --package-path "$package" --scratch-path "$work/build" --show-bin-path)/host-app"
 
