@@ -73,13 +73,13 @@ step "build (dependencies from the tagged clone, scratch path $work/build)"
 build_started=$SECONDS
 # A kept work directory (HOST_APP_WORK) reuses the dependencies' build, never the
 # previous clone: the tag now names another commit.
-rm -rf "$work/build/repositories/offline-agent-"* "$work/build/checkouts/offline-agent"
+rm -rf "$work/build/repositories/offline-agent-"* "$work/build/checkouts/offline-agent" "$work/build/workspace-state.json"
 if ! timeout 2400 swift build --package-path "$package" --scratch-path "$work/build" --disable-dependency-cache \
     >"$work/build.log" 2>&1; then
     tail -40 "$work/build.log" >&2
     fail "swift build of host-app failed (log: $work/build.log)"
 fi
-grep -i 'warning:' "$work/build.log" | grep -v '/checkouts/' | grep -v '^warning: ' | head -20 || true
+grep "$package/Sources/.*warning:" "$work/build.log" | sort -u | head -20 || true   # the examples' own warnings
 grep -A6 '"identity" : "offline-agent"' "$package/Package.resolved" | grep -q "\"version\" : \"$version\"" \
     || fail "offline-agent did not resolve to $version: $(cat "$package/Package.resolved")"
 grep -A6 '"identity" : "offline-agent"' "$package/Package.resolved" | grep -q "\"revision\" : \"$(git -C "$clone" rev-parse HEAD)\"" \
