@@ -39,8 +39,10 @@ cleanup() {
 trap cleanup EXIT
 
 step "clone HEAD ($(git rev-parse --short HEAD)) and tag it $version"
-clone="$work/offline-agent"
-rm -rf "$clone" "$work/host-app"
+# Named by its commit: SwiftPM remembers which commit a URL's tag named, and a kept
+# work directory (HOST_APP_WORK) must not see the tag move under the same URL.
+clone="$work/offline-agent-$(git rev-parse --short=12 HEAD)"
+rm -rf "$work"/offline-agent-* "$work/host-app"
 git clone -q --no-tags --no-hardlinks "$repo" "$clone"
 git -C "$clone" checkout -q --detach "$(git rev-parse HEAD)"
 git -C "$clone" tag "$version"
@@ -71,9 +73,8 @@ SWIFT
 
 step "build (dependencies from the tagged clone, scratch path $work/build)"
 build_started=$SECONDS
-# A kept work directory (HOST_APP_WORK) reuses the dependencies' build, never the
-# previous clone: the tag now names another commit.
-rm -rf "$work/build/repositories/offline-agent-"* "$work/build/checkouts/offline-agent" "$work/build/workspace-state.json"
+# A kept work directory reuses the dependencies' build, never the previous resolution.
+rm -rf "$work/build/workspace-state.json"
 if ! timeout 2400 swift build --package-path "$package" --scratch-path "$work/build" --disable-dependency-cache \
     >"$work/build.log" 2>&1; then
     tail -40 "$work/build.log" >&2
