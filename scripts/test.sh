@@ -7,3 +7,8 @@ scripts/install-deps.sh
 # The CLI and server executables are exercised as real processes by the tests.
 swift build --build-tests
 swift test --skip-build "$@"
+# The whole run (no arguments, as CI runs it) also proves the library works as a
+# dependency: examples/host-app built by version from a tagged clone, and run.
+if (($# == 0)); then
+    scripts/test-host-app.sh
+fi

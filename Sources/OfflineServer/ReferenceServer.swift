@@ -7,7 +7,7 @@ import OfflinePublish
 import ServiceLifecycle
 
 /// The reference offline-package server: serves a publish directory (as written by
-/// `offline-agent publish`) per PROTOCOL.md.
+/// `offline-publish publish`) per `docs/PROTOCOL.md`.
 ///
 /// - `GET /manifest?app=NAME&current=VERSION`: a patch manifest when `current` is
 ///   one of the versions the latest has a patch from (the last 3), else the full

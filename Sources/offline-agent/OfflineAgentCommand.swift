@@ -8,6 +8,11 @@ struct OfflineAgentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "offline-agent",
         abstract: "Keeps offline H5 packages current and serves them.",
+        discussion: """
+            The wire contract (manifests, signatures, whitelist rules, error codes) is docs/PROTOCOL.md \
+            in the offline-agent repository; README.md documents every command. Packages are published \
+            with offline-publish (docs/PUBLISHING.md).
+            """,
         version: AgentVersion.current,
         subcommands: [
             SyncCommand.self, StatusCommand.self, ResolveCommand.self, RollbackCommand.self,

@@ -23,6 +23,7 @@ struct SyncCommand: AsyncParsableCommand {
             Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
             profiles never see each other's cookies. See `offline-agent cookies`.
+            Failures name a stable error code (--json: errorCode), listed in docs/PROTOCOL.md, "Error codes".
             """
     )
 

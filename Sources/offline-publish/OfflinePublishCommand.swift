@@ -10,7 +10,10 @@ struct OfflinePublishCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "offline-publish",
         abstract: "Publish offline H5 packages: versions, patches and signed manifests for any static host.",
-        discussion: "The wire format is docs/PROTOCOL.md in the offline-agent repository.",
+        discussion: """
+            The wire format is docs/PROTOCOL.md in the offline-agent repository; docs/PUBLISHING.md walks \
+            through keygen, publish, uploading to a static host and configuring devices.
+            """,
         version: AgentVersion.current,
         subcommands: [PublishCommand.self, KeygenCommand.self]
     )

@@ -10,7 +10,7 @@ import OfflineServer
 struct OfflineServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "offline-server",
-        abstract: "Serve a publish directory to offline-agent per PROTOCOL.md.",
+        abstract: "Serve a publish directory to offline-agent per docs/PROTOCOL.md.",
         discussion: """
             GET /manifest?app=NAME&current=VERSION (or /NAME/manifest?current=VERSION) answers a \
             patch manifest when the latest version has a patch from VERSION, else the full package; \
@@ -21,7 +21,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The publish directory (written by `offline-agent publish`).") var dir: String
+    @Option(help: "The publish directory (written by `offline-publish publish`).") var dir: String
     @Option(help: "Address to bind.") var host = "127.0.0.1"
     @Option(help: "Port to bind; 0 picks a free one.") var port = 8080
     @Option(help: "Ed25519 private key file: sign every manifest (X-Offline-Signature).") var key: String?

@@ -19,13 +19,21 @@ import Logging
 /// code keeps running while an update installs. Call `shutdown()` when done with the
 /// agent (releasing it does the same, without waiting).
 public actor Agent {
+    /// The root's on-disk layout.
     public nonisolated let store: Store
+    /// Settings shared by every sync of this agent.
     public nonisolated let configuration: AgentConfiguration
     private nonisolated let logger: Logger
     nonisolated let broadcaster = ProgressBroadcaster()
     /// Threads for blocking work, started by the first sync that needs one.
     private nonisolated let pool = BlockingPool()
 
+    /// An agent over the root directory `root` (created by the first sync).
+    ///
+    /// - Parameters:
+    ///   - root: The directory holding every app's versions, downloads and state.
+    ///   - configuration: Timeouts, limits and the clock.
+    ///   - logger: Receives the agent's messages.
     public init(root: URL, configuration: AgentConfiguration = AgentConfiguration(), logger: Logger = Logger(label: "offline-agent")) {
         self.store = Store(root: root.path)
         self.configuration = configuration
@@ -412,7 +420,9 @@ public actor Agent {
 
     /// Resolves `url` to a file of an active version, honouring whitelist, miniVersion and rollout.
     ///
-    /// - Parameter deviceID: the id for the rollout bucket; the root's stable id when nil.
+    /// - Parameters:
+    ///   - url: the URL a web view is about to load.
+    ///   - deviceID: the id for the rollout bucket; the root's stable id when nil.
     public func resolve(_ url: URL, deviceID: String? = nil) throws -> Resolution {
         try Resolver(store: store, deviceID: deviceID ?? DeviceID.load(root: store.root)).resolve(url)
     }

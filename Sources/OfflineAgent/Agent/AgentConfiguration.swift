@@ -20,6 +20,7 @@ public struct AgentConfiguration: Sendable {
     /// The wall clock the throttle and manifest rules read; tests inject a wrong one.
     public var clock: @Sendable () -> Date = { Date() }
 
+    /// The defaults described on each property.
     public init() {}
 
     var extractionLimits: ExtractionLimits { ExtractionLimits(maxTotalBytes: maxPackageBytes, maxEntries: maxEntries) }

@@ -101,6 +101,7 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The phase that failed.
     public let code: Code
     /// Why it failed, as a stable code.
     public let cause: Cause
@@ -111,6 +112,14 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
     /// The error that caused this one, when there is one.
     public let underlying: (any Error & Sendable)?
 
+    /// An error of phase `code`.
+    ///
+    /// - Parameters:
+    ///   - code: The phase that failed.
+    ///   - reason: One line for people.
+    ///   - cause: The stable code; the phase's default when nil.
+    ///   - path: The file or URL concerned.
+    ///   - underlying: The error that caused this one.
     public init(_ code: Code, _ reason: String, cause: Cause? = nil, path: String? = nil, underlying: (any Error & Sendable)? = nil) {
         self.code = code
         self.cause = cause ?? .default(for: code)
@@ -119,6 +128,7 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         self.underlying = underlying
     }
 
+    /// `phase: reason (path): underlying`, one line.
     public var description: String {
         var text = "\(code.rawValue): \(reason)"
         if let path { text += " (\(path))" }

@@ -2,13 +2,17 @@ import Foundation
 
 /// An `errno` value with its message, usable as an underlying cause.
 public struct POSIXFailure: Error, Sendable, CustomStringConvertible {
+    /// The `errno` value.
     public let errno: Int32
+    /// The call or step that failed, e.g. `open /path`.
     public let operation: String
 
+    /// The failure of `operation` with `errno` (the current one by default).
     public init(_ operation: String, errno: Int32 = Foundation.errno) {
         self.operation = operation
         self.errno = errno
     }
 
+    /// `operation: strerror(errno)`.
     public var description: String { "\(operation): \(String(cString: strerror(errno)))" }
 }

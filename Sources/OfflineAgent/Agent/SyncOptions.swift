@@ -13,6 +13,7 @@ public struct SyncOptions: Sendable {
     /// The cookie profile whose jar the sync's requests carry and fill (see `CookieProfile`).
     public var profile: String = CookieProfile.defaultName
 
+    /// Options for one sync; the defaults check within the throttle, unsigned, on an unmetered network, with the default cookie profile.
     public init(
         force: Bool = false, publicKey: String? = nil, publicKeys: [String] = [], network: NetworkKind = .unmetered,
         profile: String = CookieProfile.defaultName

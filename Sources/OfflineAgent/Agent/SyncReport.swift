@@ -2,7 +2,9 @@ import Foundation
 
 /// What one sync of one app did.
 public struct SyncReport: Sendable {
+    /// The app synced.
     public var app: String
+    /// What happened.
     public var result: SyncResult
     /// The active version after the run.
     public var version: Version?
@@ -10,6 +12,7 @@ public struct SyncReport: Sendable {
     public var previousVersion: Version?
     /// How the new version arrived, when one did.
     public var via: UpdateMethod?
+    /// Package bytes (patch, full package) received from the network in this run, also when it failed.
     public var bytesDownloaded: Int64 = 0
     /// Why the sync failed, when it did; nothing installed changed.
     public var error: OfflineAgentError?

@@ -1,6 +1,7 @@
 
 /// App names: `[a-z0-9][a-z0-9._-]{0,63}`.
 public enum AppName {
+    /// Whether `name` is a valid app name (1–64 bytes of `a-z 0-9 . _ -`, starting with a letter or digit).
     public static func isValid(_ name: String) -> Bool {
         let bytes = Array(name.utf8)
         guard (1...64).contains(bytes.count) else { return false }

@@ -10,6 +10,7 @@ public struct Backoff: Sendable, Equatable {
     /// The fraction the wait is spread by, either way (10 %).
     public var jitter = 0.1
 
+    /// A backoff of `base` after the first failure, doubling up to `cap`, spread by ±`jitter`.
     public init(base: TimeInterval = 300, cap: TimeInterval = 6 * 3600, jitter: Double = 0.1) {
         self.base = base
         self.cap = cap

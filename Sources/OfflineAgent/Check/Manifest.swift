@@ -1,30 +1,48 @@
 import Foundation
 
-/// The update description a server returns for one app (PROTOCOL.md, "The manifest").
+/// The update description a server returns for one app (`docs/PROTOCOL.md`, "The manifest").
 public struct Manifest: Sendable, Equatable, Codable {
     /// Whether the network allows the download (`wifi` waits for an unmetered network).
     public enum NetworkType: String, Sendable, Codable { case any, wifi }
     /// Transport compression of the full-package file.
     public enum Compression: String, Sendable, Codable { case none, gzip }
 
+    /// The app the manifest is for; must equal the app synced.
     public var app: String
+    /// The version offered.
     public var version: Version
+    /// The lowest version still allowed offline; older installed versions fall back to the network (kill switch).
     public var miniVersion: Version
+    /// Whether `url` is a bsdiff patch from `baseVersion` rather than a full package.
     public var isPatch: Bool
+    /// For a patch: the installed version it applies to.
     public var baseVersion: Version?
+    /// The file to download: the full package zip, or the patch when `isPatch`.
     public var url: String
+    /// The exact byte size of the file at `url`.
     public var size: Int64
+    /// Lowercase hex SHA-256 of the file at `url`.
     public var sha256: String
+    /// Lowercase hex SHA-256 of the full package zip the download yields (after patching).
     public var packageSha256: String
+    /// For a patch: the full package to fall back to when the patch cannot be used.
     public var fullUrl: String?
+    /// The byte size of the file at `fullUrl`.
     public var fullSize: Int64?
+    /// Lowercase hex SHA-256 of the file at `fullUrl`.
     public var fullSha256: String?
+    /// The URL prefixes the package serves offline.
     public var whitelist: [String]
+    /// Whether the download may use a metered network.
     public var networkType: NetworkType
+    /// The share of devices (0–100) allowed to use the version offline (gray switch).
     public var rollout: Int
+    /// After this time the manifest is not trusted; nil: it never expires.
     public var expires: Date?
+    /// Transport compression of the full-package file.
     public var compression: Compression
 
+    /// A manifest with every field given; `Manifest.decode` is what checks a server's manifest.
     public init(
         app: String, version: Version, miniVersion: Version, isPatch: Bool, baseVersion: Version? = nil,
         url: String, size: Int64, sha256: String, packageSha256: String,
@@ -56,6 +74,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression
     }
 
+    /// Decodes the wire form (see `Manifest.decode` for the strict checks a server's bytes get).
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         app = try c.decode(String.self, forKey: .app)
@@ -84,6 +103,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         }
     }
 
+    /// Encodes the wire form.
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(app, forKey: .app)
@@ -110,7 +130,7 @@ public struct Manifest: Sendable, Equatable, Codable {
     ///
     /// The body is read strictly (`StrictJSON`): a key repeated anywhere, invalid UTF-8
     /// or any other leniency refuses it whole, and every field error names the field
-    /// and the rule it breaks (PROTOCOL.md, "The manifest").
+    /// and the rule it breaks (`docs/PROTOCOL.md`, "The manifest").
     /// - Throws: `OfflineAgentError(.manifest, cause: .manifestInvalid)`.
     public static func decode(_ body: Data) throws -> Manifest {
         let root: StrictJSON

@@ -3,7 +3,7 @@ import Crypto
 import Foundation
 import NIOCore
 
-/// Fetches a manifest per PROTOCOL.md: query parameters, ETag, body cap, signature.
+/// Fetches a manifest per `docs/PROTOCOL.md`: query parameters, ETag, body cap, signature.
 struct ManifestClient: Sendable {
     /// Bodies above this size are refused.
     static let maxBodyBytes = 1 << 20

@@ -12,7 +12,7 @@ struct ManifestFields {
 
     init(_ object: [String: StrictJSON]) { self.object = object }
 
-    /// The rule each field must follow, as stated in errors and in PROTOCOL.md.
+    /// The rule each field must follow, as stated in errors and in `docs/PROTOCOL.md`.
     static func rule(_ field: String) -> String {
         switch field {
         case "app": "app must be a name matching [a-z0-9][a-z0-9._-]{0,63}"

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// Ed25519 signatures over the exact bytes of a manifest body (PROTOCOL.md, "Signatures").
+/// Ed25519 signatures over the exact bytes of a manifest body (`docs/PROTOCOL.md`, "Signatures").
 public enum ManifestSignature {
     /// The response header carrying the base64 signature.
     public static let header = "X-Offline-Signature"
@@ -15,7 +15,7 @@ public enum ManifestSignature {
         return key
     }
 
-    /// Parses a base64 Ed25519 private key (32 raw bytes, as written by `offline-agent keygen`).
+    /// Parses a base64 Ed25519 private key (32 raw bytes, as written by `offline-publish keygen`).
     public static func privateKey(base64: String) throws -> Curve25519.Signing.PrivateKey {
         guard let raw = Data(base64Encoded: base64.trimmingCharacters(in: .whitespacesAndNewlines)), raw.count == 32,
               let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw) else {

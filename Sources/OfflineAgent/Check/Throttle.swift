@@ -13,6 +13,7 @@ public struct Throttle: Sendable, Equatable {
     /// A `lastCheck` this far ahead of now is clock jitter, not a wrong clock.
     static let tolerance: TimeInterval = 60
 
+    /// A throttle allowing one check per `interval` seconds.
     public init(interval: TimeInterval = 300) {
         self.interval = interval
     }

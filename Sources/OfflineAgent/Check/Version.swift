@@ -6,6 +6,7 @@ public struct Version: Sendable, Hashable, Comparable, Codable, LosslessStringCo
     /// The components as written (trailing zeros kept, so `description` round-trips).
     public let components: [Int]
 
+    /// Parses dotted decimal text; nil for anything else (signs, spaces, empty parts, over 8 components or 9 digits).
     public init?(_ text: String) {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
         guard (1...8).contains(parts.count) else { return nil }
@@ -19,6 +20,7 @@ public struct Version: Sendable, Hashable, Comparable, Codable, LosslessStringCo
         self.components = components
     }
 
+    /// The version as written, trailing zeros kept.
     public var description: String { components.map(String.init).joined(separator: ".") }
 
     /// Components without trailing zeros: equal versions have equal normal forms.
@@ -28,10 +30,13 @@ public struct Version: Sendable, Hashable, Comparable, Codable, LosslessStringCo
         return components[0..<end]
     }
 
+    /// Equal when the numbers are, missing components counting as 0 (`1.4` == `1.4.0`).
     public static func == (lhs: Version, rhs: Version) -> Bool { lhs.normalized == rhs.normalized }
 
+    /// Hashes the normal form, so equal versions hash alike.
     public func hash(into hasher: inout Hasher) { hasher.combine(Array(normalized)) }
 
+    /// Compares component by component, numerically.
     public static func < (lhs: Version, rhs: Version) -> Bool {
         for i in 0..<max(lhs.components.count, rhs.components.count) {
             let l = i < lhs.components.count ? lhs.components[i] : 0
@@ -41,6 +46,7 @@ public struct Version: Sendable, Hashable, Comparable, Codable, LosslessStringCo
         return false
     }
 
+    /// Decodes a version string; anything `init?(_:)` rejects is a decoding error.
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let version = Version(text) else {
@@ -49,6 +55,7 @@ public struct Version: Sendable, Hashable, Comparable, Codable, LosslessStringCo
         self = version
     }
 
+    /// Encodes the version as its string.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(description)

@@ -8,22 +8,29 @@ public struct Cookie: Sendable, Equatable, Codable {
         case strict = "Strict", lax = "Lax", none = "None"
     }
 
+    /// The cookie's name.
     public var name: String
+    /// The cookie's value, as the server sent it.
     public var value: String
     /// Lower-case host name or address, without a leading dot.
     public var domain: String
     /// Sent only to `domain` itself (no `Domain` attribute), not to its subdomains.
     public var hostOnly: Bool
+    /// Sent only to request paths at or below this one.
     public var path: String
     /// When the cookie stops being sent; nil for a session cookie, which lives only as
     /// long as the process and is never written to disk.
     public var expires: Date?
     /// Sent only over https.
     public var secure: Bool
+    /// Kept from `HttpOnly`; the agent has no scripts to withhold it from.
     public var httpOnly: Bool
+    /// The `SameSite` attribute, when the server sent one.
     public var sameSite: SameSite?
+    /// When the cookie was first stored (kept when it is replaced).
     public var created: Date
 
+    /// A cookie with every attribute given; host-only, path `/`, session by default.
     public init(
         name: String, value: String, domain: String, hostOnly: Bool = true, path: String = "/", expires: Date? = nil,
         secure: Bool = false, httpOnly: Bool = false, sameSite: SameSite? = nil, created: Date = Date()
@@ -43,6 +50,7 @@ public struct Cookie: Sendable, Equatable, Codable {
     /// Persistent cookies (`Expires` or `Max-Age`) survive the process.
     public var isPersistent: Bool { expires != nil }
 
+    /// Whether the cookie has expired at `now` (a session cookie never does).
     public func isExpired(at now: Date) -> Bool { expires.map { $0 <= now } ?? false }
 
     /// Whether a request to `request` carries this cookie (RFC 6265 §5.4 step 1).

@@ -11,6 +11,7 @@ public final class CookieJar: Sendable {
     /// At most this many cookies in all and per domain (RFC 6265 §6.1's minimums);
     /// the oldest go first.
     public static let maxCookies = 3000
+    /// At most this many cookies per domain.
     public static let maxCookiesPerDomain = 50
 
     /// Where persistent cookies are kept; nil for a jar in memory only.
@@ -18,6 +19,7 @@ public final class CookieJar: Sendable {
     /// In creation order, which breaks ties when ordering the `Cookie` header.
     private let cookies: Mutex<[Cookie]>
 
+    /// A jar holding `cookies`, written to `file` when one is given.
     public init(cookies: [Cookie] = [], file: String? = nil) {
         self.file = file
         self.cookies = Mutex(cookies)

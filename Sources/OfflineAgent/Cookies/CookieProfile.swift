@@ -3,8 +3,10 @@ import Foundation
 /// A named cookie jar under the root (`<root>/profiles/<name>/cookies.json`), so one
 /// device can hold several accounts whose cookies never meet.
 public struct CookieProfile: Sendable, Equatable {
+    /// The profile used when none is named.
     public static let defaultName = "default"
 
+    /// The profile's name.
     public let name: String
     /// The jar's file.
     public let file: String
@@ -19,6 +21,7 @@ public struct CookieProfile: Sendable, Equatable {
         self.file = "\(root)/profiles/\(name)/cookies.json"
     }
 
+    /// Whether `name` is 1–64 of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
     public static func isValid(_ name: String) -> Bool {
         let bytes = Array(name.utf8)
         guard (1...64).contains(bytes.count) else { return false }

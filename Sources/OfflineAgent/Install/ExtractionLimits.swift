@@ -22,6 +22,7 @@ public struct ExtractionLimits: Sendable, Equatable {
     /// The most components (directory levels plus the file) a name may have (default 64).
     public var maxDepth: Int
 
+    /// Limits with the defaults described on each property.
     public init(
         maxTotalBytes: Int64 = 1 << 30, maxEntries: Int = 100_000,
         maxNameBytes: Int = 1024, maxComponentBytes: Int = 255, maxDepth: Int = 64

@@ -7,7 +7,10 @@ import Glibc
 
 /// What an extraction produced.
 public struct ExtractionSummary: Sendable, Equatable {
+    /// Regular files written.
     public var files: Int
+    /// Directories made.
     public var directories: Int
+    /// Bytes of file content written.
     public var bytes: Int64
 }

@@ -11,6 +11,7 @@ public struct PatchFailure: Error, Sendable, Equatable, CustomStringConvertible 
     /// The C library's one-line reason, e.g. "ctrl length -5 is negative".
     public let message: String
 
+    /// A failure with the C applier's status and reason.
     public init(status: Int32, message: String) {
         self.status = status
         self.message = message

@@ -10,6 +10,9 @@ public enum Patcher {
     /// `new` is replaced atomically (temporary file in its directory, fsync, rename) and is
     /// left untouched on failure; `old` may be the same file as `new`.
     /// - Parameters:
+    ///   - old: the file the patch applies to.
+    ///   - patch: the BSDIFF40 file.
+    ///   - new: where the result goes.
     ///   - expectedSize: when given, the patch is refused unless its header says it
     ///     produces exactly this many bytes (checked before any work is done).
     ///   - durable: fsync `new` before the rename. Without it the rename is still atomic,

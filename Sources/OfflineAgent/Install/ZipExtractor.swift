@@ -28,8 +28,12 @@ public enum ZipExtractor {
 
     /// Extracts `archive` into `destination`, which must not exist yet.
     ///
-    /// - Parameter durable: flush the extracted files to disk before the final rename
-    ///   (what an installer needs; a one-off extraction may skip it).
+    /// - Parameters:
+    ///   - archive: the zip file.
+    ///   - destination: the directory to create.
+    ///   - limits: what the archive may make the extractor write; every entry is checked first.
+    ///   - durable: flush the extracted files to disk before the final rename
+    ///     (what an installer needs; a one-off extraction may skip it).
     /// - Throws: `OfflineAgentError` with code `.extract` naming the first problem found;
     ///   its cause is `.hostileArchive` for what no package may do, `.archiveCorrupt` for
     ///   damage, `.diskFull` or `.io` when writing fails.

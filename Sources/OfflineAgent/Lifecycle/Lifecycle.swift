@@ -10,8 +10,10 @@ import Foundation
 ///    be taken; otherwise, and after a crash between the two steps, `repair` (the
 ///    next sync or launch) completes it.
 public struct Lifecycle: Sendable {
+    /// The store whose apps this manages.
     public let store: Store
 
+    /// The lifecycle of the apps in `store`.
     public init(store: Store) {
         self.store = store
     }

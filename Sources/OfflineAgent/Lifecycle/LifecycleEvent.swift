@@ -20,7 +20,9 @@ public struct LifecycleEvent: Sendable, Equatable, Codable {
         case unhold
     }
 
+    /// When it happened.
     public var at: Date
+    /// What happened.
     public var event: Kind
     /// The version active before (nil: none).
     public var from: Version?
@@ -29,6 +31,7 @@ public struct LifecycleEvent: Sendable, Equatable, Codable {
     /// Why, in words.
     public var reason: String
 
+    /// A history entry.
     public init(at: Date, event: Kind, from: Version?, to: Version?, reason: String) {
         self.at = at
         self.event = event

@@ -1,5 +1,6 @@
 /// The lifecycle of one app as `status --json` and `history` show it.
 public struct LifecycleStatus: Sendable, Equatable {
+    /// The app.
     public var app: String
     /// The active version (the one the `current` link names), nil when none.
     public var version: Version?

@@ -1,5 +1,6 @@
 /// What a rollback (`mark-bad`, `rollback`, an automatic rollback) did.
 public struct LifecycleTransition: Sendable, Equatable {
+    /// The app.
     public var app: String
     /// The version marked bad.
     public var from: Version

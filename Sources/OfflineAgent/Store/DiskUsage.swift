@@ -14,6 +14,7 @@ public struct DiskUsage: Sendable, Equatable, Codable {
     /// Everything under the app's directory.
     public var total: Int64
 
+    /// Creates a usage record; every area defaults to 0 bytes.
     public init(versions: Int64 = 0, packages: Int64 = 0, downloads: Int64 = 0, total: Int64 = 0) {
         self.versions = versions
         self.packages = packages

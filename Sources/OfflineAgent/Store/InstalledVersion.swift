@@ -3,13 +3,19 @@ import Foundation
 /// What the store records beside an installed version directory (`versions/<v>.json`),
 /// written before the version becomes active.
 public struct InstalledVersion: Sendable, Equatable, Codable {
+    /// The version installed.
     public var version: Version
     /// SHA-256 of the full package zip (kept as `packages/<v>.zip` for the next patch).
     public var packageSha256: String
+    /// The lowest version the manifest allowed offline when this one was installed.
     public var miniVersion: Version
+    /// The URL prefixes this version serves offline.
     public var whitelist: [String]
+    /// The share of devices (0–100) allowed to use this version offline.
     public var rollout: Int
+    /// When the version was installed.
     public var installedAt: Date
+    /// How its package arrived: a full download or a patch.
     public var via: UpdateMethod
     /// The version that was active before this one, kept for rollback.
     public var previousVersion: Version?

@@ -18,8 +18,10 @@ import Glibc
 /// Readers resolve `current` once and keep using that directory; writers only ever
 /// add new directories, swap the link with `rename`, and delete under the lock.
 public struct Store: Sendable {
+    /// The root directory, absolute.
     public let root: String
 
+    /// A store over `root` (made absolute); nothing is read or created until used.
     public init(root: String) {
         self.root = FileSystem.absolute(root)
     }

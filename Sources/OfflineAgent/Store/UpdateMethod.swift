@@ -2,5 +2,8 @@ import Foundation
 
 /// How a version arrived.
 public enum UpdateMethod: String, Sendable, Codable {
-    case patch, full
+    /// A bsdiff patch applied to the kept package of the previous version.
+    case patch
+    /// A full package zip.
+    case full
 }

@@ -20,5 +20,6 @@ public struct NetworkSettings: Sendable, Equatable {
     /// finish within this time, however slowly the server trickles bytes.
     public var manifestTimeout: Duration = .seconds(30)
 
+    /// The defaults described on each property.
     public init() {}
 }

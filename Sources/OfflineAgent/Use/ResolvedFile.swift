@@ -6,7 +6,9 @@ import Glibc
 
 /// A URL served from an active package: the file, and what it belongs to.
 public struct ResolvedFile: Sendable, Equatable {
+    /// The app whose whitelist matched.
     public var app: String
+    /// The active version the file belongs to.
     public var version: Version
     /// Absolute path of the file inside the version directory.
     public var path: String

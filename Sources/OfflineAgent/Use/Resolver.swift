@@ -4,11 +4,14 @@ import Foundation
 import Glibc
 #endif
 
-/// Maps whitelisted URLs to files of active versions (PROTOCOL.md, "Using a package").
+/// Maps whitelisted URLs to files of active versions (`docs/PROTOCOL.md`, "Using a package").
 public struct Resolver: Sendable {
+    /// The store whose active versions answer.
     public let store: Store
+    /// The device id that places this device in each app's rollout.
     public let deviceID: String
 
+    /// A resolver over `store` for the device `deviceID` (see `DeviceID.load(root:)`).
     public init(store: Store, deviceID: String) {
         self.store = store
         self.deviceID = deviceID
@@ -44,7 +47,7 @@ public struct Resolver: Sendable {
     }
 
     /// Why the active version `installed` of `app` is not used offline at all, or nil
-    /// when it is: PROTOCOL.md's rules 1 and 2, the kill switch every way of serving a
+    /// when it is: `docs/PROTOCOL.md`'s rules 1 and 2, the kill switch every way of serving a
     /// package applies (`resolve`, and each response of `offline-agent serve`).
     ///
     /// - `belowMiniVersion`: the version is below the higher of its record's `miniVersion`

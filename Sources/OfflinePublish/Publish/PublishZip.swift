@@ -5,7 +5,7 @@ import Glibc
 import OfflineAgent
 #endif
 
-/// Builds packages the way PROTOCOL.md recommends: *stored* entries, names sorted
+/// Builds packages the way `docs/PROTOCOL.md` recommends: *stored* entries, names sorted
 /// by their UTF-8 bytes, one fixed timestamp and fixed attributes, so identical
 /// input gives byte-identical zips and bsdiff patches between versions stay small.
 enum PublishZip {

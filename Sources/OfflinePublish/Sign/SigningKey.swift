@@ -3,7 +3,7 @@ import Foundation
 import OfflineAgent
 
 /// An Ed25519 private key that signs manifests, stored as base64 of its 32 raw bytes
-/// (the format `offline-agent keygen` writes and `--key FILE` reads).
+/// (the format `offline-publish keygen` writes and `--key FILE` reads).
 ///
 /// Wrapping the Crypto type keeps modules that only sign (the reference server)
 /// independent of swift-crypto.
@@ -20,7 +20,7 @@ public struct SigningKey: Sendable {
         key = try ManifestSignature.privateKey(base64: base64)
     }
 
-    /// Reads a key file written by `offline-agent keygen`.
+    /// Reads a key file written by `offline-publish keygen`.
     public init(contentsOfFile path: String) throws {
         let text: String
         do {

@@ -19,7 +19,7 @@ import ServiceLifecycle
 ///   names the version a response came from; `Cache-Control: no-cache` makes the
 ///   browser revalidate, so the load after a swap sees the new version.
 /// - `GET /open?url=<percent-encoded URL>` — 302 to `/<app>/<rest>` (the URL's query
-///   and fragment kept) when PROTOCOL.md's whitelist rules serve the URL offline,
+///   and fragment kept) when `docs/PROTOCOL.md`'s whitelist rules serve the URL offline,
 ///   otherwise 302 to the URL itself. Apps named `open` or `metrics` are still served
 ///   under `/open/…` and `/metrics/…`.
 /// - `GET /session/restore?history=<percent-encoded JSON>` — a page that rebuilds a web
@@ -85,6 +85,7 @@ public struct LocalServer: Sendable {
         /// connection, or a client that stopped reading its response.
         public var idleTimeout: Duration
 
+        /// A configuration; the defaults listen on 127.0.0.1:8421.
         public init(
             root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false,
             maxTrialLaunches: Int? = nil, maxConnections: Int = 256, headerTimeout: Duration = .seconds(10),
@@ -102,6 +103,7 @@ public struct LocalServer: Sendable {
         }
     }
 
+    /// Where the server listens and what it serves.
     public let configuration: Configuration
     /// The server's counters, also served at `/metrics`.
     public let metrics: LocalServerMetrics
@@ -146,7 +148,9 @@ public struct LocalServer: Sendable {
     /// Runs until the task is cancelled or, with `stopOnSignals`, SIGTERM/SIGINT
     /// arrives; in-flight responses finish first (graceful shutdown).
     ///
-    /// - Parameter onListening: called once with the bound host and port.
+    /// - Parameters:
+    ///   - stopOnSignals: also stop gracefully on SIGTERM or SIGINT (for a process that is only the server).
+    ///   - onListening: called once with the bound host and port.
     public func run(
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }

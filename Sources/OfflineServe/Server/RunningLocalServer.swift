@@ -9,7 +9,9 @@ import ServiceLifecycle
 
 /// A package server started with `LocalServer.start()`.
 public final class RunningLocalServer: Sendable {
+    /// The address the server listens on.
     public let host: String
+    /// The server's counters.
     public let metrics: LocalServerMetrics
     private let service: BackgroundService
 
@@ -19,6 +21,7 @@ public final class RunningLocalServer: Sendable {
         self.service = service
     }
 
+    /// The port it listens on (the one picked, when configured with 0).
     public var port: Int { service.port }
 
     /// `http://HOST:PORT`, without a trailing slash.
