@@ -11,7 +11,7 @@ import ServiceLifecycle
 ///
 /// - `GET /manifest?app=NAME&current=VERSION`: a patch manifest when `current` is
 ///   one of the versions the latest has a patch from (the last 3), else the full
-///   package; URLs are relative to the manifest URL (`NAME/1.2.0-1.3.0.bsdiff`).
+///   package, and lists every patch to the latest in `patches`; URLs are relative to the manifest URL (`NAME/1.2.0-1.3.0.bsdiff`).
 ///   `GET /NAME/manifest?current=VERSION` answers the same with URLs beside it.
 ///   Strong ETag from the body, `If-None-Match` → 304, `X-Offline-Signature` with
 ///   a key; 400 for a bad app name or version, 404 for an unknown app.
@@ -20,6 +20,9 @@ import ServiceLifecycle
 ///   `state.json` and anything else is 404.
 /// - `GET /metrics`: this server's counters in the Prometheus text format (see
 ///   `ReferenceServerMetrics`).
+/// - `Cache-Control`: manifests and `.sig` `public, max-age=<manifestMaxAge>`
+///   (revalidated by ETag afterwards); packages and patches, whose names are
+///   versions and never change, `public, max-age=31536000, immutable`; errors `no-store`.
 ///
 /// `state.json` is looked at on every request (one `stat`), so a new publish is
 /// served at once. Full packages are offered gzip-compressed (`compression: gzip`,
@@ -37,16 +40,21 @@ public struct ReferenceServer: Sendable {
         public var signingKey: SigningKey?
         /// How full packages are offered: `.gzip` (the `.zip.gz`) or `.none` (the `.zip`).
         public var fullCompression: Manifest.Compression
+        /// `Cache-Control: max-age` of manifests and `.sig` files, in seconds: how long a
+        /// CDN or proxy may answer for the server, so the longest a new version waits
+        /// behind it. Versioned packages and patches never change and are cached for a year.
+        public var manifestMaxAge: Int
 
         public init(
             directory: String, host: String = "127.0.0.1", port: Int = 8080,
-            signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip
+            signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip, manifestMaxAge: Int = 60
         ) {
             self.directory = directory
             self.host = host
             self.port = port
             self.signingKey = signingKey
             self.fullCompression = fullCompression
+            self.manifestMaxAge = max(0, manifestMaxAge)
         }
     }
 
@@ -88,7 +96,8 @@ public struct ReferenceServer: Sendable {
             fullCompression: configuration.fullCompression)
         let host = configuration.host
         return Application(
-            responder: ReferenceServerResponder(catalog: catalog, logger: logger, metrics: metrics),
+            responder: ReferenceServerResponder(
+                catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)

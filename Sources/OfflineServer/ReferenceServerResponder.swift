@@ -25,6 +25,8 @@ struct ReferenceServerResponder: HTTPResponder {
     let logger: Logger
     /// This server's counters, also served at `GET /metrics`.
     let metrics: ReferenceServerMetrics
+    /// Seconds manifests and `.sig` files may be cached (see `ReferenceServer.Configuration`).
+    var manifestMaxAge = 60
     let fileIO = FileIO()
     /// `X-Offline-Signature` (HTTPField itself is not re-exported by Hummingbird).
     static let signatureField = HTTPFields.Element.Name(ManifestSignature.header)!
@@ -88,7 +90,7 @@ struct ReferenceServerResponder: HTTPResponder {
         guard let rendered = entry.manifest(route: route, current: current) else {
             throw OfflineAgentError(.publish, "no manifest for app '\(app)'")
         }
-        var headers: HTTPFields = [.eTag: rendered.etag, .cacheControl: "no-cache"]
+        var headers: HTTPFields = [.eTag: rendered.etag, .cacheControl: manifestCacheControl]
         if HTTPValidators.noneMatchHits(request.headers[.ifNoneMatch], etag: rendered.etag) {
             return Response(status: .notModified, headers: headers)
         }
@@ -115,6 +117,7 @@ struct ReferenceServerResponder: HTTPResponder {
 
         var headers: HTTPFields = [
             .eTag: etag, .lastModified: lastModified, .acceptRanges: "bytes", .contentType: contentType,
+            .cacheControl: Self.isVersioned(name) ? Self.immutableCacheControl : manifestCacheControl,
         ]
         if HTTPValidators.noneMatchHits(request.headers[.ifNoneMatch], etag: etag) {
             return Response(status: .notModified, headers: headers)
@@ -155,11 +158,25 @@ struct ReferenceServerResponder: HTTPResponder {
         return nil
     }
 
+    // MARK: Caching
+
+    /// Changes with every publish: cached briefly, then revalidated by ETag.
+    var manifestCacheControl: String { "public, max-age=\(manifestMaxAge)" }
+    /// Named by their version(s) and never rewritten: any cache may keep them.
+    static let immutableCacheControl = "public, max-age=31536000, immutable"
+
+    /// Packages and patches, whose names fix their bytes (not `manifest.json`, `.sig`).
+    static func isVersioned(_ name: String) -> Bool {
+        name != Publisher.manifestFile && name != Publisher.signatureFile && contentType(ofServableFile: name) != nil
+    }
+
     // MARK: Responses
 
     static func text(_ status: HTTPResponse.Status, _ text: String, headers: HTTPFields = [:]) -> Response {
         var headers = headers
         headers[.contentType] = "text/plain; charset=utf-8"
+        // An error must not outlive its cause in a CDN (a 404 before the publish finished).
+        headers[.cacheControl] = "no-store"
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
     }
 

@@ -12,6 +12,7 @@ struct ConfigFile: Decodable {
         var publicKeys: [String]?
         var allowUnsigned: Bool?
         var profile: String?
+        var manifestQuery: Bool?
     }
 
     var root: String
@@ -22,10 +23,12 @@ struct ConfigFile: Decodable {
     var profile: String?
     /// Unconfirmed launches a new version may have before it is rolled back.
     var maxTrialLaunches: Int?
+    /// False: request the manifest URL as written, without `app` and `current` (a CDN-cached static manifest).
+    var manifestQuery: Bool?
     var apps: [App]
 
-    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile"]
+    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "apps"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -35,6 +38,8 @@ struct ConfigFile: Decodable {
         var publicKeys: [String]
         var network: NetworkKind?
         var profile: String?
+        /// Nil: as the command line says (appended unless `--no-manifest-query`).
+        var manifestQuery: Bool?
     }
 
     /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s.
@@ -71,7 +76,8 @@ struct ConfigFile: Decodable {
                 throw OfflineAgentError(
                     .usage, "app '\(entry.app)' has no trusted key: give publicKey or publicKeys, or say \"allowUnsigned\": true", path: path)
             }
-            return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile)
+            return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
+                         manifestQuery: entry.manifestQuery ?? file.manifestQuery)
         }
         return (file, entries)
     }

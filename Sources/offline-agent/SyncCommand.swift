@@ -13,12 +13,15 @@ struct SyncCommand: AsyncParsableCommand {
             64 usage; 75 another sync holds the lock.
             With --config FILE, every app listed in the JSON file is synced:
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",
-               "profile": "default", "maxTrialLaunches": 3,
+               "profile": "default", "maxTrialLaunches": 3, "manifestQuery": true,
                "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
             "publicKeys" (a list, for key rotation: a manifest signed by any listed key verifies) may stand beside or instead of \
             "publicKey"; an app's own keys and profile win over the top-level ones, which win over --public-key. An app with no \
             key at all needs "allowUnsigned": true (top level or per app). Unknown keys and wrong types are usage errors \
             (exit 64); `offline-agent check-config FILE` checks a file without touching the network.
+            "manifestQuery": false (top level or per app, like --no-manifest-query) requests the manifest URL exactly as \
+            written, without app and current: use it for a static manifest.json behind a CDN, whose cache the parameters \
+            would split by installed version.
             The apps are checked 4 at a time; their lines come out in the file's order.
             Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
@@ -39,6 +42,8 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
     @Option(help: "Launches a new version may have unconfirmed before it is rolled back (default 3; 0: never).")
     var maxTrialLaunches: Int?
+    @Flag(help: "Request the manifest URL as written, without the app and current query parameters (a static manifest behind a CDN).")
+    var noManifestQuery = false
 
     func validate() throws {
         if config == nil {
@@ -75,7 +80,8 @@ struct SyncCommand: AsyncParsableCommand {
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,
-                            options: SyncOptions(force: force, publicKeys: job.publicKeys, network: job.network, profile: job.profile))
+                            options: SyncOptions(force: force, publicKeys: job.publicKeys, network: job.network, profile: job.profile,
+                                                 manifestQuery: job.manifestQuery))
             }
             // The batch's own events: the stream ends with the batch, so every line is drawn.
             let sync = agent.startSync(requests, concurrency: Self.concurrency)
@@ -103,6 +109,7 @@ struct SyncCommand: AsyncParsableCommand {
         var network: NetworkKind
         var profile: String
         var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
+        var manifestQuery = true
     }
 
     /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
@@ -125,13 +132,14 @@ struct SyncCommand: AsyncParsableCommand {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
             return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network, profile: profile,
-                        maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches)]
+                        maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, manifestQuery: !noManifestQuery)]
         }
         let (file, entries) = try ConfigFile.load(config, fallbackKeys: try commandLineKeys())
         return entries.map { entry in
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
                 network: entry.network ?? network, profile: entry.profile ?? profile,
-                maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches)
+                maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches,
+                manifestQuery: entry.manifestQuery ?? !noManifestQuery)
         }
     }
 }

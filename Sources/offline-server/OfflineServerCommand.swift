@@ -26,6 +26,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
     @Option(help: "Port to bind; 0 picks a free one.") var port = 8080
     @Option(help: "Ed25519 private key file: sign every manifest (X-Offline-Signature).") var key: String?
     @Option(help: "How full packages are offered: gzip (the .zip.gz) or none (the .zip).") var compression = "gzip"
+    @Option(help: "Seconds a CDN or proxy may cache manifests and .sig files (Cache-Control max-age); packages and patches are immutable.")
+    var manifestMaxAge = 60
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
 
     func run() async throws {
@@ -33,6 +35,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
         guard let fullCompression = Manifest.Compression(rawValue: compression) else {
             throw ValidationError("compression must be 'gzip' or 'none'")
         }
+        guard manifestMaxAge >= 0 else { throw ValidationError("--manifest-max-age must be 0 or more") }
         guard FileManager.default.fileExists(atPath: dir) else { throw ValidationError("no such directory: \(dir)") }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -47,7 +50,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
             throw ExitCode(64)
         }
         let server = ReferenceServer(
-            configuration: .init(directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression),
+            configuration: .init(directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression,
+                                  manifestMaxAge: manifestMaxAge),
             logger: Logger(label: "offline-server"))
         try await server.run(stopOnSignals: true) { host, port in
             // Written unbuffered: a parent process waits for this line to learn the port.

@@ -312,7 +312,8 @@ public actor Agent {
         let etag = check.etagCurrent == (installed?.version.description ?? "") ? check.etag : nil
         let response: ManifestResponse
         do {
-            response = try await client.fetch(base: manifestURL, app: app, current: installed?.version, etag: etag, now: now)
+            response = try await client.fetch(
+                base: manifestURL, app: app, current: installed?.version, etag: etag, now: now, appendQuery: options.manifestQuery)
         } catch {
             // The answer we cached an ETag for may be gone: ask afresh next time.
             check.etag = nil

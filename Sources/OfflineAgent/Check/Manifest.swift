@@ -41,6 +41,9 @@ public struct Manifest: Sendable, Equatable, Codable {
     public var expires: Date?
     /// Transport compression of the full-package file.
     public var compression: Compression
+    /// Patches to `version` from recent versions (a static manifest's deltas); the
+    /// agent takes the one whose `baseVersion` is installed. Empty when not given.
+    public var patches: [ManifestPatch]
 
     /// A manifest with every field given; `Manifest.decode` is what checks a server's manifest.
     public init(
@@ -48,7 +51,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         url: String, size: Int64, sha256: String, packageSha256: String,
         fullUrl: String? = nil, fullSize: Int64? = nil, fullSha256: String? = nil,
         whitelist: [String], networkType: NetworkType = .any, rollout: Int = 100,
-        expires: Date? = nil, compression: Compression = .none
+        expires: Date? = nil, compression: Compression = .none, patches: [ManifestPatch] = []
     ) {
         self.app = app
         self.version = version
@@ -67,11 +70,12 @@ public struct Manifest: Sendable, Equatable, Codable {
         self.rollout = rollout
         self.expires = expires
         self.compression = compression
+        self.patches = patches
     }
 
     enum CodingKeys: String, CodingKey {
         case app, version, miniVersion, isPatch, baseVersion, url, size, sha256, packageSha256
-        case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression
+        case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression, patches
     }
 
     /// Decodes the wire form (see `Manifest.decode` for the strict checks a server's bytes get).
@@ -93,6 +97,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         networkType = try c.decodeIfPresent(NetworkType.self, forKey: .networkType) ?? .any
         rollout = try c.decodeIfPresent(Int.self, forKey: .rollout) ?? 100
         compression = try c.decodeIfPresent(Compression.self, forKey: .compression) ?? .none
+        patches = try c.decodeIfPresent([ManifestPatch].self, forKey: .patches) ?? []
         if let text = try c.decodeIfPresent(String.self, forKey: .expires) {
             guard let date = RFC3339.date(from: text) else {
                 throw DecodingError.dataCorruptedError(forKey: .expires, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
@@ -123,6 +128,8 @@ public struct Manifest: Sendable, Equatable, Codable {
         try c.encode(rollout, forKey: .rollout)
         try c.encodeIfPresent(expires.map(RFC3339.string(from:)), forKey: .expires)
         if compression != .none { try c.encode(compression, forKey: .compression) }
+        // Absent rather than empty: manifests without patches keep their bytes (and ETags, signatures).
+        if !patches.isEmpty { try c.encode(patches, forKey: .patches) }
     }
 
     /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
@@ -160,7 +167,8 @@ public struct Manifest: Sendable, Equatable, Codable {
             networkType: fields.optional("networkType", fields.networkType) ?? .any,
             rollout: fields.optional("rollout", fields.rollout) ?? 100,
             expires: fields.optional("expires", fields.time),
-            compression: fields.optional("compression", fields.compression) ?? .none)
+            compression: fields.optional("compression", fields.compression) ?? .none,
+            patches: fields.optional("patches", fields.patches) ?? [])
         try manifest.checkFields()
         return manifest
     }
@@ -183,6 +191,47 @@ public struct Manifest: Sendable, Equatable, Codable {
         } else if compression == .none, sha256 != packageSha256 {
             throw fail("sha256 must equal packageSha256 for an uncompressed full package")
         }
+        try checkPatches(fail)
+    }
+
+    /// The `patches` list: bounded, each entry well formed and below `version`, one
+    /// entry per base (`1.0` and `1.0.0` are one base), and an entry for the top-level
+    /// patch's base naming the same file, so that the body means one thing.
+    private func checkPatches(_ fail: (String) -> OfflineAgentError) throws {
+        guard patches.count <= ManifestPatch.maxCount else { throw fail(ManifestFields.rule("patches")) }
+        var seen: [Version] = []
+        for (index, patch) in patches.enumerated() {
+            let name = "patches[\(index)]"
+            guard patch.size >= 0 else { throw fail("\(name): " + ManifestFields.rule("size")) }
+            guard SHA256Hex.isValid(patch.sha256) else { throw fail("\(name): " + ManifestFields.rule("sha256")) }
+            guard ManifestFields.isFileURL(patch.url) else { throw fail("\(name): " + ManifestFields.rule("url")) }
+            guard patch.baseVersion < version else {
+                throw fail("\(name): baseVersion \(patch.baseVersion) is not below version \(version)")
+            }
+            guard !seen.contains(patch.baseVersion) else {
+                throw fail("\(name): baseVersion \(patch.baseVersion) is listed twice")
+            }
+            seen.append(patch.baseVersion)
+            if isPatch, patch.baseVersion == baseVersion, patch.sha256 != sha256 || patch.size != size {
+                throw fail("\(name): the patch from \(patch.baseVersion) differs from the top-level one")
+            }
+        }
+    }
+
+    /// The patch to download for `installed`: the top-level one (`isPatch`) when its
+    /// base is installed, else the `patches` entry for it; nil means the full package.
+    public func patch(from installed: Version?) -> ManifestPatch? {
+        guard let installed else { return nil }
+        if isPatch, let baseVersion, baseVersion == installed {
+            return ManifestPatch(baseVersion: baseVersion, url: url, size: size, sha256: sha256)
+        }
+        return patches.first { $0.baseVersion == installed }
+    }
+
+    /// The full package file: `url` for a full manifest, `fullUrl` for a patch one.
+    /// `sha256` is nil when the manifest gives no hash of that very file.
+    public var fullFile: (url: String, size: Int64, sha256: String?) {
+        isPatch ? (fullUrl ?? "", fullSize ?? 0, fullSha256) : (url, size, sha256)
     }
 
     /// The device-dependent rules: right app, not expired, strictly newer than what is installed.

@@ -14,15 +14,25 @@ struct ManifestClient: Sendable {
     /// Trusted keys; when any is set, the manifest must verify with one of them.
     let publicKeys: [Curve25519.Signing.PublicKey]
 
-    /// The manifest URL with `app` and `current` appended after any query it already has.
-    static func requestURL(_ base: URL, app: String, current: Version?) throws -> URL {
+    /// The manifest URL with `app` and `current` appended after any query it already
+    /// has, or (`appendQuery` false, for a CDN whose cache the parameters would split)
+    /// the URL exactly as configured.
+    ///
+    /// The URL's own query is kept byte for byte, once: decoding and re-encoding its
+    /// items could change what a signed or cache-keyed URL says.
+    static func requestURL(_ base: URL, app: String, current: Version?, appendQuery: Bool = true) throws -> URL {
         guard var components = URLComponents(url: base, resolvingAgainstBaseURL: true) else {
             throw OfflineAgentError(.usage, "invalid manifest URL", path: base.absoluteString)
         }
-        var items = components.queryItems ?? []
-        items.append(URLQueryItem(name: "app", value: app))
-        items.append(URLQueryItem(name: "current", value: current?.description ?? ""))
-        components.queryItems = items
+        guard appendQuery else { return base.absoluteURL }
+        var ours = URLComponents()
+        ours.queryItems = [URLQueryItem(name: "app", value: app), URLQueryItem(name: "current", value: current?.description ?? "")]
+        let added = ours.percentEncodedQuery ?? ""
+        if let existing = components.percentEncodedQuery, !existing.isEmpty {
+            components.percentEncodedQuery = existing + (existing.hasSuffix("&") ? "" : "&") + added
+        } else {
+            components.percentEncodedQuery = added
+        }
         guard let url = components.url else {
             throw OfflineAgentError(.usage, "invalid manifest URL", path: base.absoluteString)
         }
@@ -30,8 +40,10 @@ struct ManifestClient: Sendable {
     }
 
     /// The whole exchange, `.sig` included, ends within `settings.manifestTimeout` (`.timeout`).
-    func fetch(base: URL, app: String, current: Version?, etag: String?, now: Date = Date()) async throws -> ManifestResponse {
-        let url = try Self.requestURL(base, app: app, current: current)
+    func fetch(
+        base: URL, app: String, current: Version?, etag: String?, now: Date = Date(), appendQuery: Bool = true
+    ) async throws -> ManifestResponse {
+        let url = try Self.requestURL(base, app: app, current: current, appendQuery: appendQuery)
         let limit = fetcher.settings.manifestTimeout
         return try await Deadline.run(within: limit, expired: {
             OfflineAgentError(.manifest, "manifest exchange did not finish within \(Deadline.describe(limit))", cause: .timeout, path: url.absoluteString)

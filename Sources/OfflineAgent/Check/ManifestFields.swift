@@ -27,6 +27,7 @@ struct ManifestFields {
         case "rollout": "rollout must be an integer 0…100"
         case "expires": "expires must be an RFC 3339 time"
         case "compression": "compression must be \"none\" or \"gzip\""
+        case "patches": "patches must be an array of at most \(ManifestPatch.maxCount) objects {baseVersion, url, size, sha256}"
         default: "\(field) is invalid"
         }
     }
@@ -107,6 +108,25 @@ struct ManifestFields {
     func compression(_ field: String) throws -> Manifest.Compression {
         guard let compression = Manifest.Compression(rawValue: try text(field)) else { throw invalid(field) }
         return compression
+    }
+
+    /// Each entry is read with the same field rules as the top level; an error names
+    /// the entry (`patches[1]: size must be an integer …`).
+    func patches(_ field: String) throws -> [ManifestPatch] {
+        guard case .array(let elements) = try required(field), elements.count <= ManifestPatch.maxCount else {
+            throw invalid(field)
+        }
+        return try elements.enumerated().map { index, element in
+            guard case .object(let object) = element else { throw invalid(field) }
+            let entry = ManifestFields(object)
+            do {
+                return ManifestPatch(
+                    baseVersion: try entry.version("baseVersion"), url: try entry.url("url"),
+                    size: try entry.size("size"), sha256: try entry.sha256("sha256"))
+            } catch let error as OfflineAgentError {
+                throw OfflineAgentError(.manifest, "\(field)[\(index)]: \(error.reason)", cause: .manifestInvalid)
+            }
+        }
     }
 
     func time(_ field: String) throws -> Date {

@@ -32,6 +32,9 @@ struct Updater: Sendable {
     /// and the downloads GC keeps it while the manifest names it, so the next run installs it.
     private var verifiedPath: String { "\(store.downloadsDirectory(app))/\(manifest.packageSha256)" }
 
+    /// The patch for the installed version: the top-level one or a `patches` entry.
+    private var patchOffer: ManifestPatch? { manifest.patch(from: installed?.version) }
+
     func run() async throws -> Outcome {
         if let refused = RefusedPackages.load(store, app: app).match(manifest) {
             throw OfflineAgentError(
@@ -41,14 +44,15 @@ struct Updater: Sendable {
         }
         try checkDeclaredSizes()
         if let kept = try await reusablePackage() {
-            let record = try await install(kept, via: manifest.isPatch ? .patch : .full)
+            let record = try await install(kept, via: patchOffer != nil ? .patch : .full)
             return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
         }
         var fallbackReason: String?
         var patchHashMismatch = false
-        if manifest.isPatch {
+        // A top-level patch from another base still goes this way: its refusal is the fallback reason.
+        if manifest.isPatch || patchOffer != nil {
             do {
-                let package = try await viaPatch()
+                let package = try await viaPatch(patchOffer)
                 let record = try await install(package, via: .patch)
                 return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
             } catch let error as OfflineAgentError where (error.code == .patch || error.code == .download) && error.cause != .cancelled {
@@ -91,8 +95,8 @@ struct Updater: Sendable {
 
     // MARK: - Patch
 
-    private func viaPatch() async throws -> String {
-        guard let installed, let base = manifest.baseVersion, base == installed.version else {
+    private func viaPatch(_ offer: ManifestPatch?) async throws -> String {
+        guard let installed, let offer else {
             throw OfflineAgentError(.patch, "patch is from \(manifest.baseVersion?.description ?? "?"), installed is \(installed?.version.description ?? "nothing")")
         }
         let store = self.store, app = self.app
@@ -101,13 +105,13 @@ struct Updater: Sendable {
         }
         let oldSize = FileSystem.fileSize(old) ?? 0
         // Patch + the new package (about the old one's size) + its extraction.
-        let packageEstimate = max(oldSize, manifest.compression == .none ? manifest.fullSize ?? 0 : 0)
-        try checkDiskSpace(needed: try Self.sum(manifest.size, try Self.product(packageEstimate, 2)))
-        let target = try self.target(url: manifest.url, size: manifest.size, sha256: manifest.sha256)
+        let packageEstimate = max(oldSize, manifest.compression == .none ? manifest.fullFile.size : 0)
+        try checkDiskSpace(needed: try Self.sum(offer.size, try Self.product(packageEstimate, 2)))
+        let target = try self.target(url: offer.url, size: offer.size, sha256: offer.sha256)
         let patch = try await download(target)
         progress(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
         let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
-        let expected: Int64? = manifest.compression == .none ? manifest.fullSize : nil
+        let expected: Int64? = manifest.compression == .none ? manifest.fullFile.size : nil
         let maxPackageBytes = configuration.maxPackageBytes
         do {
             try await pool.run(.patch) {
@@ -140,9 +144,7 @@ struct Updater: Sendable {
     // MARK: - Full
 
     private func viaFull() async throws -> String {
-        let (url, size, sha256) = manifest.isPatch
-            ? (manifest.fullUrl ?? "", manifest.fullSize ?? 0, manifest.fullSha256)
-            : (manifest.url, manifest.size, manifest.sha256)
+        let (url, size, sha256) = manifest.fullFile
         let compressed = manifest.compression == .gzip
         // A gzip package expands: estimate 4× its size, or the installed package's size if larger.
         let packageEstimate = compressed
@@ -227,6 +229,8 @@ struct Updater: Sendable {
         let cap = configuration.maxPackageBytes
         var declared: [(field: String, size: Int64, url: String)] = [("size", manifest.size, manifest.url)]
         if manifest.isPatch, let fullSize = manifest.fullSize { declared.append(("fullSize", fullSize, manifest.fullUrl ?? "")) }
+        // Only the patch this device would take: other bases' entries are never requested here.
+        if let offer = patchOffer { declared.append(("the patch from \(offer.baseVersion): size", offer.size, offer.url)) }
         for (field, size, url) in declared where size < 0 || size > cap {
             throw OfflineAgentError(.download, "\(field) of \(size) bytes exceeds the cap of \(cap)", cause: .tooLarge, path: url)
         }

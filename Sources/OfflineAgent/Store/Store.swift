@@ -114,6 +114,8 @@ public struct Store: Sendable {
         let keep: Set<String>? = plan.map { manifest in
             guard manifest.version != installed else { return [] }
             var keys = Set([manifest.sha256, manifest.packageSha256] + [manifest.fullSha256].compactMap { $0 })
+            // A partial patch from the `patches` list resumes like the top-level one.
+            keys.formUnion(manifest.patches.map(\.sha256))
             // A compressed package without its own hash is kept under a name derived from its URL.
             for url in [manifest.url, manifest.fullUrl].compactMap({ $0 }) {
                 if let resolved = URL(string: url, relativeTo: manifestURL)?.absoluteURL {

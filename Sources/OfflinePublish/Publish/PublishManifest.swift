@@ -15,6 +15,9 @@ public enum PublishManifest {
     ///   - fullCompression: `.gzip` describes full packages by their `.zip.gz`
     ///     (`compression: gzip`), `.none` by the plain `.zip`.
     ///   - offerPatch: false always describes the full package (the static form).
+    ///
+    /// Either way the manifest lists every patch to `latest` in `patches`, so a device
+    /// that was not asked about (a static manifest, a CDN-cached one) still finds its own.
     /// - Returns: nil when the state has no release for `latest` (never for a checked state).
     public static func manifest(
         from state: PublishState, current: Version?, fileURLPrefix: String,
@@ -29,7 +32,10 @@ public enum PublishManifest {
             app: state.app, version: state.latest, miniVersion: state.miniVersion, isPatch: false,
             url: full.url, size: full.size, sha256: full.sha256, packageSha256: release.sha256,
             whitelist: state.whitelist, networkType: state.networkType, rollout: state.rollout,
-            expires: state.expires.flatMap(RFC3339.date(from:)), compression: fullCompression)
+            expires: state.expires.flatMap(RFC3339.date(from:)), compression: fullCompression,
+            patches: state.patches.filter { $0.to == state.latest }.map {
+                ManifestPatch(baseVersion: $0.from, url: fileURLPrefix + $0.file, size: $0.size, sha256: $0.sha256)
+            })
         if offerPatch, let current, let patch = state.patches.first(where: { $0.from == current && $0.to == state.latest }) {
             manifest.isPatch = true
             manifest.baseVersion = patch.from
