@@ -42,9 +42,9 @@ struct BlockingWorkTests {
         let sha = PackageFixture.sha256(package)
         h.origin.setManifest(h.full("1.0.0", ["url": "files/large.zip", "size": package.count, "sha256": sha, "packageSha256": sha]))
 
-        // Once the download is complete, every cooperative thread but the sync's is
-        // occupied by a test task that blocks (bounded), until the install ends: the sync
-        // and the probe then share the last thread. Extraction on a cooperative thread
+        // When extraction starts, every cooperative thread but the sync's is occupied by
+        // a test task that blocks (bounded) until the install ends: the sync and the
+        // probe then share the last thread. Extraction on a cooperative thread
         // would hold it until the install ends, and the probe could not run. The window is
         // kept short: other suites run in this process too.
         let width = max(1, ProcessInfo.processInfo.activeProcessorCount)
@@ -55,7 +55,7 @@ struct BlockingWorkTests {
         let releaseHogs: @Sendable () -> Void = { for _ in 0..<hogs.value { release.signal() } }
         let report = await h.agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)) { event in
             switch event.phase {
-            case .downloading where event.completed == event.total && event.total > 0 && hogs.value == 0:
+            case .extracting:
                 for _ in 0..<(width - 1) {
                     hogs.add()
                     Task.detached {
@@ -64,7 +64,6 @@ struct BlockingWorkTests {
                     }
                 }
                 for _ in 0..<(width - 1) { _ = started.wait(timeout: .now() + 30) }
-            case .extracting:
                 Task.detached { probe.run() }
             case .installing:
                 probe.installing()
