@@ -42,7 +42,7 @@ src=Sources/OfflineAgent
     $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Agent/OfflineAgentError.swift \
     -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
-    $src/Check/{Manifest,ManifestFields,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
+    $src/Check/{Manifest,ManifestFields,ManifestPatch,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
     -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \
     $src/Cookies/{SetCookie,CookieDate,Cookie,Cookie+WellFormed,CookieURL,PublicSuffixList}.swift -o "$out/setcookie"
