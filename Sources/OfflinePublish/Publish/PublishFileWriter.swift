@@ -48,7 +48,7 @@ final class PublishFileWriter {
     func finish() throws -> PublishedFile {
         defer { close(fd); fd = -1 }
         guard fsync(fd) == 0 else { throw OfflineAgentError(.publish, "cannot flush file", path: path, underlying: POSIXFailure("fsync")) }
-        return PublishedFile(size: count, sha256: hasher.finalize().map { String(format: "%02x", $0) }.joined())
+        return PublishedFile(size: count, sha256: hasher.finalize().hex)
     }
 
     /// The size and SHA-256 of an existing file, read in chunks.
@@ -67,6 +67,6 @@ final class PublishFileWriter {
         } catch {
             throw OfflineAgentError(.publish, "cannot read file", path: path)
         }
-        return PublishedFile(size: count, sha256: hasher.finalize().map { String(format: "%02x", $0) }.joined())
+        return PublishedFile(size: count, sha256: hasher.finalize().hex)
     }
 }
