@@ -1,5 +1,6 @@
 import OfflineAgent
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -66,14 +67,12 @@ package final class ScriptedServer: @unchecked Sendable {
     package let port: Int
     private let listener: Int32
     private let handler: Handler
-    private let lock = NSLock()
-    private var log: [Request] = []
-    private var stopped = false
+    private let state = Mutex((log: [Request](), stopped: false))
 
     package var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// Requests seen so far, in order.
-    package var requests: [Request] { lock.withLock { log } }
+    package var requests: [Request] { state.withLock { $0.log } }
 
     package init(_ handler: @escaping Handler) throws {
         self.handler = handler
@@ -99,9 +98,9 @@ package final class ScriptedServer: @unchecked Sendable {
 
     /// Stops accepting; safe to call more than once (a second close could hit a reused descriptor).
     package func stop() {
-        let first = lock.withLock {
-            defer { stopped = true }
-            return !stopped
+        let first = state.withLock { state in
+            defer { state.stopped = true }
+            return !state.stopped
         }
         guard first else { return }
         shutdown(listener, Int32(SHUT_RDWR))
@@ -114,7 +113,7 @@ package final class ScriptedServer: @unchecked Sendable {
         while true {
             let client = accept(listener, nil, nil)
             if client < 0 {
-                if lock.withLock({ stopped }) { return }
+                if state.withLock({ $0.stopped }) { return }
                 continue
             }
             Thread.detachNewThread { [self] in serve(client) }
@@ -127,7 +126,7 @@ package final class ScriptedServer: @unchecked Sendable {
         var buffer: [UInt8] = []
         while true {
             guard let request = readRequest(fd, &buffer) else { return }
-            lock.withLock { log.append(request) }
+            state.withLock { $0.log.append(request) }
             let reply = handler(request)
             var head = "HTTP/1.1 \(reply.status) X\r\n"
             var hasLength = false

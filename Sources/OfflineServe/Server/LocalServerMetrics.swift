@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
+import Synchronization
 
 /// Counters of the loopback package server, exposed at `GET /metrics` in the
 /// Prometheus text format (version 0.0.4). Thread-safe; every count but the open-connection gauge only grows.
@@ -18,7 +19,7 @@ import OfflineAgent
 ///   because `maxConnections` were open.
 /// - `offline_agent_timed_out_connections_total{timeout}` — connections closed by the
 ///   `header` or `idle` timeout.
-public final class LocalServerMetrics: @unchecked Sendable {
+public final class LocalServerMetrics: Sendable {
     private struct FallbackKey: Hashable {
         var app: String
         var reason: FallbackReason
@@ -29,125 +30,127 @@ public final class LocalServerMetrics: @unchecked Sendable {
         var code: Int
     }
 
-    private let lock = NSLock()
-    private var hits: [String: Int] = [:]
-    private var fallbacks: [FallbackKey: Int] = [:]
-    private var files: [FileKey: Int] = [:]
-    private var forbidden = 0
-    private var refused = 0
-    private var open = 0
-    private var timeouts: [LocalConnectionTimeout: Int] = [:]
+    private struct Counters {
+        var hits: [String: Int] = [:]
+        var fallbacks: [FallbackKey: Int] = [:]
+        var files: [FileKey: Int] = [:]
+        var forbidden = 0
+        var refused = 0
+        var open = 0
+        var timeouts: [LocalConnectionTimeout: Int] = [:]
+    }
+
+    private let counters = Mutex(Counters())
 
     public init() {}
 
     /// Counts one `/open` resolution.
     public func recordOpen(_ resolution: Resolution) {
-        lock.lock()
-        defer { lock.unlock() }
-        switch resolution {
-        case .file(let file):
-            hits[file.app, default: 0] += 1
-        case .network(let reason, let app):
-            fallbacks[FallbackKey(app: app ?? "", reason: reason), default: 0] += 1
+        counters.withLock { c in
+            switch resolution {
+            case .file(let file):
+                c.hits[file.app, default: 0] += 1
+            case .network(let reason, let app):
+                c.fallbacks[FallbackKey(app: app ?? "", reason: reason), default: 0] += 1
+            }
         }
     }
 
     /// Counts one request under `/<app>/` the kill switch sent to the network.
     func recordFallback(app: String, reason: FallbackReason) {
-        lock.lock()
-        fallbacks[FallbackKey(app: app, reason: reason), default: 0] += 1
-        lock.unlock()
+        counters.withLock { c in
+            c.fallbacks[FallbackKey(app: app, reason: reason), default: 0] += 1
+        }
     }
 
     /// Counts a connection given a slot, or (`opened` false) its slot given back.
     func recordConnection(opened: Bool) {
-        lock.lock()
-        open += opened ? 1 : -1
-        lock.unlock()
+        counters.withLock { c in
+            c.open += opened ? 1 : -1
+        }
     }
 
     /// Counts one connection refused because `maxConnections` were open.
     func recordRefusedConnection() {
-        lock.lock()
-        refused += 1
-        lock.unlock()
+        counters.withLock { c in
+            c.refused += 1
+        }
     }
 
     /// Counts one connection closed by the header or idle timeout.
     func recordTimeout(_ kind: LocalConnectionTimeout) {
-        lock.lock()
-        timeouts[kind, default: 0] += 1
-        lock.unlock()
+        counters.withLock { c in
+            c.timeouts[kind, default: 0] += 1
+        }
     }
 
     /// Counts one response under `/<app>/`.
     func recordFile(app: String, code: Int) {
-        lock.lock()
-        files[FileKey(app: app, code: code), default: 0] += 1
-        lock.unlock()
+        counters.withLock { c in
+            c.files[FileKey(app: app, code: code), default: 0] += 1
+        }
     }
 
     func recordForbiddenHost() {
-        lock.lock()
-        forbidden += 1
-        lock.unlock()
+        counters.withLock { c in
+            c.forbidden += 1
+        }
     }
 
     /// `/open` URLs of `app` served offline.
     public func offlineHits(app: String) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return hits[app] ?? 0
+        counters.withLock { c in
+            return c.hits[app] ?? 0
+        }
     }
 
     /// `/open` URLs sent to the network for `reason`; `app` nil or empty for "no app matched".
     public func networkFallbacks(app: String?, reason: FallbackReason) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return fallbacks[FallbackKey(app: app ?? "", reason: reason)] ?? 0
+        counters.withLock { c in
+            return c.fallbacks[FallbackKey(app: app ?? "", reason: reason)] ?? 0
+        }
     }
 
     /// Responses under `/<app>/` with status `code`.
     public func fileResponses(app: String, code: Int) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return files[FileKey(app: app, code: code)] ?? 0
+        counters.withLock { c in
+            return c.files[FileKey(app: app, code: code)] ?? 0
+        }
     }
 
     /// Requests refused with 403 for their `Host` header.
     public var forbiddenHosts: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return forbidden
+        counters.withLock { c in
+            return c.forbidden
+        }
     }
 
     /// Connections open now (each holding one of `maxConnections` slots).
     public var openConnections: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return open
+        counters.withLock { c in
+            return c.open
+        }
     }
 
     /// Connections closed at once because `maxConnections` were already open.
     public var refusedConnections: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return refused
+        counters.withLock { c in
+            return c.refused
+        }
     }
 
     /// Connections closed by a timeout of `kind`.
     public func timedOutConnections(_ kind: LocalConnectionTimeout) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return timeouts[kind] ?? 0
+        counters.withLock { c in
+            return c.timeouts[kind] ?? 0
+        }
     }
 
     /// The Prometheus text exposition of every counter, lines sorted for stable output.
     public func prometheusText() -> String {
-        lock.lock()
-        let hits = self.hits, fallbacks = self.fallbacks, files = self.files, forbidden = self.forbidden
-        let refused = self.refused, timeouts = self.timeouts, open = self.open
-        lock.unlock()
+        let (hits, fallbacks, files, forbidden, refused, timeouts, open) = counters.withLock { c in
+            (c.hits, c.fallbacks, c.files, c.forbidden, c.refused, c.timeouts, c.open)
+        }
 
         var out = ""
         out += "# HELP offline_agent_offline_hits_total URLs opened through /open and served from an offline package.\n"
@@ -184,7 +187,6 @@ public final class LocalServerMetrics: @unchecked Sendable {
 
     /// Label values: backslash, quote and newline escaped (app names never need it).
     private static func escape(_ value: String) -> String {
-        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-            .replacingOccurrences(of: "\n", with: "\\n")
+        value.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"").replacing("\n", with: "\\n")
     }
 }
