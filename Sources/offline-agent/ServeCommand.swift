@@ -1,10 +1,10 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Logging
 import OfflineAgent
 import OfflineServe
 #if canImport(Glibc)
-import Glibc
+@preconcurrency import Glibc
 #endif
 
 struct ServeCommand: AsyncParsableCommand {
@@ -72,8 +72,9 @@ struct ServeCommand: AsyncParsableCommand {
             do {
                 try await server.run(stopOnSignals: true) { host, port in
                     let shown = host.contains(":") ? "[\(host)]" : host
-                    // Unbuffered: a parent reading the pipe sees the line at once.
-                    FileHandle.standardOutput.write(Data("listening on http://\(shown):\(port)\n".utf8))
+                    // Flushed: a parent reading the pipe sees the line at once.
+                    fputs("listening on http://\(shown):\(port)\n", stdout)
+                    fflush(stdout)
                 }
             } catch let error as OfflineAgentError {
                 throw error

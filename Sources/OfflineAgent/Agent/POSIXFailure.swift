@@ -1,14 +1,21 @@
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// An `errno` value with its message, usable as an underlying cause.
 public struct POSIXFailure: Error, Sendable, CustomStringConvertible {
     public let errno: Int32
     public let operation: String
 
-    public init(_ operation: String, errno: Int32 = Foundation.errno) {
+    public init(_ operation: String, errno: Int32 = currentErrno) {
         self.operation = operation
         self.errno = errno
     }
 
     public var description: String { "\(operation): \(String(cString: strerror(errno)))" }
 }
+
+/// `errno` under a name the initialiser's `errno` parameter doesn't shadow.
+@usableFromInline var currentErrno: Int32 { errno }

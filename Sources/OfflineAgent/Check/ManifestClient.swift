@@ -1,6 +1,6 @@
 import AsyncHTTPClient
 import Crypto
-import Foundation
+import FoundationEssentials
 import NIOCore
 
 /// Fetches a manifest per PROTOCOL.md: query parameters, ETag, body cap, signature.

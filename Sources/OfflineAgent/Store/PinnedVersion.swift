@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An active version held for reading: garbage collection leaves its directory alone
 /// until the value is released, so a response started before a swap finishes from

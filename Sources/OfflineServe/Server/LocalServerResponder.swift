@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import OfflineAgent
@@ -151,7 +151,7 @@ struct LocalServerResponder: HTTPResponder {
     private func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
         let app = pinned.app
         guard let entry = files.resolve(rest, in: pinned.directory) else {
-            if rest.removingPercentEncoding == nil {
+            if rest.percentDecoded == nil {
                 metrics.recordFile(app: app, code: 400)
                 return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
             }
