@@ -1,11 +1,16 @@
 extension String {
-    /// The text without leading and trailing white space and line breaks: Foundation's
-    /// `trimmingCharacters(in: .whitespacesAndNewlines)` (Unicode `White_Space` is the same
-    /// set as its Z* + U+0009–U+000D + U+0085), without Foundation.
+    /// The text without leading and trailing white space and line breaks, as Foundation's
+    /// `trimmingCharacters(in: .whitespacesAndNewlines)` (not in FoundationEssentials):
+    /// Unicode `White_Space` (Z*, U+0009–U+000D, U+0085) plus U+200B, which Foundation's
+    /// set also holds.
     package func trimmingWhitespace() -> String {
         let scalars = unicodeScalars
-        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }) else { return "" }
-        let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })!
+        guard let first = scalars.firstIndex(where: { !Self.isWhitespace($0) }) else { return "" }
+        let last = scalars.lastIndex(where: { !Self.isWhitespace($0) })!
         return String(scalars[first...last])
+    }
+
+    private static func isWhitespace(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.properties.isWhitespace || scalar == "\u{200B}"
     }
 }
