@@ -3,7 +3,7 @@
 # extract` vs Info-ZIP unzip, on real web front ends (streamlit + bokeh static
 # dirs from PyPI wheels).  See bench/README.md.
 #
-#   bench/run.sh [all|prepare|patch|extract]...     (default: all)
+#   bench/run.sh [all|prepare|footprint|patch|extract|sync]...     (default: all)
 #
 # Environment:
 #   OURS=/path/to/offline-agent   binary under test (default .build/release/offline-agent;
@@ -41,8 +41,11 @@ T_PATCH_RSS_MB=40       # our peak RSS, small and large package
 T_PATCH_FLAT_MB=4       # |RSS(large) - RSS(small)|
 T_EXTRACT_TIME=0.8      # ours/unzip wall time
 T_EXTRACT_RSS_MB=32     # our peak RSS
+T_SIZE_MB=25            # the stripped, statically linked device binary
+T_NOOP_MS=5             # throttled no-op `sync` wall time (median)
+T_SERVE_RSS_MB=15       # `serve` RSS, idle after startup and one request
 
-SECTIONS=(patch extract sync)   # what `all` runs, in order (after build + prepare)
+SECTIONS=(footprint patch extract sync)   # what `all` runs, in order (after build; prepare when needed)
 
 # --------------------------------------------------------------------------
 # helpers
@@ -413,11 +416,10 @@ section_extract() {
 # section: sync — a patch update end to end through `offline-agent sync` (manifest,
 # download, bspatch, sha256, extraction, fsyncs, atomic swap) against the unsafe
 # by-hand chain curl + bspatch + sha256sum + unzip on the same files, both fetching
-# from one nginx on 127.0.0.1; and the throttled no-op cron runs most of the time.
+# from one nginx on 127.0.0.1. (The throttled no-op is in `footprint`.)
 # --------------------------------------------------------------------------
 T_SYNC_TIME=1.2         # ours/(curl+bspatch+sha256sum+unzip) wall time
 T_SYNC_RSS_MB=48        # our peak RSS
-T_SYNC_NOOP_MS=20       # throttled no-op sync wall time
 S_DIR="" S_URL=""
 
 sync_start_nginx() {
@@ -444,7 +446,7 @@ CONF
   S_NGINX=$!
   S_URL="http://127.0.0.1:$port"
   local i
-  for ((i = 0; i < 100; i++)); do curl -sf -o /dev/null "$S_URL/old.zip" && return 0; sleep 0.05; done
+  for ((i = 0; i < 100; i++)); do curl -s -o /dev/null "$S_URL/" && return 0; sleep 0.05; done
   die "nginx did not start (see $S_DIR/nginx/error.log)"
 }
 
@@ -503,18 +505,71 @@ section_sync() {
   check sync.time_ratio "$(fmt2 "$ROW_RATIO")" '<=' "$T_SYNC_TIME" "sync/(curl+bspatch+sha256sum+unzip) wall time"
   check sync.rss_mb "$(mb "$om")" '<=' "$T_SYNC_RSS_MB" "sync peak RSS"
 
-  # The throttled no-op: the root was just checked, so this only reads check.json.
-  local i walls=() rss=()
-  "$OURS" sync --root "$S_DIR/root" --app bench --manifest "$S_URL/patch.json" >/dev/null 2>&1
-  for ((i = 0; i < RUNS * 4; i++)); do
-    measure "$OURS" sync --root "$S_DIR/root" --app bench --manifest "$S_URL/patch.json"
-    walls+=("$M_WALL"); rss+=("$M_RSS_KB")
+  kill "$S_NGINX" 2>/dev/null || true
+}
+
+# --------------------------------------------------------------------------
+# section: footprint — what every device pays: the binary's size (and no ICU in it),
+# the throttled no-op `sync` cron runs most of the time, and `serve`'s idle RSS.
+# Needs no prepare: the sample app from fixtures/, installed from nginx on 127.0.0.1.
+# --------------------------------------------------------------------------
+section_footprint() {
+  need zip; need strings binutils
+  local dir="$WORK/footprint" size icu
+  S_DIR=$dir; rm -rf "$dir"; mkdir -p "$dir/www"
+  size=$(stat -c %s "$OURS")
+  icu=$(strings -n 6 "$OURS" | grep -c icudt || true)
+  printf 'footprint: %s is %s MiB (target <= %s MB), %s "icudt" strings (ICU data)\n' \
+    "$(basename "$OURS")" "$(size_mb "$OURS")" "$T_SIZE_MB" "$icu"
+  summary footprint.binary_mb "$(size_mb "$OURS")"
+  summary footprint.icu_strings "$icu"
+  check footprint.binary_mb "$(size_mb "$OURS")" '<=' "$T_SIZE_MB" "stripped static device binary (MiB)"
+  check footprint.icu_strings "$icu" '<=' 0 "'icudt' strings in the device binary"
+
+  (cd "$ROOT/fixtures/sample-app/1.0.0" && find . -type f | sort | zip -X -q -@ "$dir/www/app.zip")
+  sync_manifest "$dir/www/app.json" 1.0.0 false app.zip "$dir/www/app.zip"
+  sync_start_nginx
+  trap 'kill $S_NGINX 2>/dev/null || true' EXIT
+  local sync_cmd=("$OURS" sync --root "$dir/root" --app bench --manifest "$S_URL/app.json")
+  "${sync_cmd[@]}" --force >/dev/null 2>&1 || die "footprint: installing the sample app failed"
+  # Now throttled: each run reads the root's state, decides "not yet" and exits 0.
+  "${sync_cmd[@]}" >/dev/null 2>&1 || die "footprint: throttled sync failed"
+  local runs=$((RUNS * 20)) noop_ms i walls=() t0 t1
+  if command -v hyperfine >/dev/null 2>&1; then
+    # -N: no shell in between, so the figure is the process alone.
+    hyperfine -N -w 5 -r "$runs" --export-json "$dir/noop.json" -- "${sync_cmd[*]}" >&2
+    noop_ms=$(python3 -c 'import json, sys; print(1000 * json.load(open(sys.argv[1]))["results"][0]["median"])' "$dir/noop.json")
+  else
+    for ((i = 0; i < runs; i++)); do
+      t0=$EPOCHREALTIME; "${sync_cmd[@]}" >/dev/null 2>&1; t1=$EPOCHREALTIME
+      walls+=("$(calc "1000 * ($t1 - $t0)")")
+    done
+    noop_ms=$(median "${walls[@]}")
+  fi
+  measure "${sync_cmd[@]}"
+  printf 'footprint: throttled no-op sync  median %s ms over %d runs (target <= %s ms), peak RSS %s MiB\n' \
+    "$(fmt2 "$noop_ms")" "$runs" "$T_NOOP_MS" "$(mb "$M_RSS_KB")"
+  summary footprint.noop_sync_ms "$(fmt2 "$noop_ms")"
+  summary footprint.noop_sync_rss_mb "$(mb "$M_RSS_KB")"
+  check footprint.noop_sync_ms "$(fmt2 "$noop_ms")" '<=' "$T_NOOP_MS" "throttled no-op sync wall time, median"
+
+  # serve: RSS once it listens and has answered one request.
+  : > "$dir/serve.out"
+  "$OURS" serve --root "$dir/root" --port 0 > "$dir/serve.out" 2> "$dir/serve.err" &
+  local serve_pid=$! port="" rss_kb
+  for ((i = 0; i < 100; i++)); do
+    port=$(sed -n 's|^listening on http://127\.0\.0\.1:\([0-9]*\)$|\1|p' "$dir/serve.out")
+    [[ -n $port ]] && break
+    sleep 0.05
   done
-  local noop_ms
-  noop_ms=$(calc "1000 * $(median "${walls[@]}")")
-  printf 'sync: throttled no-op  median %s ms over %d runs, peak RSS %s MiB\n' "$(fmt1 "$noop_ms")" "${#walls[@]}" "$(mb "$(max "${rss[@]}")")"
-  summary sync.noop_ms "$(fmt1 "$noop_ms")"
-  check sync.noop_ms "$(fmt1 "$noop_ms")" '<=' "$T_SYNC_NOOP_MS" "throttled no-op sync wall time"
+  [[ -n $port ]] || { kill "$serve_pid"; die "footprint: serve did not start: $(cat "$dir/serve.err")"; }
+  curl -sf -o /dev/null "http://127.0.0.1:$port/bench/index.html" || { kill "$serve_pid"; die "footprint: serve did not answer"; }
+  sleep 0.5
+  rss_kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$serve_pid/status")
+  kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+  printf 'footprint: serve idle RSS %s MiB after startup and one request (target <= %s MB)\n' "$(mb "$rss_kb")" "$T_SERVE_RSS_MB"
+  summary footprint.serve_idle_rss_mb "$(mb "$rss_kb")"
+  check footprint.serve_idle_rss_mb "$(mb "$rss_kb")" '<=' "$T_SERVE_RSS_MB" "serve VmRSS, idle after one request"
   kill "$S_NGINX" 2>/dev/null || true
 }
 

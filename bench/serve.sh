@@ -2,7 +2,8 @@
 # `offline-agent serve` vs nginx on loopback, side by side in one run: requests/s and
 # p99 latency (wrk --latency) for a small JS file (the fixture app's js/app.js, ~30 KB)
 # and a 1 MiB file, both servers serving the same version directory.
-# Target: ours >= 0.5x nginx's requests/s for each file.
+# Targets: ours >= 0.5x nginx's requests/s for each file; our idle RSS (VmRSS after
+# startup and one request, before the load) <= 15 MB.
 #
 #   bench/serve.sh
 #
@@ -78,6 +79,15 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 [ -n "$OURS_PORT" ] || die "offline-agent serve did not start: $(cat "$WORK/ours.err")"
+OURS_PID=${PIDS[-1]}
+
+# --- idle RSS: after startup and one request, before any load ------------------
+TARGET_IDLE_RSS_MB=15
+curl -sf -o /dev/null "http://127.0.0.1:$OURS_PORT/mall/index.html" || die "GET :$OURS_PORT/mall/index.html failed"
+sleep 0.5
+IDLE_RSS_KB=$(awk '/^VmRSS:/ { print $2 }' "/proc/$OURS_PID/status")
+IDLE_RSS_MB=$(awk -v k="$IDLE_RSS_KB" 'BEGIN { printf "%.1f", k / 1024 }')
+log "offline-agent serve idle RSS: $IDLE_RSS_MB MiB (target <= $TARGET_IDLE_RSS_MB MB)"
 
 # --- nginx, not daemonized, on another free port ---------------------------------
 NGINX_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -182,5 +192,8 @@ for case in small large; do
     awk -v r="$ratio" -v t="$TARGET" 'BEGIN { exit !(r >= t) }' || { verdict=FAIL; status=1; }
     echo "# $verdict $case: offline-agent/nginx requests/s = $ratio (target >= $TARGET); p99 ratio = $p99ratio"
 done
+verdict=PASS
+awk -v r="$IDLE_RSS_MB" -v t="$TARGET_IDLE_RSS_MB" 'BEGIN { exit !(r <= t) }' || { verdict=FAIL; status=1; }
+echo "# $verdict idle RSS: offline-agent serve VmRSS after startup and one request = $IDLE_RSS_MB MiB (target <= $TARGET_IDLE_RSS_MB MB)"
 echo "# medians of $ROUNDS alternating rounds of wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg); $(uname -sr)"
 exit $status

@@ -41,8 +41,7 @@ swiftflags=(-parse-as-library -swift-version 6 -package-name offline_agent -sani
 [[ -x $toolchain/ld.lld ]] && swiftflags+=(-use-ld=lld)
 src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
-    $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Agent/OfflineAgentError.swift \
-    $src/Agent/POSIXFailure.swift \
+    $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Agent/{OfflineAgentError,POSIXFailure}.swift \
     -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
     $src/Check/{Manifest,ManifestFields,ManifestPatch,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \

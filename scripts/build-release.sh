@@ -1,16 +1,61 @@
 #!/usr/bin/env bash
-# The release build, as shipped and as benchmarked: the Swift runtime and Foundation
-# are linked statically, so a device needs no Swift toolchain and the process starts
-# without resolving ~13 k symbols across 14 shared libraries (about 8 ms instead of
-# 14 ms per run on the dev VM, which is most of what a throttled cron `sync` costs).
+# The release build, as shipped and as benchmarked: the Swift runtime is linked
+# statically (`--static-swift-stdlib`), so a device needs no Swift toolchain and the
+# process starts without resolving symbols across a dozen shared libraries; the binaries
+# are stripped. The device targets use FoundationEssentials only, so the device binary
+# carries no ICU (its ~30 MB of data tables were most of the old 84 MB).
 #
 #   scripts/build-release.sh [PRODUCT...]    (default: offline-agent offline-publish offline-server)
+#   SWIFT_BUILD_FLAGS="..."                  extra `swift build` flags (e.g. --ignore-lock)
 #
-# Binaries land in "$(swift build -c release --show-bin-path)".
+# Binaries land in "$(swift build -c release --show-bin-path)", stripped; the build then
+# checks offline-agent (when built) for ICU and prints its size:
+#   - no `icudt*` data symbol and no ICU C API symbol (`u_*`, `ucol_*`, `ubrk_*`, ... with
+#     ICU's version suffix) in `nm` of the unstripped binary,
+#   - no `icudt` string in the stripped binary (`strings`),
+#   - no libFoundation.so / lib_FoundationICU.so in `ldd`.
+# A failed check exits 1: the device binary must never grow ICU back through a dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 (( $# )) || set -- offline-agent offline-publish offline-server
 for product in "$@"; do
-    swift build -c release --static-swift-stdlib --product "$product"
+    # shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
+    swift build -c release --static-swift-stdlib ${SWIFT_BUILD_FLAGS:-} --product "$product"
 done
+bin=$(swift build -c release ${SWIFT_BUILD_FLAGS:-} --show-bin-path)
+
+check_no_icu() {  # check_no_icu BINARY (unstripped)
+    local binary=$1 icu_symbols icu_strings
+    # ICU's C API names carry its major version (u_strlen_74, ucol_open_74, ...) unless
+    # renaming is off; either way they start with one of these prefixes.
+    icu_symbols=$(nm "$binary" 2>/dev/null |
+        grep -cE ' (icudt[0-9]+|(u|ucol|ubrk|ucal|udat|unum|uloc|ures|uset|utrans|uregex|ucnv|unorm2?|uidna|usearch|ucasemap)_[A-Za-z]+(_[0-9]+)?)$' || true)
+    icu_strings=$(strings -n 6 "$binary" | grep -c 'icudt' || true)
+    if (( icu_symbols > 0 || icu_strings > 0 )); then
+        echo "error: $binary contains ICU ($icu_symbols ICU symbols, $icu_strings 'icudt' strings)" >&2
+        return 1
+    fi
+    if ldd "$binary" 2>/dev/null | grep -qE 'libFoundation|_FoundationICU|libicu'; then
+        echo "error: $binary links Foundation/ICU dynamically" >&2
+        return 1
+    fi
+}
+
+status=0
+for product in "$@"; do
+    binary="$bin/$product"
+    [[ -x $binary ]] || continue
+    if [[ $product == offline-agent ]]; then
+        check_no_icu "$binary" || status=1
+    fi
+    strip "$binary"
+    if [[ $product == offline-agent ]]; then
+        strings -n 6 "$binary" | grep -q 'icudt' && { echo "error: stripped $binary contains 'icudt'" >&2; status=1; }
+    fi
+    size=$(stat -c %s "$binary")
+    printf '%s: %s bytes (%.1f MiB), stripped, static Swift runtime%s\n' "$product" "$size" \
+        "$(awk -v b="$size" 'BEGIN { print b / 1048576 }')" \
+        "$([[ $product == offline-agent && $status == 0 ]] && echo ', no ICU')"
+done
+exit $status

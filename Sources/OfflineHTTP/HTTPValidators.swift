@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// Entity-tag and date validators for conditional requests (RFC 9110 §8.8, §13).

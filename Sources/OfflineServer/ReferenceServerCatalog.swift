@@ -2,6 +2,7 @@ import Foundation
 import OfflineAgent
 import OfflineHTTP
 import OfflinePublish
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,7 +17,7 @@ final class ReferenceServerCatalog: Sendable {
     let directory: String
     let signingKey: SigningKey?
     let fullCompression: Manifest.Compression
-    private let cache = LockedBox<[String: (fingerprint: FileFingerprint, entry: CatalogEntry)]>([:])
+    private let cache = Mutex<[String: (fingerprint: FileFingerprint, entry: CatalogEntry)]>([:])
 
     init(directory: String, signingKey: SigningKey?, fullCompression: Manifest.Compression) {
         self.directory = directory

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// `--root DIR --app NAME`: the options of every command that acts on one installed app.

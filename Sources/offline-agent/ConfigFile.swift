@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// The `sync --config` file, read fail-closed: an unknown key anywhere is a usage error
@@ -47,10 +47,15 @@ struct ConfigFile: Decodable {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw OfflineAgentError(.usage, "cannot read config file", path: path)
         }
-        guard let object = try? JSONSerialization.jsonObject(with: data) else {
+        let keys: KeyProbe
+        do {
+            keys = try JSONDecoder().decode(KeyProbe.self, from: data)
+        } catch DecodingError.typeMismatch {
+            throw OfflineAgentError(.usage, "config file must hold a JSON object", path: path)
+        } catch {
             throw OfflineAgentError(.usage, "config file is not valid JSON", path: path)
         }
-        try checkKeys(object, path: path)
+        try checkKeys(keys, path: path)
         let file: ConfigFile
         do {
             file = try JSONDecoder().decode(ConfigFile.self, from: data)
@@ -82,21 +87,53 @@ struct ConfigFile: Decodable {
         return (file, entries)
     }
 
-    private static func checkKeys(_ object: Any, path: String) throws {
-        guard let top = object as? [String: Any] else {
-            throw OfflineAgentError(.usage, "config file must hold a JSON object", path: path)
-        }
-        try unknown(in: top, allowed: topKeys, prefix: "", path: path)
-        for (index, app) in (top["apps"] as? [Any] ?? []).enumerated() {
-            guard let app = app as? [String: Any] else { continue }  // the decoder names the wrong type
+    private static func checkKeys(_ keys: KeyProbe, path: String) throws {
+        try unknown(in: keys.top, allowed: topKeys, prefix: "", path: path)
+        for (index, app) in keys.apps.enumerated() {
+            guard let app else { continue }  // the decoder names the wrong type
             try unknown(in: app, allowed: appKeys, prefix: "apps[\(index)].", path: path)
         }
     }
 
-    private static func unknown(in object: [String: Any], allowed: [String], prefix: String, path: String) throws {
-        for key in object.keys.sorted() where !allowed.contains(key) {
+    private static func unknown(in keys: [String], allowed: [String], prefix: String, path: String) throws {
+        for key in keys.sorted() where !allowed.contains(key) {
             let nearest = allowed.min { distance(key, $0) < distance(key, $1) } ?? ""
             throw OfflineAgentError(.usage, "unknown key '\(prefix)\(key)' (did you mean '\(nearest)'?)", path: path)
+        }
+    }
+
+    /// The keys the file spells, top level and per app, read before the typed decode so an
+    /// unknown key is named even when a known one has the wrong type (no JSONSerialization
+    /// in FoundationEssentials).
+    private struct KeyProbe: Decodable {
+        var top: [String]
+        /// Per element of `apps`: its keys, nil when it is not an object.
+        var apps: [[String]?] = []
+
+        private struct AnyKey: CodingKey {
+            var stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
+        }
+
+        /// Any JSON value, consumed and dropped.
+        private struct Skip: Decodable {
+            init(from decoder: any Decoder) throws {}
+        }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: AnyKey.self)
+            top = container.allKeys.map(\.stringValue)
+            guard var list = try? container.nestedUnkeyedContainer(forKey: AnyKey(stringValue: "apps")) else { return }
+            while !list.isAtEnd {
+                if let app = try? list.nestedContainer(keyedBy: AnyKey.self) {
+                    apps.append(app.allKeys.map(\.stringValue))
+                } else {
+                    apps.append(nil)
+                    _ = try list.decode(Skip.self)
+                }
+            }
         }
     }
 

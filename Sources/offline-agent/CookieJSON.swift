@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// A cookie as `cookies` shows it: everything but the value, which is masked.

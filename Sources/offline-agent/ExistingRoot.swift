@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// The `--root` of every command but `sync`: those only read or adjust what a sync
@@ -9,8 +9,8 @@ enum ExistingRoot {
     ///
     /// - Throws: `OfflineAgentError(.install, cause: .stateInvalid)` naming the path (exit 1).
     static func url(_ path: String) throws -> URL {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue else {
+        var isDirectory = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory else {
             throw OfflineAgentError(
                 .install, "no agent root there: nothing was synced to it (check --root)", cause: .stateInvalid, path: path)
         }

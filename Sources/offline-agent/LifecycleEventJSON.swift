@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// One history entry in JSON (`history --json`, `status --json`): at, event, from, to, reason.

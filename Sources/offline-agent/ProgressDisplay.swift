@@ -1,7 +1,7 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 #if canImport(Glibc)
-import Glibc
+@preconcurrency import Glibc
 #endif
 
 /// Shows sync progress on stderr: a redrawn download bar on a terminal; with `verbose`,
@@ -26,11 +26,11 @@ final class ProgressDisplay: Sendable {
                     let filled = Int(fraction * Double(width))
                     let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
                     let line = "\r\(event.app): downloading [\(bar)] \(Int(fraction * 100))% \(event.completed)/\(event.total) bytes"
-                    FileHandle.standardError.write(Data(line.utf8))
-                    if event.completed == event.total { FileHandle.standardError.write(Data("\n".utf8)) }
+                    fputs(line, stderr)
+                    if event.completed == event.total { fputs("\n", stderr) }
                 } else if verbose, event.phase != lastPhase[event.app] {
                     let detail = event.phase == .downloading && event.total > 0 ? " (\(event.total) bytes)" : ""
-                    FileHandle.standardError.write(Data("\(event.app): \(event.phase.rawValue)\(detail)\n".utf8))
+                    fputs("\(event.app): \(event.phase.rawValue)\(detail)\n", stderr)
                 }
                 lastPhase[event.app] = event.phase
             }

@@ -1,6 +1,6 @@
 import ArgumentParser
 import CommandSupport
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 struct ResolveCommand: AsyncParsableCommand {

@@ -1,10 +1,10 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Logging
 import OfflineAgent
 import OfflineServe
 #if canImport(Glibc)
-import Glibc
+@preconcurrency import Glibc
 #endif
 
 struct ServeCommand: AsyncParsableCommand {
@@ -71,8 +71,10 @@ struct ServeCommand: AsyncParsableCommand {
                 logger: logger)
             do {
                 try await server.run(stopOnSignals: true) { host, port in
-                    // Unbuffered: a parent reading the pipe sees the line at once.
-                    FileHandle.standardOutput.write(Data("listening on http://\(WebAddress.authority(host: host, port: port))\n".utf8))
+                    // Flushed: a parent reading the pipe sees the line at once.
+                    fputs("listening on http://\(WebAddress.authority(host: host, port: port))
+", stdout)
+                    fflush(stdout)
                 }
             } catch let error as OfflineAgentError {
                 throw error

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist,

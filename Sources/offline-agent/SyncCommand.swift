@@ -1,6 +1,6 @@
 import ArgumentParser
 import CommandSupport
-import Foundation
+import FoundationEssentials
 import Logging
 import OfflineAgent
 
@@ -121,7 +121,7 @@ struct SyncCommand: AsyncParsableCommand {
         guard let data = FileManager.default.contents(atPath: publicKey) else {
             throw OfflineAgentError(.usage, "--public-key is neither base64 nor a readable file", path: publicKey)
         }
-        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let text = String(decoding: data, as: UTF8.self).trimmingWhitespace()
         _ = try ManifestSignature.publicKey(base64: text)
         return [text]
     }

@@ -58,7 +58,7 @@ struct ConfigFileTests {
     @Test("check-config prints each app's manifest, key fingerprints or unsigned, profile and network")
     func checkConfig() async throws {
         let key = Curve25519.Signing.PrivateKey().publicKey.rawRepresentation
-        let fingerprint = "SHA256:" + SHA256.hash(data: key).prefix(8).map { String(format: "%02x", $0) }.joined()
+        let fingerprint = "SHA256:" + SHA256.hash(data: key).prefix(8).hex
         let dir = TemporaryDirectory("config")
         let file = dir.file("agent.json")
         let config: [String: Any] = [

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import OfflineAgent
 import TestSupport
@@ -240,23 +241,20 @@ struct FaultTests {
     }
 }
 
-final class LockedFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var _value = false
-    private var _overflow = false
+final class LockedFlag: Sendable {
+    private let flags = Mutex((value: false, overflow: false))
     var value: Bool {
-        get { lock.withLock { _value } }
-        set { lock.withLock { _value = newValue } }
+        get { flags.withLock { $0.value } }
+        set { flags.withLock { $0.value = newValue } }
     }
     var overflow: Bool {
-        get { lock.withLock { _overflow } }
-        set { lock.withLock { _overflow = newValue } }
+        get { flags.withLock { $0.overflow } }
+        set { flags.withLock { $0.overflow = newValue } }
     }
 }
 
-final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    var value: Int { lock.withLock { count } }
-    func increment() { lock.withLock { count += 1 } }
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    var value: Int { count.withLock { $0 } }
+    func increment() { count.withLock { $0 += 1 } }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 import Testing
 @testable import OfflineAgent
 @testable import OfflineServe
@@ -571,19 +572,17 @@ struct LocalServerTests {
 }
 
 /// A count shared by several tasks.
-final class LocalCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
+final class LocalCounter: Sendable {
+    private let count = Mutex(0)
 
-    var value: Int { lock.withLock { count } }
-    func add() { lock.withLock { count += 1 } }
+    var value: Int { count.withLock { $0 } }
+    func add() { count.withLock { $0 += 1 } }
 }
 
 /// A flag set once, read from several tasks.
-final class LocalFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = false
+final class LocalFlag: Sendable {
+    private let value = Mutex(false)
 
-    var isSet: Bool { lock.withLock { value } }
-    func set() { lock.withLock { value = true } }
+    var isSet: Bool { value.withLock { $0 } }
+    func set() { value.withLock { $0 = true } }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 import OfflineAgent
 
 /// Real packages of the fixture app: stored zips made by Info-ZIP from
@@ -50,10 +51,12 @@ package final class PackageFixture: @unchecked Sendable {
 /// A package origin on a ScriptedServer: a manifest per request and files with Range
 /// support, plus knobs to make either misbehave.
 package final class Origin: @unchecked Sendable {
-    private let lock = NSLock()
-    private var files: [String: [UInt8]] = [:]
-    private var manifestBody: (ScriptedServer.Request) -> ScriptedServer.Reply = { _ in .status(404) }
-    private var fileOverride: [String: @Sendable (ScriptedServer.Request, [UInt8]) -> ScriptedServer.Reply] = [:]
+    private struct State {
+        var files: [String: [UInt8]] = [:]
+        var manifestBody: @Sendable (ScriptedServer.Request) -> ScriptedServer.Reply = { _ in .status(404) }
+        var fileOverride: [String: @Sendable (ScriptedServer.Request, [UInt8]) -> ScriptedServer.Reply] = [:]
+    }
+    private let state = Mutex(State())
     private(set) var server: ScriptedServer!
 
     package var manifestURL: URL { URL(string: "\(server.baseURL)/manifest")! }
@@ -65,7 +68,7 @@ package final class Origin: @unchecked Sendable {
 
     deinit { server.stop() }
 
-    package func put(_ name: String, _ bytes: [UInt8]) { lock.withLock { files[name] = bytes } }
+    package func put(_ name: String, _ bytes: [UInt8]) { state.withLock { $0.files[name] = bytes } }
 
     /// Serves this JSON object as the manifest (encoded exactly as given).
     package func setManifest(_ object: [String: Any], headers: [(String, String)] = []) {
@@ -74,19 +77,19 @@ package final class Origin: @unchecked Sendable {
     }
 
     package func setManifest(raw: [UInt8], headers: [(String, String)] = []) {
-        lock.withLock { manifestBody = { _ in .ok(raw, headers: headers) } }
+        state.withLock { $0.manifestBody = { _ in .ok(raw, headers: headers) } }
     }
 
     package func setManifestReply(_ reply: @escaping @Sendable (ScriptedServer.Request) -> ScriptedServer.Reply) {
-        lock.withLock { manifestBody = reply }
+        state.withLock { $0.manifestBody = reply }
     }
 
     /// Replaces how one file is served (the file's true bytes are passed in).
     package func override(_ name: String, _ reply: @escaping @Sendable (ScriptedServer.Request, [UInt8]) -> ScriptedServer.Reply) {
-        lock.withLock { fileOverride[name] = reply }
+        state.withLock { $0.fileOverride[name] = reply }
     }
 
-    package func clearOverrides() { lock.withLock { fileOverride = [:] } }
+    package func clearOverrides() { state.withLock { $0.fileOverride = [:] } }
 
     /// Serves a file correctly but slowly, in small pieces, so a sync stays busy a while.
     package func slow(_ name: String, chunk: Int, pause: Double = 0.02) {
@@ -106,7 +109,7 @@ package final class Origin: @unchecked Sendable {
     package func requests(for path: String) -> [ScriptedServer.Request] { server.requests.filter { $0.path == path } }
 
     private func answer(_ request: ScriptedServer.Request) -> ScriptedServer.Reply {
-        let (manifest, files, overrides) = lock.withLock { (manifestBody, self.files, fileOverride) }
+        let (manifest, files, overrides) = state.withLock { ($0.manifestBody, $0.files, $0.fileOverride) }
         if request.path == "/manifest" { return manifest(request) }
         guard request.path.hasPrefix("/files/") else { return .status(404) }
         let name = String(request.path.dropFirst("/files/".count))

@@ -52,7 +52,7 @@ package enum PublishFixtures {
     }
 
     package static func sha256(_ data: Data) -> String {
-        SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: data).hex
     }
 
     package static func sha256(file path: String) -> String? {

@@ -1,5 +1,6 @@
 import OfflineAgent
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -66,13 +67,12 @@ package final class ScriptedServer: @unchecked Sendable {
     package let port: Int
     private let listener: LoopbackListener
     private let handler: Handler
-    private let lock = NSLock()
-    private var log: [Request] = []
+    private let state = Mutex((log: [Request](), stopped: false))
 
     package var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// Requests seen so far, in order.
-    package var requests: [Request] { lock.withLock { log } }
+    package var requests: [Request] { state.withLock { $0.log } }
 
     package init(_ handler: @escaping Handler) throws {
         self.handler = handler
@@ -92,7 +92,7 @@ package final class ScriptedServer: @unchecked Sendable {
         var buffer: [UInt8] = []
         while true {
             guard let request = readRequest(fd, &buffer) else { return }
-            lock.withLock { log.append(request) }
+            state.withLock { $0.log.append(request) }
             let reply = handler(request)
             var head = "HTTP/1.1 \(reply.status) X\r\n"
             var hasLength = false

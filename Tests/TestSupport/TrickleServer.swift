@@ -1,5 +1,6 @@
 import OfflineAgent
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,16 +29,19 @@ package final class TrickleServer: @unchecked Sendable {
     package var baseURL: String { "http://127.0.0.1:\(port)" }
     private let listener: LoopbackListener
     private let handler: Handler
-    private let lock = NSLock()
-    private var inFlight = 0
-    private var peak = 0
-    private var targets: [String] = []
+    private struct State {
+        var inFlight = 0
+        var peak = 0
+        var targets: [String] = []
+        var stopped = false
+    }
+    private let state = Mutex(State())
 
     /// The most requests in flight at the same time (read, not yet answered: a client
     /// cannot start its next request before the answer, so sequential clients count 1).
-    package var maxConcurrent: Int { lock.withLock { peak } }
+    package var maxConcurrent: Int { state.withLock { $0.peak } }
     /// Request targets seen, in order.
-    package var requests: [String] { lock.withLock { targets } }
+    package var requests: [String] { state.withLock { $0.targets } }
 
     package init(_ handler: @escaping Handler) throws {
         self.handler = handler
@@ -72,20 +76,20 @@ package final class TrickleServer: @unchecked Sendable {
 
     private func serve(_ fd: Int32) {
         guard let target = readTarget(fd) else { return }
-        lock.withLock {
-            targets.append(target)
-            inFlight += 1
-            peak = max(peak, inFlight)
+        state.withLock { state in
+            state.targets.append(target)
+            state.inFlight += 1
+            state.peak = max(state.peak, state.inFlight)
         }
         var answering = false
-        defer { if !answering { lock.withLock { inFlight -= 1 } } }
+        defer { if !answering { state.withLock { $0.inFlight -= 1 } } }
         for step in handler(target) {
             switch step {
             case .send, .trickle:
                 // Counted as answered before the first byte leaves.
                 if !answering {
                     answering = true
-                    lock.withLock { inFlight -= 1 }
+                    state.withLock { $0.inFlight -= 1 }
                 }
             case .sleep, .waitForPeers:
                 break
@@ -109,7 +113,7 @@ package final class TrickleServer: @unchecked Sendable {
                 }
             case .waitForPeers(let count, let timeout):
                 var waited = 0.0
-                while waited < timeout, lock.withLock({ peak }) < count {
+                while waited < timeout, state.withLock({ $0.peak }) < count {
                     Thread.sleep(forTimeInterval: 0.02)
                     waited += 0.02
                 }

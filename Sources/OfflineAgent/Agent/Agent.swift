@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Keeps the offline packages under one root current and answers which file serves a URL.

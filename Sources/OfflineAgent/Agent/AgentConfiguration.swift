@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Settings of one agent, shared by all its syncs.
 public struct AgentConfiguration: Sendable {

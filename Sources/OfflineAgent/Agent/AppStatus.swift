@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What `Agent.status` reports for one app.
 public struct AppStatus: Sendable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The one error type of the engine: a phase code, a one-line reason, the path
 /// involved (when there is one) and the underlying cause.

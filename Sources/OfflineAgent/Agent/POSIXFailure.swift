@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// An `errno` value with its message, usable as an underlying cause.
 public struct POSIXFailure: Error, Sendable, CustomStringConvertible {
@@ -8,7 +12,7 @@ public struct POSIXFailure: Error, Sendable, CustomStringConvertible {
     public let operation: String
 
     /// The failure of `operation` with `errno` (the current one by default).
-    public init(_ operation: String, errno: Int32 = Foundation.errno) {
+    public init(_ operation: String, errno: Int32 = currentErrno) {
         self.operation = operation
         self.errno = errno
     }
@@ -16,3 +20,6 @@ public struct POSIXFailure: Error, Sendable, CustomStringConvertible {
     /// `operation: strerror(errno)`.
     public var description: String { "\(operation): \(String(cString: strerror(errno)))" }
 }
+
+/// `errno` under a name the initialiser's `errno` parameter doesn't shadow.
+@usableFromInline var currentErrno: Int32 { errno }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A step of a sync, for progress display.
 ///

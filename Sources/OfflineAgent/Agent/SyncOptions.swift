@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Per-call options of `Agent.sync`.
 public struct SyncOptions: Sendable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What one sync of one app did.
 public struct SyncReport: Sendable {

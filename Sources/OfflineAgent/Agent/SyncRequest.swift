@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One app to sync in a batch (`Agent.sync(_:concurrency:)`).
 public struct SyncRequest: Sendable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// How a sync ended.
 public enum SyncResult: String, Sendable, Codable {

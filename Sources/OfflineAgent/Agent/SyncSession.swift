@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// What the concurrent syncs of one batch (`Agent.sync(_:concurrency:)`) share: the

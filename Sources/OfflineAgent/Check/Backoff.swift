@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// How long an app waits after consecutive failed checks: `base × 2^(n−1)`, at most
 /// `cap`, spread by ±`jitter` so a fleet that failed together does not retry together.

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// An app's consecutive failed checks and the earliest next check they allow
 /// (`<root>/apps/<app>/backoff.json`, absent after a success).

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Per-app check state (`check.json`): the throttle, the server's `Retry-After`, the
 /// ETag and the newest `miniVersion` any trusted manifest announced.

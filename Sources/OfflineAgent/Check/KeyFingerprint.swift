@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 
 /// A short, stable name for a trusted public key, for people comparing configurations:
 /// `SHA256:` and the first 16 hex digits of the SHA-256 of the raw 32 key bytes.
@@ -8,6 +8,6 @@ public enum KeyFingerprint {
     public static func of(base64: String) throws -> String {
         let key = try ManifestSignature.publicKey(base64: base64)
         let digest = SHA256.hash(data: key.rawRepresentation)
-        return "SHA256:" + digest.prefix(8).map { String(format: "%02x", $0) }.joined()
+        return "SHA256:" + digest.prefix(8).hex
     }
 }

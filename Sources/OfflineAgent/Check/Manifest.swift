@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The update description a server returns for one app (`docs/PROTOCOL.md`, "The manifest").
 public struct Manifest: Sendable, Equatable, Codable {

@@ -1,6 +1,6 @@
 import AsyncHTTPClient
 import Crypto
-import Foundation
+import FoundationEssentials
 import NIOCore
 
 /// Fetches a manifest per `docs/PROTOCOL.md`: query parameters, ETag, body cap, signature.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Reads the fields of a strictly parsed manifest object, one rule per field: a
 /// field that breaks its rule is refused with a message naming the field and the

@@ -1,6 +1,6 @@
 import AsyncHTTPClient
 import Crypto
-import Foundation
+import FoundationEssentials
 import NIOCore
 
 /// What one manifest check returned.

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 
 /// Ed25519 signatures over the exact bytes of a manifest body (`docs/PROTOCOL.md`, "Signatures").
 public enum ManifestSignature {
@@ -8,7 +8,7 @@ public enum ManifestSignature {
 
     /// Parses a base64 Ed25519 public key (32 raw bytes).
     public static func publicKey(base64: String) throws -> Curve25519.Signing.PublicKey {
-        guard let raw = Data(base64Encoded: base64.trimmingCharacters(in: .whitespacesAndNewlines)), raw.count == 32,
+        guard let raw = Data(base64Encoded: base64.trimmingWhitespace()), raw.count == 32,
               let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else {
             throw OfflineAgentError(.usage, "public key is not 32 bytes of base64")
         }
@@ -17,7 +17,7 @@ public enum ManifestSignature {
 
     /// Parses a base64 Ed25519 private key (32 raw bytes, as written by `offline-publish keygen`).
     public static func privateKey(base64: String) throws -> Curve25519.Signing.PrivateKey {
-        guard let raw = Data(base64Encoded: base64.trimmingCharacters(in: .whitespacesAndNewlines)), raw.count == 32,
+        guard let raw = Data(base64Encoded: base64.trimmingWhitespace()), raw.count == 32,
               let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw) else {
             throw OfflineAgentError(.usage, "private key is not 32 bytes of base64")
         }
@@ -31,7 +31,7 @@ public enum ManifestSignature {
 
     /// Verifies a base64 signature of `body`; throws `.manifest` when it is malformed or wrong.
     public static func verify(_ signature: String, of body: Data, with key: Curve25519.Signing.PublicKey) throws {
-        guard let raw = Data(base64Encoded: signature.trimmingCharacters(in: .whitespacesAndNewlines)), raw.count == 64 else {
+        guard let raw = Data(base64Encoded: signature.trimmingWhitespace()), raw.count == 64 else {
             throw OfflineAgentError(.manifest, "manifest signature is not 64 bytes of base64", cause: .signatureInvalid)
         }
         guard key.isValidSignature(raw, for: body) else {

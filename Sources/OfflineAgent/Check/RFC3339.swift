@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// RFC 3339 timestamps (`2026-12-31T00:00:00Z`, fractional seconds and offsets allowed).
 ///

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Lowercase hex SHA-256 digests as used on the wire.
 public enum SHA256Hex {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One manifest check per app per interval, and no check before a server's `Retry-After`.
 ///

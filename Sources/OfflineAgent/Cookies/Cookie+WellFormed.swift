@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 extension Cookie {
     /// What a jar file must hold for the cookie to be used at all.

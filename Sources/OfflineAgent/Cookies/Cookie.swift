@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One HTTP cookie as RFC 6265 §5.3 stores it.
 public struct Cookie: Sendable, Equatable, Codable {

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The `Expires` date of a cookie, read by the deliberately lenient algorithm of
 /// RFC 6265 §5.1.1: servers send every date format HTTP has known

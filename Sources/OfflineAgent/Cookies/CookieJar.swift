@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// The cookies of one profile: what the agent's requests carry and what their

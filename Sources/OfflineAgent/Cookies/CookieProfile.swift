@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A named cookie jar under the root (`<root>/profiles/<name>/cookies.json`), so one
 /// device can hold several accounts whose cookies never meet.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The Public Suffix List (publicsuffix.org): names under which anyone may register
 /// a domain (`com`, `co.uk`, `github.io`). A cookie whose `Domain` is one of them

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A `Set-Cookie` header read by the algorithm of RFC 6265 §5.2 and turned into a
 /// cookie by the storage model of §5.3 (with RFC 6265bis's limits and its rule that

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The directories and files an archive would create, as a tree of nodes.
 ///

@@ -1,6 +1,6 @@
 import CLibzip
 import Dispatch
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif

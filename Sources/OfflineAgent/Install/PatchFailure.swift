@@ -1,5 +1,5 @@
 import CBspatch
-import Foundation
+import FoundationEssentials
 
 /// Why the C applier (`CBspatch`) refused a patch: its status code and one-line reason.
 ///

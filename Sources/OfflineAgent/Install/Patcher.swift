@@ -1,5 +1,5 @@
 import CBspatch
-import Foundation
+import FoundationEssentials
 
 /// Applies BSDIFF40 (bsdiff 4.3) patches with the hardened C applier in `CBspatch`:
 /// bounded memory, every hostile input refused with a reason, and the output

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// One update of one app from a validated manifest: plan (patch or full, disk

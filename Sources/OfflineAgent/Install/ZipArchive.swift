@@ -1,5 +1,5 @@
 import CLibzip
-import Foundation
+import FoundationEssentials
 
 /// Owns a libzip archive handle opened read-only with consistency checks; frees it in `deinit`.
 ///

@@ -1,19 +1,25 @@
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A raw read of a zip's central directory names, for what libzip hides: it turns a
 /// NUL inside a name into a space, so a name like `a\0.html` cannot be seen through its API.
 enum ZipCentralDirectory {
     /// The raw name bytes of every central directory entry.
     static func rawNames(of path: String) throws -> [[UInt8]] {
-        guard let handle = FileHandle(forReadingAtPath: path) else {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
             throw OfflineAgentError(.extract, "cannot open archive", cause: .io, path: path, underlying: POSIXFailure("open"))
         }
-        defer { try? handle.close() }
-        let fileSize = try handle.seekToEnd()
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            throw OfflineAgentError(.extract, "cannot stat archive", cause: .io, path: path, underlying: POSIXFailure("fstat"))
+        }
+        let fileSize = UInt64(max(0, st.st_size))
         // The end record is 22 bytes plus a comment of at most 65535 bytes.
         let tailLength = min(fileSize, 22 + 65535 + 20)
-        try handle.seek(toOffset: fileSize - tailLength)
-        let tail = [UInt8](try handle.readToEnd() ?? Data())
+        let tail = try read(fd, at: fileSize - tailLength, count: Int(tailLength), path: path)
         guard let end = lastIndex(of: [0x50, 0x4b, 0x05, 0x06], in: tail), end + 22 <= tail.count else {
             throw OfflineAgentError(.extract, "no end of central directory record", cause: .archiveCorrupt, path: path)
         }
@@ -30,8 +36,7 @@ enum ZipCentralDirectory {
             guard fileSize >= 56, recordOffset <= fileSize - 56 else {
                 throw OfflineAgentError(.extract, "zip64 end record lies outside the file", cause: .archiveCorrupt, path: path)
             }
-            try handle.seek(toOffset: recordOffset)
-            let record = [UInt8](try handle.read(upToCount: 56) ?? Data())
+            let record = try read(fd, at: recordOffset, count: 56, path: path)
             guard record.count == 56, record.le32(0) == 0x0606_4b50 else {
                 throw OfflineAgentError(.extract, "bad zip64 end record", cause: .archiveCorrupt, path: path)
             }
@@ -42,8 +47,7 @@ enum ZipCentralDirectory {
         guard offset <= fileSize, size <= fileSize - offset, count <= size / 46 + 1 else {
             throw OfflineAgentError(.extract, "central directory lies outside the file", cause: .archiveCorrupt, path: path)
         }
-        try handle.seek(toOffset: offset)
-        let directory = [UInt8](try handle.read(upToCount: Int(size)) ?? Data())
+        let directory = try read(fd, at: offset, count: Int(size), path: path)
         var names: [[UInt8]] = []
         var cursor = 0
         for _ in 0..<count {
@@ -70,5 +74,24 @@ enum ZipCentralDirectory {
             index -= 1
         }
         return nil
+    }
+
+    /// Up to `count` bytes at `offset` (fewer at the end of the file).
+    private static func read(_ fd: Int32, at offset: UInt64, count: Int, path: String) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        while filled < count {
+            let n = bytes.withUnsafeMutableBytes { buffer in
+                pread(fd, buffer.baseAddress! + filled, count - filled, off_t(offset) + off_t(filled))
+            }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else {
+                throw OfflineAgentError(.extract, "cannot read archive", cause: .io, path: path, underlying: POSIXFailure("pread"))
+            }
+            if n == 0 { break }
+            filled += n
+        }
+        bytes.removeLast(count - filled)
+        return bytes
     }
 }

@@ -1,5 +1,5 @@
 import CLibzip
-import Foundation
+import FoundationEssentials
 
 /// Owns one open entry. `close()` reports the CRC check: libzip 1.7.3 reports a CRC
 /// mismatch only after `zip_fread` has returned 0 and through `zip_fclose`'s result.

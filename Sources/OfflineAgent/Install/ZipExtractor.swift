@@ -1,6 +1,7 @@
 import CLibzip
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -254,14 +255,13 @@ public enum ZipExtractor {
 }
 
 /// The first error of any extraction worker; later workers stop early.
-private final class WorkerOutcome: @unchecked Sendable {
-    private let lock = NSLock()
-    private var first: (any Error)?
+private final class WorkerOutcome: Sendable {
+    private let first = Mutex<(any Error)?>(nil)
 
-    var failed: Bool { lock.withLock { first != nil } }
-    var error: (any Error)? { lock.withLock { first } }
+    var failed: Bool { first.withLock { $0 != nil } }
+    var error: (any Error)? { first.withLock { $0 } }
 
     func record(_ error: any Error) {
-        lock.withLock { if first == nil { first = error } }
+        first.withLock { if $0 == nil { $0 = error } }
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A version marked bad on this device, and why: syncs never install it again.
 public struct BadVersion: Sendable, Equatable, Codable {

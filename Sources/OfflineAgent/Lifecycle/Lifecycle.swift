@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Trial installs, confirmation, rollback of bad versions and holds for the apps of
 /// one store (the lifecycle record is `VersionLifecycle`).

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One entry of an app's lifecycle history: when, from which version to which, and why.
 public struct LifecycleEvent: Sendable, Equatable, Codable {

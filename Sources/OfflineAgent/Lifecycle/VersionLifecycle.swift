@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The lifecycle record of one app (`<root>/apps/<app>/lifecycle.json`): the state of
 /// the version it names, the versions marked bad, the hold, and the history.

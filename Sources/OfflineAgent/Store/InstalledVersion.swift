@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What the store records beside an installed version directory (`versions/<v>.json`),
 /// written before the version becomes active.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Packages of one app refused for their *content* (a hostile or corrupt archive, a
 /// patched result and a full package that both fail their hash), remembered by their

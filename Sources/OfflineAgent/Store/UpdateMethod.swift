@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// How a version arrived.
 public enum UpdateMethod: String, Sendable, Codable {

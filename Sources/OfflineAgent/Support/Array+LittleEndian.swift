@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 extension Array where Element == UInt8 {
     func le16(_ at: Int) -> UInt16 { UInt16(self[at]) | UInt16(self[at + 1]) << 8 }

@@ -1,5 +1,7 @@
 import Crypto
-import Foundation
+import FoundationEssentials
+import NIOCore
+import NIOHTTP1
 #if canImport(Glibc)
 import Glibc
 #endif

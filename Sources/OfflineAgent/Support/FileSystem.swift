@@ -1,5 +1,5 @@
 import CShims
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -209,12 +209,28 @@ package enum FileSystem {
         return Int64(st.f_bavail) * Int64(st.f_frsize)
     }
 
+    /// The directory part of `path` ("." for a bare name, "/" for the root), trailing
+    /// slashes ignored, as `NSString.deletingLastPathComponent` (not in FoundationEssentials).
     package static func parent(of path: String) -> String {
-        let p = (path as NSString).deletingLastPathComponent
-        return p.isEmpty ? "." : p
+        let trimmed = withoutTrailingSlashes(path)
+        guard let slash = trimmed.lastIndex(of: "/") else { return "." }
+        var head = trimmed[..<slash]
+        while head.hasSuffix("/") { head = head.dropLast() }
+        return head.isEmpty ? "/" : String(head)
     }
 
-    package static func name(of path: String) -> String { (path as NSString).lastPathComponent }
+    /// The last component of `path`, trailing slashes ignored, as `NSString.lastPathComponent`.
+    package static func name(of path: String) -> String {
+        let trimmed = withoutTrailingSlashes(path)
+        guard trimmed != "/", let slash = trimmed.lastIndex(of: "/") else { return String(trimmed) }
+        return String(trimmed[trimmed.index(after: slash)...])
+    }
+
+    private static func withoutTrailingSlashes(_ path: String) -> Substring {
+        var trimmed = Substring(path)
+        while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        return trimmed
+    }
 
     /// An absolute, standardized form of a user-given path.
     package static func absolute(_ path: String) -> String {

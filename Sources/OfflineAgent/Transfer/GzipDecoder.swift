@@ -1,6 +1,6 @@
 import CZlib
 import Crypto
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif

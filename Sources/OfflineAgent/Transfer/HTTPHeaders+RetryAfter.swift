@@ -1,5 +1,5 @@
 import AsyncHTTPClient
-import Foundation
+import FoundationEssentials
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -8,7 +8,7 @@ extension HTTPHeaders {
     /// Seconds or an HTTP date, as `Retry-After` carries it; nil when absent or unusable
     /// (negative, garbage). Never earlier than `now`; the caller caps how far ahead.
     func retryAfter(now: Date) -> Date? {
-        guard let value = first(name: "Retry-After")?.trimmingCharacters(in: .whitespaces) else { return nil }
+        guard let value = first(name: "Retry-After")?.trimmingWhitespace() else { return nil }
         if value.allSatisfy(\.isASCII), value.allSatisfy(\.isNumber), !value.isEmpty {
             // Digits only; a value too long for Int64 is simply "very far ahead".
             let seconds = Int64(value) ?? Int64.max

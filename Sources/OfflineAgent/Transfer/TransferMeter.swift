@@ -1,20 +1,19 @@
 import AsyncHTTPClient
 import Crypto
-import Foundation
+import FoundationEssentials
 import NIOCore
 import NIOHTTP1
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Counts transferred bytes and aborts a transfer slower than a minimum speed.
-final class TransferMeter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var bytes: Int64 = 0
-    private var done = false
+final class TransferMeter: Sendable {
+    private let state = Mutex<(bytes: Int64, done: Bool)>((0, false))
 
-    func add(_ count: Int64) { lock.withLock { bytes += count } }
-    func finish() { lock.withLock { done = true } }
+    func add(_ count: Int64) { state.withLock { $0.bytes += count } }
+    func finish() { state.withLock { $0.done = true } }
 
     /// Returns when the transfer finishes; throws when fewer than `minimum` bytes/s arrived over `window`.
     func watch(minimum: Int64, window: Duration, url: String) async throws {
@@ -23,7 +22,7 @@ final class TransferMeter: @unchecked Sendable {
         let needed = Int(window / step)
         while true {
             try await Task.sleep(for: step)
-            let (count, finished) = lock.withLock { (bytes, done) }
+            let (count, finished) = state.withLock { ($0.bytes, $0.done) }
             if finished { return }
             samples.append(count)
             if samples.count > needed {

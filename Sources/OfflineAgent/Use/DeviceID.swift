@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,7 +10,7 @@ public enum DeviceID {
     public static func load(root: String) throws -> String {
         let path = "\(FileSystem.absolute(root))/device-id"
         if let data = FileManager.default.contents(atPath: path),
-           let text = String(data: data, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty {
+           let text = String(data: data, encoding: .utf8)?.trimmingWhitespace(), !text.isEmpty {
             return text
         }
         do {
@@ -31,6 +31,6 @@ public enum DeviceID {
         guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
             throw OfflineAgentError(.install, "cannot read device id", path: path)
         }
-        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.trimmingWhitespace()
     }
 }

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -69,7 +69,7 @@ public struct Resolver: Sendable {
     /// The regular file a percent-encoded relative path names inside `directory`, or nil when
     /// it does not exist or would leave the directory (`..`, NUL, symlinks).
     public static func file(at encodedRest: String, in directory: String) -> String? {
-        guard let decoded = encodedRest.removingPercentEncoding else { return nil }
+        guard let decoded = encodedRest.percentDecoded else { return nil }
         var rest = decoded
         if rest.isEmpty || rest.hasSuffix("/") { rest += "index.html" }
         guard !rest.contains("\0"), !rest.contains("\\"), !rest.hasPrefix("/") else { return nil }

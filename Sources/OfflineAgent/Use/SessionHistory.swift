@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A web view's back/forward list, to be rebuilt by the loopback server's
 /// `/session/restore` page (`offline-agent serve`).
@@ -112,9 +112,7 @@ public struct SessionHistory: Sendable, Hashable, Codable {
     /// Percent-encodes everything but RFC 3986's unreserved characters, so the text is
     /// one query parameter value (`&`, `=`, `+`, `#` included) and safe inside HTML.
     static func queryEncoded(_ text: String) -> String {
-        var allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-        allowed.insert(charactersIn: "-._~")
-        return text.addingPercentEncoding(withAllowedCharacters: allowed)!
+        text.percentEncodedUnreserved
     }
 
     // MARK: Codable

@@ -42,7 +42,7 @@ final class PublishFileWriter {
     func finish() throws -> PublishedFile {
         defer { close(fd); fd = -1 }
         guard fsync(fd) == 0 else { throw OfflineAgentError(.publish, "cannot flush file", path: path, underlying: POSIXFailure("fsync")) }
-        return PublishedFile(size: count, sha256: hasher.finalize().map { String(format: "%02x", $0) }.joined())
+        return PublishedFile(size: count, sha256: hasher.finalize().hex)
     }
 
     /// The size and SHA-256 of an existing file, read in chunks.

@@ -61,6 +61,6 @@ public enum PublishManifest {
     /// A strong ETag (quoted) for a manifest body: the first 128 bits of its SHA-256,
     /// so any change of the bytes changes it and equal bytes share it.
     public static func etag(of body: Data) -> String {
-        "\"" + SHA256.hash(data: body).prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
+        "\"" + SHA256.hash(data: body).prefix(16).hex + "\""
     }
 }

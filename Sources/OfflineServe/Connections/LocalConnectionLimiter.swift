@@ -1,14 +1,14 @@
-import Foundation
+import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 import OfflineAgent
 #endif
 
 /// Counts the open connections of one `LocalServer` against its cap.
-final class LocalConnectionLimiter: @unchecked Sendable {
+final class LocalConnectionLimiter: Sendable {
     let limit: Int
-    private let lock = NSLock()
-    private var open = 0
+    private let open = Mutex(0)
 
     init(limit: Int) {
         self.limit = limit
@@ -16,7 +16,7 @@ final class LocalConnectionLimiter: @unchecked Sendable {
 
     /// Takes a slot for a new connection; false when all `limit` are taken.
     func acquire() -> Bool {
-        lock.withLock {
+        open.withLock { open in
             guard open < limit else { return false }
             open += 1
             return true
@@ -25,11 +25,11 @@ final class LocalConnectionLimiter: @unchecked Sendable {
 
     /// Gives back the slot of a closed connection.
     func release() {
-        lock.withLock { open -= 1 }
+        open.withLock { $0 -= 1 }
     }
 
     /// Connections open now.
-    var count: Int { lock.withLock { open } }
+    var count: Int { open.withLock { $0 } }
 
     /// `requested`, lowered so that every connection can also hold a file open for its
     /// response with descriptors to spare: at most (soft `RLIMIT_NOFILE` − 64) / 2.

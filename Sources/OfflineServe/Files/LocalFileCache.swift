@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import OfflineAgent
 import OfflineHTTP
+import Synchronization
 
 /// Per-file work the server would otherwise redo on every request: `Resolver.file`'s
 /// checks (percent-decoding, an `lstat` per path component), the content type, the
@@ -14,7 +15,7 @@ import OfflineHTTP
 /// with the record identity they were read under and used only under that same one.
 /// Larger files are opened per request. A failed open drops the entry. Bounded: cleared
 /// when it grows past `limit` entries or `byteLimit` bytes of contents.
-final class LocalFileCache: @unchecked Sendable {
+final class LocalFileCache: Sendable {
     struct Validators {
         var inode: UInt64
         var size: Int64
@@ -43,24 +44,26 @@ final class LocalFileCache: @unchecked Sendable {
 
     static let limit = 4096
     static let byteLimit = 64 << 20
-    private let lock = NSLock()
-    private var entries: [String: Entry] = [:]
-    private var contentBytes = 0
+    private struct State {
+        var entries: [String: Entry] = [:]
+        var contentBytes = 0
+    }
+    private let state = Mutex(State())
 
     private static func key(_ directory: String, _ rest: String) -> String { "\(directory)\u{0}\(rest)" }
 
     /// The file `rest` (percent-encoded) names inside `directory`, as `Resolver.file` decides.
     func resolve(_ rest: String, in directory: String) -> Entry? {
         let key = Self.key(directory, rest)
-        if let entry = lock.withLock({ entries[key] }) { return entry }
+        if let entry = state.withLock({ $0.entries[key] }) { return entry }
         guard let path = Resolver.file(at: rest, in: directory) else { return nil }
         let entry = Entry(path: path, contentType: LocalContentType.of(path: path))
-        lock.withLock {
-            if entries.count >= Self.limit {
-                entries.removeAll(keepingCapacity: true)
-                contentBytes = 0
+        state.withLock { state in
+            if state.entries.count >= Self.limit {
+                state.entries.removeAll(keepingCapacity: true)
+                state.contentBytes = 0
             }
-            entries[key] = entry
+            state.entries[key] = entry
         }
         return entry
     }
@@ -68,8 +71,8 @@ final class LocalFileCache: @unchecked Sendable {
     /// The kept bytes of `rest` in `directory`, when read under `record`.
     func content(_ rest: String, in directory: String, record: FileFingerprint) -> Content? {
         let key = Self.key(directory, rest)
-        return lock.withLock {
-            guard let content = entries[key]?.content, content.record == record else { return nil }
+        return state.withLock { state in
+            guard let content = state.entries[key]?.content, content.record == record else { return nil }
             return content
         }
     }
@@ -78,22 +81,22 @@ final class LocalFileCache: @unchecked Sendable {
     func keep(_ content: Content, for rest: String, in directory: String) {
         let key = Self.key(directory, rest)
         let size = content.body.readableBytes
-        lock.withLock {
-            guard entries[key] != nil else { return }
-            if contentBytes + size > Self.byteLimit {
-                for name in Array(entries.keys) { entries[name]?.content = nil }
-                contentBytes = 0
+        state.withLock { state in
+            guard state.entries[key] != nil else { return }
+            if state.contentBytes + size > Self.byteLimit {
+                for name in Array(state.entries.keys) { state.entries[name]?.content = nil }
+                state.contentBytes = 0
             }
-            contentBytes += size - (entries[key]?.content?.body.readableBytes ?? 0)
-            entries[key]?.content = content
+            state.contentBytes += size - (state.entries[key]?.content?.body.readableBytes ?? 0)
+            state.entries[key]?.content = content
         }
     }
 
     /// Forgets `rest` in `directory` (its file could not be opened).
     func forget(_ rest: String, in directory: String) {
         let key = Self.key(directory, rest)
-        lock.withLock {
-            contentBytes -= entries.removeValue(forKey: key)?.content?.body.readableBytes ?? 0
+        state.withLock { state in
+            state.contentBytes -= state.entries.removeValue(forKey: key)?.content?.body.readableBytes ?? 0
         }
     }
 
@@ -105,7 +108,7 @@ final class LocalFileCache: @unchecked Sendable {
     /// `If-Modified-Since` from the newer version doesn't match the older files).
     func validators(_ rest: String, in directory: String, file: LocalOpenFile, version: String, recordModified: Int) -> Validators {
         let key = Self.key(directory, rest)
-        if let cached = lock.withLock({ entries[key]?.validators }), cached.inode == file.inode, cached.size == file.size,
+        if let cached = state.withLock({ $0.entries[key]?.validators }), cached.inode == file.inode, cached.size == file.size,
            cached.seconds == file.modifiedSeconds, cached.nanoseconds == file.modifiedNanoseconds,
            cached.recordModified == recordModified {
             return cached
@@ -117,7 +120,7 @@ final class LocalFileCache: @unchecked Sendable {
             inode: file.inode, size: file.size, seconds: file.modifiedSeconds, nanoseconds: file.modifiedNanoseconds,
             recordModified: recordModified, modified: modified, etag: etag,
             lastModified: HTTPValidators.httpDate(secondsSince1970: modified))
-        lock.withLock { entries[key]?.validators = validators }
+        state.withLock { $0.entries[key]?.validators = validators }
         return validators
     }
 }

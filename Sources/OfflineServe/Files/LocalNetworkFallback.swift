@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 
 /// Where `offline-agent serve` sends a request for an app whose active version the

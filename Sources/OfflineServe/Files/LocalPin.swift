@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 import OfflineHTTP
 #if canImport(Glibc)

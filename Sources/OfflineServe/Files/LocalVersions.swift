@@ -1,6 +1,7 @@
-import Foundation
+import FoundationEssentials
 import OfflineAgent
 import OfflineHTTP
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,7 +20,7 @@ import Glibc
 /// The kept pin is replaced by the first request after a swap: until then (an idle
 /// server) the version that was active at the last request stays locked, and the next
 /// collection after that request removes it instead.
-final class LocalVersions: @unchecked Sendable {
+final class LocalVersions: Sendable {
     private struct Key: Equatable {
         var target: String
         var record: FileFingerprint
@@ -36,9 +37,8 @@ final class LocalVersions: @unchecked Sendable {
     let resolver: Resolver
     var store: Store { resolver.store }
     private let appsDirectory: String
-    private let lock = NSLock()
     /// The kept pin of each app, with the path of its check state (made once).
-    private var pins: [String: (key: Key, pin: LocalPin, checkPath: String)] = [:]
+    private let pins = Mutex<[String: (key: Key, pin: LocalPin, checkPath: String)]>([:])
 
     init(resolver: Resolver) {
         self.resolver = resolver
@@ -52,11 +52,11 @@ final class LocalVersions: @unchecked Sendable {
         // Two tries: a swap plus collection may land between reading the link and locking.
         for _ in 0..<2 {
             guard let target = Self.readLink("\(appDirectory)/current") else {
-                lock.withLock { pins[app] = nil }
+                pins.withLock { $0[app] = nil }
                 return nil
             }
             // Fast path: the same link target, record and check state as the kept pin.
-            let kept = lock.withLock { pins[app] }
+            let kept = pins.withLock { $0[app] }
             if let kept, kept.key.target == target {
                 var st = stat()
                 if stat(kept.pin.record, &st) == 0, Key(target: target, st, check: FileFingerprint(path: kept.checkPath)) == kept.key {
@@ -65,7 +65,7 @@ final class LocalVersions: @unchecked Sendable {
             }
             let checkPath = kept?.checkPath ?? resolver.checkStatePath(app: app)
             guard target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))) else {
-                lock.withLock { pins[app] = nil }
+                pins.withLock { $0[app] = nil }
                 return nil
             }
             let directory = "\(appDirectory)/versions/\(version)"
@@ -79,7 +79,7 @@ final class LocalVersions: @unchecked Sendable {
             let check = FileFingerprint(path: checkPath)
             // The store's own check: the record decodes and names the linked version.
             guard let active = store.active(app), active.version.description == version.description else {
-                lock.withLock { pins[app] = nil }
+                pins.withLock { $0[app] = nil }
                 return nil
             }
             var dir = stat()
@@ -87,7 +87,7 @@ final class LocalVersions: @unchecked Sendable {
             let pin = LocalPin(
                 app: app, installed: active, directory: directory, record: record, recordIdentity: FileFingerprint(st),
                 fallback: resolver.fallbackReason(app: app, installed: active), lock: readerLock)
-            lock.withLock { pins[app] = (Key(target: target, st, check: check), pin, checkPath) }
+            pins.withLock { $0[app] = (Key(target: target, st, check: check), pin, checkPath) }
             return pin
         }
         return nil

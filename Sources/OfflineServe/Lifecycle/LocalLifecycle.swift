@@ -1,22 +1,22 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import OfflineAgent
 import OfflineHTTP
+import Synchronization
 
 /// The loopback server's part of the version lifecycle (`Lifecycle`): launches counted
 /// on `/open` and `/session/restore`, bad versions kept from `/<app>/…`, and the page's
 /// own `POST /.offline-agent/mark-good|mark-bad?app=NAME`.
-final class LocalLifecycle: @unchecked Sendable {
+final class LocalLifecycle: Sendable {
     static let routePrefix = "/.offline-agent/"
 
     let lifecycle: Lifecycle
     /// `serve --max-trial-launches`; nil uses the limit the installing sync recorded.
     let maxTrialLaunches: Int?
-    private let lock = NSLock()
     /// Per app: the record file's fingerprint and the record read under it, so a file
     /// response or the launch of a confirmed version costs one `stat` here.
-    private var records: [String: (FileFingerprint?, VersionLifecycle?)] = [:]
+    private let records = Mutex<[String: (FileFingerprint?, VersionLifecycle?)]>([:])
 
     init(store: Store, maxTrialLaunches: Int?) {
         lifecycle = Lifecycle(store: store)
@@ -25,9 +25,9 @@ final class LocalLifecycle: @unchecked Sendable {
 
     private func record(_ app: String) -> VersionLifecycle? {
         let fingerprint = FileFingerprint(path: lifecycle.recordPath(app))
-        if let kept = lock.withLock({ records[app] }), kept.0 == fingerprint { return kept.1 }
+        if let kept = records.withLock({ $0[app] }), kept.0 == fingerprint { return kept.1 }
         let record = fingerprint == nil ? nil : lifecycle.record(app)
-        lock.withLock { records[app] = (fingerprint, record) }
+        records.withLock { $0[app] = (fingerprint, record) }
         return record
     }
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import OfflineAgent
@@ -207,7 +207,7 @@ struct LocalServerResponder: HTTPResponder {
     /// asked for without its slash, else a 404.
     private func missingFile(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
         let app = pinned.app
-        if rest.removingPercentEncoding == nil {
+        if rest.percentDecoded == nil {
             metrics.recordFile(app: app, code: 400)
             return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
         }
