@@ -8,6 +8,7 @@ packages=(
     bsdiff zip unzip gzip util-linux curl                            # tests and demo: reference bsdiff/bspatch, Info-ZIP, fallocate, curl
     publicsuffix                                                     # cookies: the Public Suffix List (read at run time when present)
     systemd                                                          # tests: systemd-analyze rates and verifies the example units
+    binutils lintian                                                 # packages: strip and objdump (scripts/package-deb.sh), lintian (scripts/test-deb.sh)
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
     packages+=(chromium)                                             # tests: real browser
