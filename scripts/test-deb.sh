@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 
 fail() { echo "test-deb: FAIL: $*" >&2; exit 1; }
-step() { echo "== test-deb: $*"; }
+started=$SECONDS
+step() { echo "== test-deb: [$((SECONDS - started)) s] $*"; }
 for tool in dpkg dpkg-deb lintian systemd-analyze systemctl; do
     command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/install-deps.sh installs it)"
 done
@@ -35,7 +36,7 @@ done
 
 step "lintian"
 # Errors and warnings fail; the info tags are printed for the record.
-timeout 900 lintian --info --display-info --fail-on error,warning "$agent_deb" "$publish_deb" ||
+timeout 900 lintian --display-info --fail-on error,warning "$agent_deb" "$publish_deb" ||
     fail "lintian reports errors or warnings (above)"
 
 # A root with what a device's root has for this: systemd's own units (for
@@ -111,7 +112,7 @@ rootdpkg -i "$agent_deb" || fail "reinstalling over the edited conffile failed"
 [[ $(cat "$root/etc/offline-agent/agent.json") == '{"edited": true}' ]] || fail "a reinstall replaced the edited conffile"
 [[ -L $root/etc/systemd/system/timers.target.wants/offline-agent-sync.timer ]] || fail "a reinstall disabled the timer"
 
-step "remove (the edited conffile stays), then purge"
+step "remove (the edited conffile stays), then purge (dpkg warns that this root's own systemd units keep directories)"
 rootdpkg -r offline-agent offline-publish || fail "dpkg -r failed"
 [[ $(status_of offline-agent) == config-files ]] || fail "after remove, offline-agent is $(status_of offline-agent), not config-files"
 [[ $(status_of offline-publish) == not-installed ]] || fail "after remove, offline-publish is $(status_of offline-publish)"
@@ -121,4 +122,4 @@ rootdpkg -P offline-agent || fail "dpkg -P failed"
 [[ $(status_of offline-agent) == not-installed ]] || fail "after purge, offline-agent is $(status_of offline-agent)"
 snapshot >"$work/after"
 diff -u "$work/before" "$work/after" || fail "purge left the root different from before the install (above)"
-echo "== test-deb: ok: lintian clean, installed, verified, reinstalled, removed and purged without a trace"
+echo "== test-deb: [$((SECONDS - started)) s] ok: lintian clean, installed, verified, reinstalled, removed and purged without a trace"
