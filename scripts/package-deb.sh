@@ -14,8 +14,8 @@
 # The version is AgentVersion.current (checked against the binaries' --version), the
 # architecture `dpkg --print-architecture`, and Depends: is computed from the libraries
 # each binary needs (objdump NEEDED -> the file ldd resolves -> dpkg -S -> the version
-# from that package's shlibs). Maintainer, date: DEB_MAINTAINER, SOURCE_DATE_EPOCH
-# (default: the last commit's), so the same tree gives the same packages.
+# from that package's shlibs). DEB_MAINTAINER sets the Maintainer: field;
+# SOURCE_DATE_EPOCH (default: the last commit's time) dates the files and changelog.
 # The packaging files (control, maintainer scripts) are in packaging/<package>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
