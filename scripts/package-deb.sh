@@ -165,8 +165,8 @@ Upstream-Name: offline-agent
 Comment: The binaries link the Swift runtime, Foundation and these Swift packages
  statically (Apache-2.0 with the Runtime Library Exception; swift-crypto embeds
  BoringSSL, under the OpenSSL and ISC licences):
-$(sed -n 's/.*\.package(url: "\([^"]*\)".*/ \1/p' Package.swift)
-$([[ -z $zlib ]] || printf ' .\n They include a copy of zlib (%s,\n Zlib licence), in swift-nio-extras.\n' "$zlib")
+$(sed -n 's/.*\.package(url: "\([^"]*\)".*/ \1/p' Package.swift
+  [[ -z $zlib ]] || printf ' .\n They include a copy of zlib (%s,\n Zlib licence), in swift-nio-extras.\n' "$zlib")
  .
  NOTICE:
  .
