@@ -9,7 +9,7 @@ packages=(
     publicsuffix                                                     # cookies: the Public Suffix List (read at run time when present)
     systemd                                                          # tests: systemd-analyze rates and verifies the example units
     nginx-light                                                      # tests: a real static origin and caching proxy (StaticCDNTests)
-    binutils                                                         # build-release.sh: nm, strings, strip (no ICU in the device binary)
+    binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
     packages+=(chromium)                                             # tests: real browser

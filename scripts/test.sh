@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds, runs every test.
+# The test command: installs what is missing, builds, runs every test; the whole run
+# (no arguments, as CI runs it) then builds examples/host-app by version and the
+# Debian packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
@@ -7,8 +9,13 @@ scripts/install-deps.sh
 # The CLI and server executables are exercised as real processes by the tests.
 swift build --build-tests
 swift test --skip-build "$@"
-# The whole run (no arguments, as CI runs it) also proves the library works as a
-# dependency: examples/host-app built by version from a tagged clone, and run.
 if (($# == 0)); then
+    # The library works as a dependency: examples/host-app built by version from a
+    # tagged clone, and run against the fixture.
     scripts/test-host-app.sh
+    # The Debian packages (release build, lintian, install, purge);
+    # OFFLINE_AGENT_DEB_TESTS=0 skips them.
+    if [[ ${OFFLINE_AGENT_DEB_TESTS:-1} == 1 ]]; then
+        scripts/test-deb.sh
+    fi
 fi

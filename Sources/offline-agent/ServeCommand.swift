@@ -72,8 +72,7 @@ struct ServeCommand: AsyncParsableCommand {
             do {
                 try await server.run(stopOnSignals: true) { host, port in
                     // Flushed: a parent reading the pipe sees the line at once.
-                    fputs("listening on http://\(WebAddress.authority(host: host, port: port))
-", stdout)
+                    fputs("listening on http://\(WebAddress.authority(host: host, port: port))\n", stdout)
                     fflush(stdout)
                 }
             } catch let error as OfflineAgentError {

@@ -4,6 +4,7 @@ import Testing
 import TestSupport
 #if canImport(Glibc)
 import Glibc
+import Synchronization
 #endif
 
 /// The one write loop and read call every file and socket writer goes through.
@@ -19,11 +20,13 @@ struct FileDescriptorTests {
         sigaction(SIGUSR2, &action, nil)
     }()
 
-    private final class Writer: @unchecked Sendable {
-        let lock = NSLock()
-        var thread: pthread_t?
-        var error: POSIXFailure?
-        var finished = false
+    private final class Writer: Sendable {
+        struct State {
+            var thread: pthread_t?
+            var error: POSIXFailure?
+            var finished = false
+        }
+        let state = Mutex(State())
         /// The writer thread lives until the reader has sent its last signal: a signal
         /// to a thread that has exited could reach whichever thread reused its id.
         let release = DispatchSemaphore(value: 0)
@@ -46,11 +49,11 @@ struct FileDescriptorTests {
             sigemptyset(&unblock)
             sigaddset(&unblock, SIGUSR2)
             pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-            writer.lock.withLock { writer.thread = pthread_self() }
+            writer.state.withLock { $0.thread = pthread_self() }
             var failure: POSIXFailure?
             do { try FileDescriptor.writeAll(writeEnd, sent) } catch { failure = error as? POSIXFailure ?? POSIXFailure("write", errno: 0) }
             close(writeEnd)
-            writer.lock.withLock { writer.error = failure; writer.finished = true }
+            writer.state.withLock { $0.error = failure; $0.finished = true }
             _ = writer.release.wait(timeout: .now() + 60)
         }
         var received: [UInt8] = []
@@ -63,14 +66,14 @@ struct FileDescriptorTests {
             let n = try chunk.withUnsafeMutableBytes { try FileDescriptor.read(readEnd, into: $0.baseAddress!, count: $0.count) }
             if n == 0 { break }
             received += chunk[0..<n]
-            if let thread = writer.lock.withLock({ writer.finished ? nil : writer.thread }) {
+            if let thread = writer.state.withLock({ $0.finished ? nil : $0.thread }) {
                 pthread_kill(thread, SIGUSR2)
                 signals += 1
             }
         }
         let done = Date().addingTimeInterval(10)
-        while !writer.lock.withLock({ writer.finished }), Date() < done { usleep(1000) }
-        #expect(writer.lock.withLock { writer.error } == nil)
+        while !writer.state.withLock({ $0.finished }), Date() < done { usleep(1000) }
+        #expect(writer.state.withLock { $0.error } == nil)
         #expect(signals > 10)
         #expect(received.count == sent.count)
         // A Bool: a failed comparison of two 2 MiB arrays would be diffed for minutes.

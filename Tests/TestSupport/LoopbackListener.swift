@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -8,8 +9,7 @@ import Glibc
 package final class LoopbackListener: @unchecked Sendable {
     package let port: Int
     private let fd: Int32
-    private let lock = NSLock()
-    private var stopped = false
+    private let stopped = Mutex(false)
 
     /// Listens at once; connections wait in the backlog until `start`.
     package init(backlog: Int32 = 64) throws {
@@ -24,7 +24,7 @@ package final class LoopbackListener: @unchecked Sendable {
 
     /// Stops accepting; safe to call more than once (a second close could hit a reused descriptor).
     package func stop() {
-        let first = lock.withLock {
+        let first = stopped.withLock { stopped in
             defer { stopped = true }
             return !stopped
         }
@@ -37,7 +37,7 @@ package final class LoopbackListener: @unchecked Sendable {
         while true {
             let client = accept(fd, nil, nil)
             if client < 0 {
-                if lock.withLock({ stopped }) { return }
+                if stopped.withLock({ $0 }) { return }
                 continue
             }
             Thread.detachNewThread { serve(client) }

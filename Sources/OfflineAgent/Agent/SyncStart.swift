@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// How the locked, local start of a sync ended: throttled after all (another run just
 /// checked), or ready for the network with the lock held.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 extension Store {
     /// The miniVersion in force for `app`: the higher of the active record's and the last manifest's.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What a web address is here, in one place: `http` or `https` only, never an empty
 /// host, an IPv6 literal in brackets inside a URL or an authority (`[::1]:8421`, never
