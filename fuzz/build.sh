@@ -35,7 +35,8 @@ cflags=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-
 "$cc" "${cflags[@]}" fuzz/fuzz_bspatch.c CBspatch/bspatch.c -lbz2 -lpthread -o "$out/bspatch"
 "$cc" "${cflags[@]}" fuzz/fuzz_cbz.c -lbz2 -lpthread -o "$out/cbz"
 
-swiftflags=(-parse-as-library -swift-version 6 -sanitize=fuzzer,address -O -g)
+# -package-name: the sources use `package` access, as in the package.
+swiftflags=(-parse-as-library -swift-version 6 -package-name offline_agent -sanitize=fuzzer,address -O -g)
 [[ -x $toolchain/ld.lld ]] && swiftflags+=(-use-ld=lld)
 src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
