@@ -41,8 +41,9 @@ trap cleanup EXIT
 step "clone HEAD ($(git rev-parse --short HEAD)) and tag it $version"
 # Named by its commit: SwiftPM remembers which commit a URL's tag named, and a kept
 # work directory (HOST_APP_WORK) must not see the tag move under the same URL.
-clone="$work/offline-agent-$(git rev-parse --short=12 HEAD)"
-rm -rf "$work"/offline-agent-* "$work/host-app"
+# The folder itself is named offline-agent: SwiftPM takes the package's identity from it.
+clone="$work/clone-$(git rev-parse --short=12 HEAD)/offline-agent"
+rm -rf "$work"/clone-* "$work/host-app"
 git clone -q --no-tags --no-hardlinks "$repo" "$clone"
 git -C "$clone" checkout -q --detach "$(git rev-parse HEAD)"
 git -C "$clone" tag "$version"
@@ -81,9 +82,11 @@ if ! timeout 2400 swift build --package-path "$package" --scratch-path "$work/bu
     fail "swift build of host-app failed (log: $work/build.log)"
 fi
 grep "$package/Sources/.*warning:" "$work/build.log" | sort -u | head -20 || true   # the examples' own warnings
-grep -A6 '"identity" : "offline-agent"' "$package/Package.resolved" | grep -q "\"version\" : \"$version\"" \
+# The pin of the canonical URL (found by its location, whatever identity SwiftPM gives it).
+pin="$(grep -A5 "\"location\" : \"$canonical\"" "$package/Package.resolved" || true)"
+grep -q "\"version\" : \"$version\"" <<<"$pin" \
     || fail "offline-agent did not resolve to $version: $(cat "$package/Package.resolved")"
-grep -A6 '"identity" : "offline-agent"' "$package/Package.resolved" | grep -q "\"revision\" : \"$(git -C "$clone" rev-parse HEAD)\"" \
+grep -q "\"revision\" : \"$(git -C "$clone" rev-parse HEAD)\"" <<<"$pin" \
     || fail "offline-agent did not resolve to the tagged commit: $(cat "$package/Package.resolved")"
 echo "   built in $((SECONDS - build_started)) s"
 host_app="$(swift build --package-path "$package" --scratch-path "$work/build" --show-bin-path)/host-app"
