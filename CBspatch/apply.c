@@ -12,7 +12,7 @@
  *     runs of triples that produce nothing are cut off (CBSPATCH_ERR_STALL),
  *     and each stream must end exactly where the triples stop using it, so
  *     CRCs and end marks are checked and a bzip2 bomb is not decoded;
- *   - every failure is a status and a message, never err(3) and an exit;
+ *   - every failure is a status and a message, never a process exit;
  *   - old is read with pread (prefetched by the control stream's worker,
  *     prefetch.c) and new is written sequentially through a buffer: nothing
  *     is loaded whole, so memory stays at about 14 MB whatever the sizes;

@@ -4,7 +4,7 @@
  * and short transfers, page touching, and the test hooks.
  *
  * Our own code, under the project's licence (MIT, see LICENSE). bsdiff 4.3's
- * bspatch, whose format CBspatch applies, ends the process with err(3) on
+ * bspatch, whose format CBspatch applies, ends the process (the BSD error-and-exit call) on
  * any failure and ignores short reads; these helpers are what replaces that.
  */
 #include "bsp_common.h"

@@ -63,15 +63,10 @@ struct FuzzRegressionTests {
         _ = CookieDate.parse(header)
     }
 
-    @Test("bspatch: refused with a patch-invalid cause within a bounded time, nothing written",
-          arguments: inputs("bspatch"))
-    func bspatch(name: String) throws {
-        let scratch = TemporaryDirectory("fuzz-bspatch")
-        let old = URL(fileURLWithPath: "\(Repo.fixtures)/fuzz/bspatch-old.bin")
-        let patch = URL(fileURLWithPath: "\(Self.directory)/\(name)")
-        let new = scratch.url.appendingPathComponent("new")
-        // Some of these inputs once hung the applier (a deadlock between its threads):
-        // apply on a thread of its own and give up waiting after a minute.
+    /// Applies on a thread of its own and gives up waiting after a minute: some of these
+    /// inputs once hung the applier (a deadlock between its threads). Nil (and an issue
+    /// recorded) when it did not finish.
+    static func applyBounded(old: URL, patch: URL, to new: URL, name: String) -> Outcome? {
         let outcome = Outcome()
         Thread {
             do {
@@ -83,8 +78,19 @@ struct FuzzRegressionTests {
         }.start()
         guard outcome.done.wait(timeout: .now() + 60) == .success else {
             Issue.record("\(name): the patch was not applied or refused within 60 s")
-            return
+            return nil
         }
+        return outcome
+    }
+
+    @Test("bspatch: refused with a patch-invalid cause within a bounded time, nothing written",
+          arguments: inputs("bspatch"))
+    func bspatch(name: String) throws {
+        let scratch = TemporaryDirectory("fuzz-bspatch")
+        let old = URL(fileURLWithPath: "\(Repo.fixtures)/fuzz/bspatch-old.bin")
+        let patch = URL(fileURLWithPath: "\(Self.directory)/\(name)")
+        let new = scratch.url.appendingPathComponent("new")
+        guard let outcome = Self.applyBounded(old: old, patch: patch, to: new, name: name) else { return }
         let error = try #require(outcome.error as? OfflineAgentError, "\(name) was applied")
         #expect(error.code == .patch)
         #expect(error.cause == .patchInvalid)
@@ -105,19 +111,7 @@ struct FuzzRegressionTests {
         for decline in [0, 1] { // 1: the fast decoder declines every stream's first block
             cbspatch_testing_faults(Int32(decline), 0)
             let new = scratch.url.appendingPathComponent("new-\(decline)")
-            let outcome = Outcome()
-            Thread {
-                do {
-                    try Patcher.apply(old: old, patch: patch, to: new, durable: false)
-                    outcome.finish(nil)
-                } catch {
-                    outcome.finish(error)
-                }
-            }.start()
-            guard outcome.done.wait(timeout: .now() + 60) == .success else {
-                Issue.record("\(name): the patch was not applied or refused within 60 s")
-                return
-            }
+            guard let outcome = Self.applyBounded(old: old, patch: patch, to: new, name: name) else { return }
             statuses.append(((outcome.error as? OfflineAgentError)?.underlying as? PatchFailure)?.status)
         }
         #expect(statuses[0] != nil, "\(name) was applied")

@@ -1,5 +1,4 @@
 import AsyncHTTPClient
-import Crypto
 import FoundationEssentials
 import NIOCore
 

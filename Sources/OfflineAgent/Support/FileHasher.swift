@@ -1,7 +1,5 @@
 import Crypto
 import FoundationEssentials
-import NIOCore
-import NIOHTTP1
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,8 +1,4 @@
-import AsyncHTTPClient
-import Crypto
 import FoundationEssentials
-import NIOCore
-import NIOHTTP1
 #if canImport(Glibc)
 import Glibc
 #endif

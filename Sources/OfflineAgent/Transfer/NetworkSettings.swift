@@ -1,8 +1,5 @@
-import AsyncHTTPClient
 import FoundationEssentials
 import Logging
-import NIOCore
-import NIOHTTP1
 
 /// Timeouts and limits for every request the agent makes.
 public struct NetworkSettings: Sendable, Equatable {

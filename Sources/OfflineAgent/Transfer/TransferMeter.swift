@@ -1,8 +1,4 @@
-import AsyncHTTPClient
-import Crypto
 import FoundationEssentials
-import NIOCore
-import NIOHTTP1
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,3 @@
-import Crypto
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
