@@ -71,6 +71,7 @@ struct ConfigFile: Decodable {
             throw OfflineAgentError(.usage, "maxTrialLaunches must be 0 or more", path: path)
         }
         let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
+        let fileReport = try file.report.map { try reportURL($0, key: "report", path: path) }
         let entries = try file.apps.enumerated().map { index, entry in
             guard let url = URL(string: entry.manifest), WebAddress.webScheme(url.scheme) != nil else {
                 throw OfflineAgentError(.usage, "apps[\(index)].manifest: invalid manifest URL '\(entry.manifest)'", path: path)
@@ -86,18 +87,19 @@ struct ConfigFile: Decodable {
                 throw OfflineAgentError(
                     .usage, "app '\(entry.app)' has no trusted key: give publicKey or publicKeys, or say \"allowUnsigned\": true", path: path)
             }
-            var report: URL?
-            if let text = entry.report ?? file.report {
-                guard let url = URL(string: text), WebAddress.webScheme(url.scheme) != nil, url.host != nil else {
-                    let key = entry.report != nil ? "apps[\(index)].report" : "report"
-                    throw OfflineAgentError(.usage, "\(key): invalid report URL '\(text)': give an http or https URL", path: path)
-                }
-                report = url
-            }
+            let report = try entry.report.map { try reportURL($0, key: "apps[\(index)].report", path: path) } ?? fileReport
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
                          manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report)
         }
         return (file, entries)
+    }
+
+    /// A `report` value: an http or https URL.
+    private static func reportURL(_ text: String, key: String, path: String) throws -> URL {
+        guard let url = URL(string: text), WebAddress.webScheme(url.scheme) != nil, url.host != nil else {
+            throw OfflineAgentError(.usage, "\(key): invalid report URL '\(text)': give an http or https URL", path: path)
+        }
+        return url
     }
 
     private static func checkKeys(_ keys: KeyProbe, path: String) throws {

@@ -30,6 +30,10 @@ struct FleetReportCLITests {
         #expect(crashed.signaled, "\(crashed.stderr)")
         #expect(s.h.activeMatches("1.0.0"))
         #expect(s.queue?.pending() == 1 && s.collector.posts == 0)
+        let status = CLI.json(try await CLI.run(["status", "--root", s.h.root.path, "--app", "mall", "--json"]).stdout)
+        let report = status?["report"] as? [String: Any]
+        #expect(report?["url"] as? String == s.collector.url.absoluteString && report?["pending"] as? Int == 1)
+        #expect(report?["dropped"] as? Int == 0 && report?["rejected"] as? Int == 0)
         // A throttled run checks nothing but sends the queue.
         let next = try await CLI.run(s.sync)
         #expect(next.status == 0, "\(next.stderr)")
@@ -89,6 +93,34 @@ struct FleetReportCLITests {
         #expect(usage["fallbacks"] as? [String: Int] == ["missing-file": 2])
         #expect((usage["periodSeconds"] as? Int).map { $0 >= 1 } == true)
         #expect(usage["device"] as? String == s.collector.events.first?["device"] as? String)
+    }
+
+    @Test("config: report at the top level and per app (the app's wins); check-config shows it; a bad URL is a usage error")
+    func config() async throws {
+        let s = try Setup()
+        let other = try ReportCollector()
+        let dir = TemporaryDirectory("config")
+        let file = dir.file("agent.json")
+        let manifest = s.h.origin.manifestURL.absoluteString
+        func write(_ top: String, _ app: String) throws {
+            try """
+                {"root": "\(s.h.root.path)", "allowUnsigned": true, "report": "\(top)",
+                 "apps": [{"app": "mall", "manifest": "\(manifest)", "report": "\(app)"}]}
+                """.write(toFile: file, atomically: true, encoding: .utf8)
+        }
+        try write(other.url.absoluteString, s.collector.url.absoluteString)
+        let check = try await CLI.run(["check-config", file])
+        #expect(check.stdout.contains("  report: \(s.collector.url.absoluteString)"), "\(check.stdout)")
+        let synced = try await CLI.run(["sync", "--config", file, "--json"])
+        #expect(synced.status == 0, "\(synced.stderr)")
+        #expect(s.collector.events.map { $0["event"] as? String } == ["updated"] && other.posts == 0)
+        try write("ftp://x/report", s.collector.url.absoluteString)
+        for command in [["sync", "--config", file], ["check-config", file]] {
+            let bad = try await CLI.run(command)
+            #expect(bad.status == 64 && bad.stderr.contains("report: invalid report URL 'ftp://x/report'"), "\(bad.stderr)")
+        }
+        let flag = try await CLI.run(Array(s.sync.dropLast(2)) + ["not a url", "--json"])
+        #expect(flag.status == 64, "\(flag.stderr)")
     }
 
     /// What real `nmcli -t -f GENERAL.STATE,GENERAL.METERED device show` prints (terse
