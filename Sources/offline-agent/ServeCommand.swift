@@ -46,6 +46,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Send usage reports (offline hits, network fallbacks by reason, per app and version) to this collector URL; default: the collector each app's syncs report to.")
     var report: String?
     @Option(help: "Minutes between usage reports (default 15).") var reportInterval: Double = 15
+    @Option(help: "Seconds each usage flush may spend sending reports (default 3); what is not sent stays queued.")
+    var reportDeadline: Double = 3
 
     func validate() throws {
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
@@ -75,9 +77,14 @@ struct ServeCommand: AsyncParsableCommand {
             guard (1.0 / 60...1440).contains(reportInterval) else {
                 throw OfflineAgentError(.usage, "--report-interval must be between 1/60 and 1440 minutes")
             }
+            guard (0.1...600).contains(reportDeadline) else {
+                throw OfflineAgentError(.usage, "--report-deadline must be between 0.1 and 600 seconds")
+            }
+            var reportSettings = ReportSettings()
+            reportSettings.deadline = .milliseconds(Int64(reportDeadline * 1000))
             let reporter = try LocalUsageReporter(
                 metrics: server.metrics, root: server.configuration.root, report: try SyncCommand.reportURL(report),
-                interval: .milliseconds(Int64(reportInterval * 60_000)), logger: logger)
+                interval: .milliseconds(Int64(reportInterval * 60_000)), settings: reportSettings, logger: logger)
             let reporting = Task { await reporter.run() }
             do {
                 defer { reporting.cancel() }

@@ -47,6 +47,8 @@ struct SyncCommand: AsyncParsableCommand {
     var network: NetworkPolicy?
     @Option(help: "Send fleet reports (updated, failed, deferred, rollbacks, marks) to this collector URL (docs/PROTOCOL.md, \"Fleet reports\").")
     var report: String?
+    @Option(help: "Seconds a run may spend sending fleet reports (default 3); what is not sent stays queued.")
+    var reportDeadline: Double = 3
     @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
     @Option(help: "Launches a new version may have unconfirmed before it is rolled back (default 3; 0: never).")
     var maxTrialLaunches: Int?
@@ -62,6 +64,7 @@ struct SyncCommand: AsyncParsableCommand {
             throw ValidationError("--config cannot be combined with --app or --manifest")
         }
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
+        guard (0.1...600).contains(reportDeadline) else { throw ValidationError("--report-deadline must be between 0.1 and 600 seconds") }
     }
 
     /// Apps of one root checked at the same time by `--config`.
@@ -85,6 +88,7 @@ struct SyncCommand: AsyncParsableCommand {
             let batch = jobs.filter { $0.root == root }
             var configuration = AgentConfiguration()
             configuration.maxTrialLaunches = batch[0].maxTrialLaunches
+            configuration.reporting.deadline = .milliseconds(Int64(reportDeadline * 1000))
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,

@@ -17,8 +17,6 @@ enum CrashPoint: String, CaseIterable {
     case afterLinkCreated = "after-link-created"
     case afterSwap = "after-swap"
     case afterGarbageCollection = "after-gc"
-    /// A fleet report is queued (fsync'd) and about to be posted.
-    case beforeReportPost = "before-report-post"
 
     private static let armed = ProcessInfo.processInfo.environment["OFFLINE_AGENT_CRASH_AT"].flatMap(CrashPoint.init(rawValue:))
 

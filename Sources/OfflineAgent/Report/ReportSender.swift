@@ -73,7 +73,7 @@ package struct ReportSender: Sendable {
                 request.headers.add(name: "Content-Type", value: "application/json")
                 request.headers.add(name: "User-Agent", value: AgentVersion.userAgent)
                 request.body = .bytes(ByteBuffer(bytes: batch.body))
-                CrashPoint.beforeReportPost.hit()
+                ReportCrashPoint.beforePost.hit()
                 let response: HTTPClientResponse
                 let answer: String
                 do {
