@@ -41,7 +41,9 @@ package struct ReportSender: Sendable {
         guard !due.isEmpty else { return outcome }
         let deadline = NIODeadline.now() + .init(settings.deadline)
         var settings = network
+        // The flush's deadline bounds every wait; a shorter read timeout would only cut a slow answer short.
         settings.connectTimeout = min(settings.connectTimeout, self.settings.deadline)
+        settings.readTimeout = self.settings.deadline
         let fetcher = HTTPFetcher(settings: settings, logger: logger)
         for queue in due where NIODeadline.now() < deadline {
             await send(queue, fetcher: fetcher, deadline: deadline, outcome: &outcome)
@@ -66,8 +68,12 @@ package struct ReportSender: Sendable {
         guard let lock = try? await pool.run(.install, { ReportSendLock(directory: queue.directory) }) else { return }
         defer { withExtendedLifetime(lock) {} }
         do {
+            var sentUpTo = Int.min
             while NIODeadline.now() < deadline {
                 guard let batch = try await pool.run(.install, { try queue.batch(limit: batchSize) }) else { return }
+                // The queue did not move past the last batch (its state cannot be written): no resending in a loop.
+                guard batch.end > sentUpTo else { return }
+                sentUpTo = batch.end
                 var request = HTTPClientRequest(url: queue.url.absoluteString)
                 request.method = .POST
                 request.headers.add(name: "Content-Type", value: "application/json")
