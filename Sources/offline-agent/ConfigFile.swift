@@ -13,22 +13,25 @@ struct ConfigFile: Decodable {
         var allowUnsigned: Bool?
         var profile: String?
         var manifestQuery: Bool?
+        var report: String?
     }
 
     var root: String
     var publicKey: String?
     var publicKeys: [String]?
     var allowUnsigned: Bool?
-    var network: NetworkKind?
+    var network: NetworkPolicy?
     var profile: String?
+    /// The fleet-report collector (`--report`); an app's own wins.
+    var report: String?
     /// Unconfirmed launches a new version may have before it is rolled back.
     var maxTrialLaunches: Int?
     /// False: request the manifest URL as written, without `app` and `current` (a CDN-cached static manifest).
     var manifestQuery: Bool?
     var apps: [App]
 
-    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery"]
+    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "apps"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -36,10 +39,12 @@ struct ConfigFile: Decodable {
         var manifest: URL
         /// Trusted keys (base64); empty only when the app explicitly allows unsigned manifests.
         var publicKeys: [String]
-        var network: NetworkKind?
+        var network: NetworkPolicy?
         var profile: String?
         /// Nil: as the command line says (appended unless `--no-manifest-query`).
         var manifestQuery: Bool?
+        /// The fleet-report collector; nil: `--report`'s.
+        var report: URL?
     }
 
     /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s.
@@ -66,6 +71,7 @@ struct ConfigFile: Decodable {
             throw OfflineAgentError(.usage, "maxTrialLaunches must be 0 or more", path: path)
         }
         let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
+        let fileReport = try file.report.map { try reportURL($0, key: "report", path: path) }
         let entries = try file.apps.enumerated().map { index, entry in
             guard let url = URL(string: entry.manifest), WebAddress.webScheme(url.scheme) != nil else {
                 throw OfflineAgentError(.usage, "apps[\(index)].manifest: invalid manifest URL '\(entry.manifest)'", path: path)
@@ -81,10 +87,19 @@ struct ConfigFile: Decodable {
                 throw OfflineAgentError(
                     .usage, "app '\(entry.app)' has no trusted key: give publicKey or publicKeys, or say \"allowUnsigned\": true", path: path)
             }
+            let report = try entry.report.map { try reportURL($0, key: "apps[\(index)].report", path: path) } ?? fileReport
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
-                         manifestQuery: entry.manifestQuery ?? file.manifestQuery)
+                         manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report)
         }
         return (file, entries)
+    }
+
+    /// A `report` value: an http or https URL.
+    private static func reportURL(_ text: String, key: String, path: String) throws -> URL {
+        guard let url = URL(string: text), WebAddress.webScheme(url.scheme) != nil, url.host != nil else {
+            throw OfflineAgentError(.usage, "\(key): invalid report URL '\(text)': give an http or https URL", path: path)
+        }
+        return url
     }
 
     private static func checkKeys(_ keys: KeyProbe, path: String) throws {
@@ -170,7 +185,7 @@ struct ConfigFile: Decodable {
             return "missing key '\(keyPath(context.codingPath + [key]))'"
         case .dataCorrupted(let context):
             let where_ = keyPath(context.codingPath)
-            if context.codingPath.last?.stringValue == "network" { return "\(where_): expected \"metered\" or \"unmetered\"" }
+            if context.codingPath.last?.stringValue == "network" { return "\(where_): expected \"auto\", \"metered\" or \"unmetered\"" }
             return where_.isEmpty ? "config file is not valid JSON" : "\(where_): invalid value"
         @unknown default:
             return "invalid config file"

@@ -43,6 +43,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Seconds a connection has to send a complete request head.") var headerTimeout: Double = 10
     @Option(help: "Seconds a connection may stay idle (no request, or a response not being read).")
     var idleTimeout: Double = 60
+    @Option(help: "Send usage reports (offline hits, network fallbacks by reason, per app and version) to this collector URL; default: the collector each app's syncs report to.")
+    var report: String?
+    @Option(help: "Minutes between usage reports (default 15).") var reportInterval: Double = 15
+    @Option(help: "Seconds each usage flush may spend sending reports (default 3); what is not sent stays queued.")
+    var reportDeadline: Double = 3
 
     func validate() throws {
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
@@ -69,7 +74,20 @@ struct ServeCommand: AsyncParsableCommand {
                     headerTimeout: .milliseconds(Int64((headerTimeout * 1000).rounded(.up))),
                     idleTimeout: .milliseconds(Int64((idleTimeout * 1000).rounded(.up)))),
                 logger: logger)
+            guard (1.0 / 60...1440).contains(reportInterval) else {
+                throw OfflineAgentError(.usage, "--report-interval must be between 1/60 and 1440 minutes")
+            }
+            guard (0.1...600).contains(reportDeadline) else {
+                throw OfflineAgentError(.usage, "--report-deadline must be between 0.1 and 600 seconds")
+            }
+            var reportSettings = ReportSettings()
+            reportSettings.deadline = .milliseconds(Int64(reportDeadline * 1000))
+            let reporter = try LocalUsageReporter(
+                metrics: server.metrics, root: server.configuration.root, report: try SyncCommand.reportURL(report),
+                interval: .milliseconds(Int64(reportInterval * 60_000)), settings: reportSettings, logger: logger)
+            let reporting = Task { await reporter.run() }
             do {
+                defer { reporting.cancel() }
                 try await server.run(stopOnSignals: true) { host, port in
                     // Flushed: a parent reading the pipe sees the line at once.
                     fputs("listening on http://\(WebAddress.authority(host: host, port: port))\n", stdout)
@@ -80,6 +98,8 @@ struct ServeCommand: AsyncParsableCommand {
             } catch {
                 throw OfflineAgentError(.serve, "cannot serve on \(host):\(port): \(error)", cause: .unexpected)
             }
+            // The last period's counts go out when the server stops (the reporter's final flush).
+            await reporting.value
         }
     }
 

@@ -13,6 +13,11 @@ struct StatusCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON: an object for one app, {\"apps\": [...]} for all.") var json = false
     @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
 
+    /// The app's fleet-report queue, when its syncs report.
+    private func reports(_ app: String) -> ReportQueueStatus? {
+        ReportQueueStatus(root: root, app: app)
+    }
+
     func run() async throws {
         try await reportingFailures {
             let agent = Agent(root: try ExistingRoot.url(root))
@@ -23,8 +28,8 @@ struct StatusCommand: AsyncParsableCommand {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
                 let data = app == nil
-                    ? try encoder.encode(["apps": statuses.map { StatusJSON($0, lifecycles[$0.app]) }])
-                    : try encoder.encode(StatusJSON(statuses[0], lifecycles[statuses[0].app]))
+                    ? try encoder.encode(["apps": statuses.map { StatusJSON($0, lifecycles[$0.app], report: reports($0.app)) }])
+                    : try encoder.encode(StatusJSON(statuses[0], lifecycles[statuses[0].app], report: reports(statuses[0].app)))
                 print(String(decoding: data, as: UTF8.self))
                 return
             }

@@ -5,20 +5,25 @@ import OfflineAgent
 /// `status --json` for one app: app, version, miniVersion, usable, path, lastCheck, whitelist,
 /// rollout, previousVersion, diskBytes (`{"versions", "packages", "downloads", "total"}`),
 /// nextCheck and failures (throttle, `Retry-After`, backoff),
-/// and the lifecycle: state, launches, maxTrialLaunches, held, badVersions, history.
+/// and the lifecycle: state, launches, maxTrialLaunches, held, badVersions, history;
+/// report: the app's fleet-report queue (`{"url", "pending", "dropped", "rejected",
+/// "failures"}`), null when its syncs do not report.
 struct StatusJSON: Encodable {
     var status: AppStatus
     var lifecycle: LifecycleStatus?
+    var report: ReportQueueStatus?
 
-    init(_ status: AppStatus, _ lifecycle: LifecycleStatus?) {
+    init(_ status: AppStatus, _ lifecycle: LifecycleStatus?, report: ReportQueueStatus? = nil) {
         self.status = status
         self.lifecycle = lifecycle
+        self.report = report
     }
 
     private enum CodingKeys: String, CodingKey {
         case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion, diskBytes
         case nextCheck, failures
         case state, launches, maxTrialLaunches, held, badVersions, history
+        case report
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -41,5 +46,6 @@ struct StatusJSON: Encodable {
         try c.encode(status.diskUsage, forKey: .diskBytes)
         try c.encode(status.nextCheck.map(RFC3339.string(from:)), forKey: .nextCheck)
         try c.encode(status.failures, forKey: .failures)
+        try c.encode(report, forKey: .report)
     }
 }

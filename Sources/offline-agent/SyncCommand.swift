@@ -22,6 +22,11 @@ struct SyncCommand: AsyncParsableCommand {
             "manifestQuery": false (top level or per app, like --no-manifest-query) requests the manifest URL exactly as \
             written, without app and current: use it for a static manifest.json behind a CDN, whose cache the parameters \
             would split by installed version.
+            "report": "https://collector.example.com/report" (top level or per app, like --report) queues an event after \
+            each sync that updated, failed or deferred and after each lifecycle transition, and posts the queue to that \
+            URL within 3 seconds per run; a report failure never changes the sync's result.
+            --network auto (the default) asks NetworkManager (nmcli) whether the connection is metered when a manifest \
+            wants an unmetered network, and assumes unmetered, with one log line, where it cannot be read.
             The apps are checked 4 at a time; their lines come out in the file's order.
             Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
@@ -38,7 +43,12 @@ struct SyncCommand: AsyncParsableCommand {
     @Flag(help: "Log each step on stderr.") var verbose = false
     @Flag(help: "Print one JSON object per app on stdout.") var json = false
     @Option(help: "Require manifests signed by this Ed25519 public key: base64, or the path of a file holding it.") var publicKey: String?
-    @Option(help: "The network the device is on: metered or unmetered.") var network: NetworkKind = .unmetered
+    @Option(help: "The network the device is on: auto (ask NetworkManager whether the connection is metered; the default), metered or unmetered.")
+    var network: NetworkPolicy?
+    @Option(help: "Send fleet reports (updated, failed, deferred, rollbacks, marks) to this collector URL (docs/PROTOCOL.md, \"Fleet reports\").")
+    var report: String?
+    @Option(help: "Seconds a run may spend sending fleet reports (default 3); what is not sent stays queued.")
+    var reportDeadline: Double = 3
     @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
     @Option(help: "Launches a new version may have unconfirmed before it is rolled back (default 3; 0: never).")
     var maxTrialLaunches: Int?
@@ -54,6 +64,7 @@ struct SyncCommand: AsyncParsableCommand {
             throw ValidationError("--config cannot be combined with --app or --manifest")
         }
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
+        guard (0.1...600).contains(reportDeadline) else { throw ValidationError("--report-deadline must be between 0.1 and 600 seconds") }
     }
 
     /// Apps of one root checked at the same time by `--config`.
@@ -77,11 +88,11 @@ struct SyncCommand: AsyncParsableCommand {
             let batch = jobs.filter { $0.root == root }
             var configuration = AgentConfiguration()
             configuration.maxTrialLaunches = batch[0].maxTrialLaunches
+            configuration.reporting.deadline = .milliseconds(Int64(reportDeadline * 1000))
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,
-                            options: SyncOptions(force: force, publicKeys: job.publicKeys, network: job.network, profile: job.profile,
-                                                 manifestQuery: job.manifestQuery))
+                            options: job.options(force: force))
             }
             // The batch's own events: the stream ends with the batch, so every line is drawn.
             let sync = agent.startSync(requests, concurrency: Self.concurrency)
@@ -106,10 +117,28 @@ struct SyncCommand: AsyncParsableCommand {
         var app: String
         var manifest: URL
         var publicKeys: [String]
-        var network: NetworkKind
+        var network: NetworkPolicy
         var profile: String
         var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
         var manifestQuery = true
+        var report: URL?
+
+        func options(force: Bool) -> SyncOptions {
+            var options = SyncOptions(
+                force: force, publicKeys: publicKeys, network: network.fixed ?? .unmetered, profile: profile,
+                manifestQuery: manifestQuery, report: report)
+            options.networkPolicy = network
+            return options
+        }
+    }
+
+    /// `--report`: an http or https URL.
+    static func reportURL(_ text: String?) throws -> URL? {
+        guard let text else { return nil }
+        guard let url = URL(string: text), WebAddress.webScheme(url.scheme) != nil, url.host != nil else {
+            throw OfflineAgentError(.usage, "invalid report URL '\(text)': give an http or https URL")
+        }
+        return url
     }
 
     /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
@@ -131,15 +160,17 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network, profile: profile,
-                        maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, manifestQuery: !noManifestQuery)]
+            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network ?? .auto, profile: profile,
+                        maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, manifestQuery: !noManifestQuery,
+                        report: try Self.reportURL(report))]
         }
         let (file, entries) = try ConfigFile.load(config, fallbackKeys: try commandLineKeys())
+        let report = try Self.reportURL(report)
         return entries.map { entry in
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
-                network: entry.network ?? network, profile: entry.profile ?? profile,
+                network: entry.network ?? network ?? .auto, profile: entry.profile ?? profile,
                 maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches,
-                manifestQuery: entry.manifestQuery ?? !noManifestQuery)
+                manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report ?? report)
         }
     }
 }

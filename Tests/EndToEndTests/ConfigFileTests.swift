@@ -33,7 +33,7 @@ struct ConfigFileTests {
         Bad(label: "an app without its name", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"manifest": "http://x/m"}]}"#,
             message: "missing key 'apps[0].app'"),
         Bad(label: "an unknown network", json: #"{"root": "/r", "allowUnsigned": true, "network": "wifi", "apps": [\#(app)]}"#,
-            message: "network: expected \"metered\" or \"unmetered\""),
+            message: "network: expected \"auto\", \"metered\" or \"unmetered\""),
         Bad(label: "an unsigned app that does not say so", json: #"{"root": "/r", "apps": [\#(app)]}"#,
             message: "app 'mall' has no trusted key"),
         Bad(label: "a key that is not a key", json: #"{"root": "/r", "publicKeys": ["bm9wZQ=="], "apps": [\#(app)]}"#,

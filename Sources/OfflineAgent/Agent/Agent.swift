@@ -23,10 +23,10 @@ public actor Agent {
     public nonisolated let store: Store
     /// Settings shared by every sync of this agent.
     public nonisolated let configuration: AgentConfiguration
-    private nonisolated let logger: Logger
+    nonisolated let logger: Logger
     nonisolated let broadcaster = ProgressBroadcaster()
     /// Threads for blocking work, started by the first sync that needs one.
-    private nonisolated let pool = BlockingPool()
+    nonisolated let pool = BlockingPool()
 
     /// An agent over the root directory `root` (created by the first sync).
     ///
@@ -87,7 +87,9 @@ public actor Agent {
         app: String, manifest manifestURL: URL, options: SyncOptions = SyncOptions(),
         progress: (@Sendable (ProgressEvent) -> Void)? = nil
     ) async -> SyncReport {
-        await sync(app: app, manifestURL: manifestURL, options: options, session: nil, progress: progress)
+        let report = await sync(app: app, manifestURL: manifestURL, options: options, session: nil, progress: progress)
+        await flushReports()
+        return report
     }
 
     /// Syncs several apps of this root, at most `concurrency` at a time, so N dead servers
@@ -102,7 +104,7 @@ public actor Agent {
         _ requests: [SyncRequest], concurrency: Int = 4, progress: (@Sendable (ProgressEvent) -> Void)? = nil
     ) async -> [SyncReport] {
         let session = SyncSession(root: store.root)
-        return await withTaskGroup(of: (Int, SyncReport).self) { group in
+        let reports = await withTaskGroup(of: (Int, SyncReport).self) { group in
             var reports = [SyncReport?](repeating: nil, count: requests.count)
             var next = 0
             func startNext() {
@@ -124,6 +126,8 @@ public actor Agent {
                 report ?? SyncReport(app: requests[index].app, result: .failed, error: OfflineAgentError(.install, "not run", cause: .unexpected))
             }
         }
+        await flushReports()
+        return reports
     }
 
     /// Starts syncing `request` in a new task and returns at once: read the sync's own
@@ -165,6 +169,7 @@ public actor Agent {
             broadcaster.yield(event)
             progress?(event)
         }
+        let started = ContinuousClock.now
         let before = AppName.isValid(app) ? store.active(app) : nil
         var report = SyncReport(app: app, result: .failed, version: before?.version, previousVersion: before?.version)
         do {
@@ -191,6 +196,7 @@ public actor Agent {
                 : OfflineAgentError(.install, "unexpected failure: \(error)", cause: .unexpected)
             report.version = AppName.isValid(app) ? store.active(app)?.version : nil
         }
+        await queueReport(report, options: options, duration: ContinuousClock.now - started)
         emit(ProgressEvent(app: app, phase: .done))
         return report
     }
@@ -344,6 +350,8 @@ public actor Agent {
             manifest = value
             newETag = etag
         }
+        report.offeredVersion = manifest.version
+        report.fullSize = manifest.isPatch ? manifest.fullSize : manifest.size
         if let installed {
             guard manifest.version >= installed.version else {
                 throw OfflineAgentError(.manifest, "manifest offers \(manifest.version), below installed \(installed.version) (downgrade refused)", cause: .downgrade)
@@ -380,7 +388,9 @@ public actor Agent {
             report.result = .upToDate
             return
         }
-        if manifest.networkType == .wifi, options.network == .metered {
+        // The system is asked only when it matters (auto policy: a process per question).
+        if manifest.networkType == .wifi,
+           try await pool.run(.manifest, { [logger] in options.networkKind(logger: logger) }) == .metered {
             report.result = .deferred
             return
         }

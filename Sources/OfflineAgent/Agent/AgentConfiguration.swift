@@ -17,6 +17,10 @@ public struct AgentConfiguration: Sendable {
     /// Launches a newly installed version may have without being confirmed
     /// (`Agent.markGood`) before it is rolled back; 0 never rolls back automatically.
     public var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
+    /// The collector of fleet reports for syncs that name none (`SyncOptions.report`); nil: none.
+    public var report: URL?
+    /// How fleet reports are queued and sent: the deadline per sync, the queue's bound, the backoff.
+    public var reporting = ReportSettings()
     /// The wall clock the throttle and manifest rules read; tests inject a wrong one.
     public var clock: @Sendable () -> Date = { Date() }
 

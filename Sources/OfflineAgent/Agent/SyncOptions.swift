@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Logging
 
 /// Per-call options of `Agent.sync`.
 public struct SyncOptions: Sendable {
@@ -10,24 +11,40 @@ public struct SyncOptions: Sendable {
     public var publicKeys: [String] = []
     /// The device's network; `wifi` manifests are deferred on `.metered`.
     public var network: NetworkKind = .unmetered
+    /// How `network` is decided; nil: `network` as given. `.auto` asks NetworkManager
+    /// (`MeteredNetwork`) when a manifest wants an unmetered network, and assumes
+    /// unmetered, with one log line, where that cannot be read; `.metered` and
+    /// `.unmetered` win over `network`.
+    public var networkPolicy: NetworkPolicy?
     /// The cookie profile whose jar the sync's requests carry and fill (see `CookieProfile`).
     public var profile: String = CookieProfile.defaultName
     /// Whether the manifest request carries `app` and `current` (PROTOCOL.md). Turn it off
     /// for a static manifest behind a CDN: the parameters would give every installed
     /// version its own cache entry, and a static file ignores them anyway.
     public var manifestQuery = true
+    /// The collector this sync's fleet-report event goes to (docs/PROTOCOL.md, "Fleet
+    /// reports"); nil: `AgentConfiguration.report`. The URL is remembered per app, so
+    /// later lifecycle transitions (mark good or bad, rollbacks) go there too.
+    public var report: URL?
 
     /// Options for one sync; the defaults check within the throttle, unsigned, on an unmetered network, with the default cookie profile.
     public init(
         force: Bool = false, publicKey: String? = nil, publicKeys: [String] = [], network: NetworkKind = .unmetered,
-        profile: String = CookieProfile.defaultName, manifestQuery: Bool = true
+        profile: String = CookieProfile.defaultName, manifestQuery: Bool = true, report: URL? = nil
     ) {
+        self.report = report
         self.force = force
         self.publicKey = publicKey
         self.publicKeys = publicKeys
         self.network = network
         self.profile = profile
         self.manifestQuery = manifestQuery
+    }
+
+    /// The network kind by `networkPolicy`, reading the system for `.auto`.
+    func networkKind(logger: Logger) -> NetworkKind {
+        guard let networkPolicy else { return network }
+        return networkPolicy.fixed ?? MeteredNetwork.detect(logger: logger)
     }
 
     /// Every trusted key, `publicKey` first.

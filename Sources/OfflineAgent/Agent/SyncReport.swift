@@ -12,6 +12,10 @@ public struct SyncReport: Sendable {
     public var previousVersion: Version?
     /// How the new version arrived, when one did.
     public var via: UpdateMethod?
+    /// The version the manifest offered, when one was read.
+    public var offeredVersion: Version?
+    /// The manifest's full package size, when one was read (for a patch manifest, its `fullSize`).
+    public var fullSize: Int64?
     /// Package bytes (patch, full package) received from the network in this run, also when it failed.
     public var bytesDownloaded: Int64 = 0
     /// Why the sync failed, when it did; nothing installed changed.

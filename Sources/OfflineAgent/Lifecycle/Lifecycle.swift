@@ -75,8 +75,10 @@ public struct Lifecycle: Sendable {
         }
         var record = original ?? VersionLifecycle(legacyActive: active)
         record.adopt(active, at: Date())
+        let history = record.history
         let result = try body(&record, active)
         if record != original {
+            defer { queueReports(app, record.history, after: history) }
             do {
                 try FileSystem.writeAtomically(try Store.encoder.encode(record), to: path)
             } catch let failure as POSIXFailure {

@@ -1,0 +1,50 @@
+import FoundationEssentials
+
+extension Agent {
+    /// Queues the fleet-report event of a finished sync: `updated`, `failed` or
+    /// `deferred`. Up to date, throttled, held and known-bad send nothing, nor does a
+    /// sync that found the root busy or was cancelled (the host's doing). Also records
+    /// the app's collector for later lifecycle events. Never fails the sync.
+    nonisolated func queueReport(_ report: SyncReport, options: SyncOptions, duration: Duration) async {
+        let app = report.app
+        guard AppName.isValid(app), report.result != .throttled else { return }
+        let url = options.report ?? configuration.report
+        let kind: ReportEvent.Kind?
+        switch report.result {
+        case .updated: kind = .updated
+        case .deferred: kind = .deferred
+        case .failed where report.error?.cause != .busy && report.error?.cause != .cancelled: kind = .failed
+        default: kind = nil
+        }
+        let root = store.root
+        let clock = configuration.clock
+        let maxEvents = configuration.reporting.maxQueuedEvents
+        let milliseconds = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        do {
+            try await pool.run(.install, cancellable: false) {
+                try ReportDestinations.remember(root: root, app: app, url: url)
+                guard let url, let kind else { return }
+                var message = report.error?.reason
+                if kind == .deferred, let offered = report.offeredVersion {
+                    message = "\(offered) waits for an unmetered network"
+                }
+                let event = ReportEvent(
+                    time: clock(), device: try DeviceID.load(root: root), app: app, event: kind,
+                    version: report.version?.description, previousVersion: report.previousVersion?.description,
+                    via: kind == .updated ? report.via?.rawValue : nil, bytes: report.bytesDownloaded, fullSize: report.fullSize,
+                    durationMs: milliseconds, errorCode: report.error?.cause.rawValue, message: message)
+                try ReportQueue(root: root, url: url, maxEvents: maxEvents).append([event])
+            }
+        } catch {
+            logger.notice("\(app): fleet report not queued: \(error)")
+        }
+    }
+
+    /// Sends the root's queued reports within `ReportSettings.deadline`; never fails.
+    nonisolated func flushReports() async {
+        await ReportSender(
+            root: store.root, settings: configuration.reporting, network: configuration.network, clock: configuration.clock,
+            logger: logger, pool: pool
+        ).flush()
+    }
+}

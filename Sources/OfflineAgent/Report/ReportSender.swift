@@ -1,0 +1,125 @@
+import AsyncHTTPClient
+import FoundationEssentials
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// Sends the queued events of every collector of a root, oldest first, in batches,
+/// within `ReportSettings.deadline` in all: what is not sent by then stays queued.
+///
+/// 2xx acknowledges a batch; 400 and 413 drop it for good (counted as `rejected`, so
+/// one bad event never wedges the queue); anything else — no answer, 429, 503, other
+/// statuses — leaves it queued and backs the queue off (`ReportSettings.backoff`, or a
+/// later `Retry-After`), persisted so a down collector isn't asked at every sync.
+/// A failure is logged once per flush and never thrown.
+package struct ReportSender: Sendable {
+    package let root: String
+    package let settings: ReportSettings
+    package let network: NetworkSettings
+    package let clock: @Sendable () -> Date
+    package let logger: Logger
+    package let pool: BlockingPool
+
+    package init(
+        root: String, settings: ReportSettings, network: NetworkSettings, clock: @escaping @Sendable () -> Date,
+        logger: Logger = Logger(label: "offline-agent"), pool: BlockingPool
+    ) {
+        self.root = root
+        self.settings = settings
+        self.network = network
+        self.clock = clock
+        self.logger = logger
+        self.pool = pool
+    }
+
+    /// Sends what is due; returns what happened.
+    @discardableResult
+    package func flush() async -> ReportFlush {
+        var outcome = ReportFlush()
+        // Listing and the due check only stat: a root that reports nothing starts no thread.
+        let due = ReportQueue.all(root: root, maxEvents: settings.maxQueuedEvents).filter { isDue($0) }
+        guard !due.isEmpty else { return outcome }
+        let deadline = NIODeadline.now() + .init(settings.deadline)
+        var settings = network
+        // The flush's deadline bounds every wait; a shorter read timeout would only cut a slow answer short.
+        settings.connectTimeout = min(settings.connectTimeout, self.settings.deadline)
+        settings.readTimeout = self.settings.deadline
+        let fetcher = HTTPFetcher(settings: settings, logger: logger)
+        for queue in due where NIODeadline.now() < deadline {
+            await send(queue, fetcher: fetcher, deadline: deadline, outcome: &outcome)
+        }
+        await fetcher.shutdown()
+        return outcome
+    }
+
+    /// True when the queue holds events and is not backing off.
+    private func isDue(_ queue: ReportQueue) -> Bool {
+        let state = queue.loadState()
+        if let next = state.nextAttempt {
+            let wait = next - clock().timeIntervalSince1970
+            // A wait longer than any backoff or Retry-After comes from a clock set back: ignore it.
+            if wait > 0, wait <= settings.backoff.longest { return false }
+        }
+        return queue.pending() > 0
+    }
+
+    private func send(_ queue: ReportQueue, fetcher: HTTPFetcher, deadline: NIODeadline, outcome: inout ReportFlush) async {
+        let batchSize = min(max(1, settings.batchSize), 500)
+        guard let lock = try? await pool.run(.install, { ReportSendLock(directory: queue.directory) }) else { return }
+        defer { withExtendedLifetime(lock) {} }
+        do {
+            var sentUpTo = Int.min
+            while NIODeadline.now() < deadline {
+                guard let batch = try await pool.run(.install, { try queue.batch(limit: batchSize) }) else { return }
+                // The queue did not move past the last batch (its state cannot be written): no resending in a loop.
+                guard batch.end > sentUpTo else { return }
+                sentUpTo = batch.end
+                var request = HTTPClientRequest(url: queue.url.absoluteString)
+                request.method = .POST
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.headers.add(name: "User-Agent", value: AgentVersion.userAgent)
+                request.body = .bytes(ByteBuffer(bytes: batch.body))
+                ReportCrashPoint.beforePost.hit()
+                let response: HTTPClientResponse
+                let answer: String
+                do {
+                    response = try await fetcher.client.execute(request, deadline: deadline)
+                    answer = String(decoding: (try await response.body.collect(upTo: 64 << 10)).readableBytesView, as: UTF8.self)
+                } catch {
+                    try await failed(queue, reason: HTTPFetcher.describe(error), retryAfter: nil, outcome: &outcome)
+                    return
+                }
+                switch response.status.code {
+                case 200..<300:
+                    try await pool.run(.install, cancellable: false) { try queue.acknowledge(batch, rejected: false) }
+                    outcome.delivered += batch.lines.count
+                    logger.debug("reports: \(batch.lines.count) events delivered to \(queue.url.absoluteString): \(answer.prefix(200))")
+                case 400, 413:
+                    try await pool.run(.install, cancellable: false) { try queue.acknowledge(batch, rejected: true) }
+                    outcome.rejected += batch.lines.count
+                    let reason = answer.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+                    logger.warning("reports: \(queue.url.absoluteString) refused \(batch.lines.count) events (HTTP \(response.status.code) \(reason.prefix(200))): dropped")
+                default:
+                    let retryAfter = response.headers.retryAfter(now: clock())
+                    try await failed(queue, reason: "HTTP \(response.status.code)", retryAfter: retryAfter, outcome: &outcome)
+                    return
+                }
+            }
+        } catch {
+            logger.notice("reports: queue \(queue.directory) unusable: \(error)")
+        }
+    }
+
+    /// Backs the queue off and says so, once.
+    private func failed(_ queue: ReportQueue, reason: String, retryAfter: Date?, outcome: inout ReportFlush) async throws {
+        let now = clock()
+        let policy = settings.backoff
+        let failures = queue.loadState().failures + 1
+        var until = now.addingTimeInterval(policy.delay(failures: failures, spread: Double.random(in: -1...1)))
+        if let retryAfter { until = max(until, min(retryAfter, now.addingTimeInterval(policy.cap))) }
+        try await pool.run(.install, cancellable: false) { [until] in try queue.recordFailure(until: until) }
+        outcome.failed.append(queue.url.absoluteString)
+        let wait = Int(until.timeIntervalSince(now).rounded(.up))
+        logger.notice("reports: \(queue.url.absoluteString) not reached (\(reason)); \(queue.pending()) events stay queued, next attempt in \(wait) s")
+    }
+}

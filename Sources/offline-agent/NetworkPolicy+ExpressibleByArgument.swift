@@ -1,0 +1,5 @@
+import ArgumentParser
+import OfflineAgent
+
+// `--network auto|metered|unmetered`.
+extension NetworkPolicy: ExpressibleByArgument {}
