@@ -17,7 +17,7 @@ struct FleetReportFleetTests {
                 "via": i % 3 == 0 ? "full" : "patch", "bytes": i % 3 == 0 ? 1000 : 100 + i, "fullSize": 1000,
                 "previousVersion": "1.0.0",
             ]),
-            C.event("usage", device: device, version: "2.0.0", ["offlineHits": i, "fallbacks": ["offline": 1]]),
+            C.event("usage", device: device, version: "2.0.0", ["offlineHits": i, "fallbacks": ["missing-file": 1]]),
         ]
         if i % 5 == 0 {
             events.append(C.event("failed", device: device, version: "2.1.0", [
@@ -75,7 +75,7 @@ struct FleetReportFleetTests {
             #expect(stats["bytesDownloaded"] as? Int == downloaded)
             #expect(stats["bytesSaved"] as? Int == saved)
             #expect(stats["offlineHits"] as? Int == hits)
-            #expect(stats["fallbacks"] as? [String: Int] == ["offline": 100])
+            #expect(stats["fallbacks"] as? [String: Int] == ["missing-file": 100])
             #expect(stats["offlineHitRatio"] as? Double == Double(hits) / Double(hits + 100))
             let v2 = try #require(C.version(stats, "2.0.0"))
             #expect(v2["devices"] as? Int == 100)
@@ -99,7 +99,7 @@ struct FleetReportFleetTests {
             #expect(metrics.value("offline_server_report_downloaded_bytes_total", app) == Double(downloaded))
             #expect(metrics.value("offline_server_report_saved_bytes_total", app) == Double(saved))
             #expect(metrics.value("offline_server_report_offline_hits_total", app) == Double(hits))
-            #expect(metrics.value("offline_server_report_fallbacks_total", ["app": "fleet", "reason": "offline"]) == 100)
+            #expect(metrics.value("offline_server_report_fallbacks_total", ["app": "fleet", "reason": "missing-file"]) == 100)
             #expect(metrics.value("offline_server_report_events_total", ["app": "fleet", "event": "usage"]) == 100)
         }
     }

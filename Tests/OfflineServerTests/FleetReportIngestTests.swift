@@ -28,7 +28,7 @@ struct FleetReportIngestTests {
                 C.event("failed", device: "d4", version: "2.0.0"),
                 C.event("rolled-back", device: "d1", version: "1.0.0", ["previousVersion": "2.0.0"]),
                 C.event("deferred", device: "d5", version: nil),
-                C.event("usage", device: "d1", version: "1.0.0", ["offlineHits": 90, "fallbacks": ["not-whitelisted": 6, "missing": 4]]),
+                C.event("usage", device: "d1", version: "1.0.0", ["offlineHits": 90, "fallbacks": ["not-whitelisted": 6, "missing-file": 4]]),
                 C.event("updated", app: "other", device: "d1", version: "9.0.0", ["via": "full", "bytes": 7]),
             ]
             let answer = try await C.post(base, try C.body(events))
@@ -43,7 +43,7 @@ struct FleetReportIngestTests {
             #expect(stats["bytesDownloaded"] as? Int == 1350)
             #expect(stats["bytesSaved"] as? Int == 700)
             #expect(stats["offlineHits"] as? Int == 90)
-            #expect(stats["fallbacks"] as? [String: Int] == ["missing": 4, "not-whitelisted": 6])
+            #expect(stats["fallbacks"] as? [String: Int] == ["missing-file": 4, "not-whitelisted": 6])
             #expect(stats["offlineHitRatio"] as? Double == 0.9)
             #expect((stats["versions"] as? [[String: Any]])?.map { $0["version"] as? String } == ["2.0.0", "1.0.0"])
             let v2 = try #require(C.version(stats, "2.0.0"))
@@ -78,6 +78,34 @@ struct FleetReportIngestTests {
             #expect(metrics.value("offline_server_report_offline_hit_ratio", ["app": "fleet"]) == 0.9)
             #expect(metrics.value("offline_server_report_events_total", ["app": "fleet", "event": "deferred"]) == 1)
             #expect(metrics.value("offline_server_report_updates_total", ["app": "other", "version": "9.0.0", "via": "full"]) == 1)
+        }
+    }
+
+    @Test("label values devices choose are bounded in /metrics (other), kept as sent in /stats")
+    func boundedLabels() async throws {
+        try await withServer { base in
+            let odd = "we\"ird\\cause\n"
+            let events = [
+                C.event("failed", ["errorCode": odd]),
+                C.event("failed", ["errorCode": "disk-full"]),
+                C.event("updated", version: "beta build", ["via": "full"]),
+                C.event("updated", version: "2.0.0", ["via": "full"]),
+                C.event("usage", ["offlineHits": 1, "fallbacks": ["made-up": 3, "not-whitelisted": 1]]),
+            ]
+            #expect(try await C.post(base, try C.body(events)).receipt?.accepted == 5)
+            // Parsed strictly: a label value that broke the text format would throw here.
+            let metrics = try await C.metrics(base)
+            #expect(metrics.value("offline_server_report_failures_total", ["app": "fleet", "cause": "other"]) == 1)
+            #expect(metrics.value("offline_server_report_failures_total", ["app": "fleet", "cause": "disk-full"]) == 1)
+            #expect(metrics.value("offline_server_report_updates_total", ["app": "fleet", "version": "other", "via": "full"]) == 1)
+            #expect(metrics.value("offline_server_report_updates_total", ["app": "fleet", "version": "2.0.0", "via": "full"]) == 1)
+            #expect(metrics.value("offline_server_report_fallbacks_total", ["app": "fleet", "reason": "other"]) == 3)
+            #expect(metrics.value("offline_server_report_fallbacks_total", ["app": "fleet", "reason": "not-whitelisted"]) == 1)
+            let stats = try await C.stats(base)
+            #expect((stats["versions"] as? [[String: Any]])?.map { $0["version"] as? String } == ["2.0.0", "beta build"])
+            let failures = C.version(stats, "2.0.0")?["topFailures"] as? [[String: Any]]
+            #expect(Set(failures?.compactMap { $0["errorCode"] as? String } ?? []) == [odd, "disk-full"])
+            #expect(stats["fallbacks"] as? [String: Int] == ["made-up": 3, "not-whitelisted": 1])
         }
     }
 
@@ -152,8 +180,8 @@ struct FleetReportIngestTests {
         .event("usage without periodSeconds", "'periodSeconds'") { Rule.without("periodSeconds", kind: "usage") },
         .event("usage with periodSeconds 0", "'periodSeconds'") { Rule.with(["periodSeconds": 0], kind: "usage") },
         .event("usage with fallbacks an array", "'fallbacks'") { Rule.with(["fallbacks": [1, 2]], kind: "usage") },
-        .event("usage with a negative fallback count", "'fallbacks'") { Rule.with(["fallbacks": ["missing": -1]], kind: "usage") },
-        .event("usage with a fractional fallback count", "'fallbacks'") { Rule.with(["fallbacks": ["missing": 0.5]], kind: "usage") },
+        .event("usage with a negative fallback count", "'fallbacks'") { Rule.with(["fallbacks": ["missing-file": -1]], kind: "usage") },
+        .event("usage with a fractional fallback count", "'fallbacks'") { Rule.with(["fallbacks": ["missing-file": 0.5]], kind: "usage") },
     ]
 
     @Test("a batch with one event that breaks a rule is refused whole with 400 and the rule", arguments: rules)

@@ -25,7 +25,7 @@ struct FleetReportPrometheusTests {
                 C.event("updated", device: "d2", ["via": "patch", "bytes": 150, "fullSize": 1000]),
                 C.event("updated", device: "d3", ["via": "full", "bytes": 1000, "fullSize": 1000]),
                 C.event("failed", device: "d4", ["errorCode": "hash-mismatch"]),
-                C.event("usage", device: "d1", ["offlineHits": 75, "fallbacks": ["offline": 25]]),
+                C.event("usage", device: "d1", ["offlineHits": 75, "fallbacks": ["outside-rollout": 25]]),
             ]
             #expect(try await C.post(server.baseURL, try C.body(events)).receipt?.accepted == 5)
 

@@ -15,7 +15,7 @@ struct FleetReportRestartTests {
         let events = [
             C.event("updated", device: "d1", ["via": "patch", "bytes": 40, "fullSize": 400]),
             C.event("failed", device: "d2", ["errorCode": "patch-invalid", "bytes": 40]),
-            C.event("usage", device: "d1", ["offlineHits": 30, "fallbacks": ["offline": 10]]),
+            C.event("usage", device: "d1", ["offlineHits": 30, "fallbacks": ["bad-version": 10]]),
         ]
         let body = try C.body(events)
 

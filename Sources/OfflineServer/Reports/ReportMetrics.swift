@@ -7,7 +7,8 @@ import Synchronization
 ///
 /// Restored from the database when the server starts (`ReportStore.tally()`), then
 /// grown by every stored batch, so they count every event ever stored and survive a
-/// restart; a duplicate counts nothing.
+/// restart; a duplicate counts nothing. Versions, causes and fallback reasons outside
+/// the known ones count as `other` (see `ReportTally`).
 ///
 /// - `offline_server_report_events_total{app,event}` — events stored, by kind.
 /// - `offline_server_report_updates_total{app,version,via}` — `updated` events (`via`

@@ -1,6 +1,13 @@
+import OfflineAgent
+
 /// Counter increments of a set of report events, keyed the way `ReportMetrics` names
 /// its series: what a batch adds, or (at start) what the whole database adds up to.
 /// One function counts both, so a restart never changes what a scrape shows.
+///
+/// Label values devices choose are bounded, so a buggy or hostile sender cannot grow
+/// `/metrics` without end: a `version` that is not a version, an `errorCode` that is not
+/// an `OfflineAgentError.Cause` and a fallback reason that is not a `FallbackReason`
+/// count as `other` (`/stats` keeps them as sent); an absent one is `unknown`.
 struct ReportTally: Sendable {
     /// Series → increment; a series is a family name and its label values in the family's label order.
     struct Series: Hashable, Sendable {
@@ -28,10 +35,10 @@ struct ReportTally: Sendable {
         bump(ReportMetrics.Name.downloaded, [app], bytes)
         switch event {
         case .updated:
-            bump(ReportMetrics.Name.updates, [app, version ?? "", via?.rawValue ?? "unknown"], 1)
+            bump(ReportMetrics.Name.updates, [app, Self.label(version: version), via?.rawValue ?? "unknown"], 1)
             if via == .patch, let fullSize, fullSize > bytes { bump(ReportMetrics.Name.saved, [app], fullSize - bytes) }
         case .failed:
-            bump(ReportMetrics.Name.failures, [app, errorCode ?? "unknown"], 1)
+            bump(ReportMetrics.Name.failures, [app, Self.label(cause: errorCode)], 1)
         case .rolledBack:
             bump(ReportMetrics.Name.rollbacks, [app], 1)
         case .usage:
@@ -44,8 +51,18 @@ struct ReportTally: Sendable {
     }
 
     mutating func addFallbacks(app: String, reason: String, count: Int64) {
-        bump(ReportMetrics.Name.fallbacks, [app, reason], count)
+        bump(ReportMetrics.Name.fallbacks, [app, FallbackReason(rawValue: reason) == nil ? "other" : reason], count)
         usage[app, default: (0, 0)].fallbacks += count
+    }
+
+    static func label(version: String?) -> String {
+        guard let version else { return "unknown" }
+        return Version(version) == nil ? "other" : version
+    }
+
+    static func label(cause: String?) -> String {
+        guard let cause else { return "unknown" }
+        return OfflineAgentError.Cause(rawValue: cause) == nil ? "other" : cause
     }
 
     private mutating func bump(_ name: String, _ labels: [String], _ by: Int64) {
