@@ -587,6 +587,7 @@ SERVER=${SERVER:-$ROOT/.build/release/offline-server}
 REPORT_SECONDS=${REPORT_SECONDS:-10}
 REPORT_CONNECTIONS=${REPORT_CONNECTIONS:-16}
 REPORT_EVENTS=${REPORT_EVENTS:-50}
+R_PID=""   # the server under test (global: the EXIT trap outlives the function)
 
 section_report() {
   need wrk; need curl
@@ -595,12 +596,12 @@ section_report() {
     "$ROOT/scripts/build-release.sh" offline-server >&2
   fi
   [[ -x $SERVER ]] || die "SERVER=$SERVER is not an executable"
-  local dir="$WORK/report" i port="" pid out stats stored
+  local dir="$WORK/report" i port="" out stats stored
   rm -rf "$dir"; mkdir -p "$dir/publish"
   "$SERVER" --dir "$dir/publish" --port 0 --reports-db "$dir/reports.sqlite" --log-level warning \
     > "$dir/server.out" 2> "$dir/server.err" &
-  pid=$!
-  trap 'kill $pid 2>/dev/null || true' EXIT
+  R_PID=$!
+  trap 'kill $R_PID 2>/dev/null || true' EXIT
   for ((i = 0; i < 100; i++)); do
     port=$(sed -n 's|^listening on 127\.0\.0\.1:\([0-9]*\)$|\1|p' "$dir/server.out")
     [[ -n $port ]] && break
@@ -629,7 +630,7 @@ section_report() {
   warm=$(sed -n 's/.* requests=\([0-9]*\).*/\1/p' "$dir/warm.txt")
   sent=$(( (warm + requests) * REPORT_EVENTS ))
   (( ${stored:-0} >= sent )) || die "report: $sent events answered 200 but only ${stored:-0} stored"
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  kill "$R_PID"; wait "$R_PID" 2>/dev/null || true
   local events_s requests_s
   requests_s=$(calc "$requests / ($duration / 1000000)")
   events_s=$(calc "$requests * $REPORT_EVENTS / ($duration / 1000000)")
