@@ -3,7 +3,7 @@
 # extract` vs Info-ZIP unzip, on real web front ends (streamlit + bokeh static
 # dirs from PyPI wheels).  See bench/README.md.
 #
-#   bench/run.sh [all|prepare|footprint|patch|extract|sync]...     (default: all)
+#   bench/run.sh [all|prepare|footprint|patch|extract|sync|report]...     (default: all)
 #
 # Environment:
 #   OURS=/path/to/offline-agent   binary under test (default .build/release/offline-agent;
@@ -15,6 +15,9 @@
 #   BOKEH_V1/BOKEH_V2             bokeh versions for the large package (default 3.9.1 -> 3.9.2)
 #   SMALL_MB=5                    size of the small package (subset of the streamlit files)
 #   VERBOSE=1                     also print every run's time and RSS
+#   SERVER=/path/to/offline-server  `report`: server under test (default .build/release/offline-server,
+#                                 built by scripts/build-release.sh offline-server when BUILD allows)
+#   REPORT_SECONDS=10 REPORT_CONNECTIONS=16 REPORT_EVENTS=50   `report`: wrk duration, connections, events per batch
 #
 # Adding a section (e.g. `sync`): write `section_sync() { ... }` using measure /
 # median / summary below, and add `sync` to SECTIONS.
@@ -44,6 +47,7 @@ T_EXTRACT_RSS_MB=32     # our peak RSS
 T_SIZE_MB=25            # the stripped, statically linked device binary
 T_NOOP_MS=5             # throttled no-op `sync` wall time (median)
 T_SERVE_RSS_MB=15       # `serve` RSS, idle after startup and one request
+T_REPORT_EVENTS_S=20000 # offline-server POST /report ingestion, events/s (2 wrk threads, loopback)
 
 SECTIONS=(footprint patch extract sync)   # what `all` runs, in order (after build; prepare when needed)
 
@@ -574,6 +578,73 @@ section_footprint() {
 }
 
 # --------------------------------------------------------------------------
+# section: report — offline-server's POST /report ingestion rate: wrk (2 threads,
+# REPORT_CONNECTIONS connections, REPORT_SECONDS) posting batches of REPORT_EVENTS
+# events with unique ids (bench/report.lua) to a release offline-server on a fresh
+# database, on loopback. Needs no prepare and not the device binary; not run by `all`.
+# --------------------------------------------------------------------------
+SERVER=${SERVER:-$ROOT/.build/release/offline-server}
+REPORT_SECONDS=${REPORT_SECONDS:-10}
+REPORT_CONNECTIONS=${REPORT_CONNECTIONS:-16}
+REPORT_EVENTS=${REPORT_EVENTS:-50}
+R_PID=""   # the server under test (global: the EXIT trap outlives the function)
+
+section_report() {
+  need wrk; need curl
+  if [[ $BUILD != 0 && $SERVER == "$ROOT/.build/release/offline-server" ]]; then
+    log "build: scripts/build-release.sh offline-server"
+    "$ROOT/scripts/build-release.sh" offline-server >&2
+  fi
+  [[ -x $SERVER ]] || die "SERVER=$SERVER is not an executable"
+  local dir="$WORK/report" i port="" out stats stored
+  rm -rf "$dir"; mkdir -p "$dir/publish"
+  "$SERVER" --dir "$dir/publish" --port 0 --reports-db "$dir/reports.sqlite" --log-level warning \
+    > "$dir/server.out" 2> "$dir/server.err" &
+  R_PID=$!
+  trap 'kill $R_PID 2>/dev/null || true' EXIT
+  for ((i = 0; i < 100; i++)); do
+    port=$(sed -n 's|^listening on 127\.0\.0\.1:\([0-9]*\)$|\1|p' "$dir/server.out")
+    [[ -n $port ]] && break
+    sleep 0.05
+  done
+  [[ -n $port ]] || die "report: offline-server did not start: $(cat "$dir/server.err")"
+  log "report: wrk -t2 -c$REPORT_CONNECTIONS -d${REPORT_SECONDS}s, $REPORT_EVENTS events a batch, offline-server on 127.0.0.1:$port"
+  # Warm-up (connections, SQLite pages), on ids of their own.
+  RUN_ID=warm EVENTS=$REPORT_EVENTS wrk -t2 -c"$REPORT_CONNECTIONS" -d2s -s "$ROOT/bench/report.lua" \
+    "http://127.0.0.1:$port/report" > "$dir/warm.txt"
+  out=$(RUN_ID=run EVENTS=$REPORT_EVENTS wrk -t2 -c"$REPORT_CONNECTIONS" -d"${REPORT_SECONDS}s" --latency \
+    -s "$ROOT/bench/report.lua" "http://127.0.0.1:$port/report")
+  [[ ${VERBOSE:-0} == 1 ]] && printf '%s\n' "$out" >&2
+  local line requests duration p50 p99 errors
+  line=$(grep '^REPORT ' <<<"$out") || die "report: no REPORT line from wrk: $out"
+  requests=$(sed -n 's/.* requests=\([0-9]*\).*/\1/p' <<<"$line")
+  duration=$(sed -n 's/.* duration_us=\([0-9]*\).*/\1/p' <<<"$line")
+  p50=$(sed -n 's/.* p50_us=\([0-9]*\).*/\1/p' <<<"$line")
+  p99=$(sed -n 's/.* p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+  errors=$(sed -n 's/.* errors=\([0-9]*\).*/\1/p' <<<"$line")
+  (( errors == 0 )) || die "report: $errors requests failed or were refused"
+  # Every event of every answered request must be stored (the warm-up's too).
+  stats=$(curl -sf "http://127.0.0.1:$port/stats?app=bench") || die "report: /stats failed"
+  stored=$(grep -o '"events":[0-9]*' <<<"$stats" | head -n1 | cut -d: -f2)
+  local warm sent
+  warm=$(sed -n 's/.* requests=\([0-9]*\).*/\1/p' "$dir/warm.txt")
+  sent=$(( (warm + requests) * REPORT_EVENTS ))
+  (( ${stored:-0} >= sent )) || die "report: $sent events answered 200 but only ${stored:-0} stored"
+  kill "$R_PID"; wait "$R_PID" 2>/dev/null || true
+  local events_s requests_s
+  requests_s=$(calc "$requests / ($duration / 1000000)")
+  events_s=$(calc "$requests * $REPORT_EVENTS / ($duration / 1000000)")
+  echo
+  echo "report: POST /report, $REPORT_EVENTS events a batch, wrk -t2 -c$REPORT_CONNECTIONS -d${REPORT_SECONDS}s on loopback ($(nproc) CPUs)"
+  printf '  %s requests/s, %s events/s, latency p50 %s ms, p99 %s ms; %s events stored in all\n' \
+    "$(fmt1 "$requests_s")" "$(fmt1 "$events_s")" "$(fmt2 "$(calc "$p50 / 1000")")" "$(fmt2 "$(calc "$p99 / 1000")")" "${stored:-?}"
+  summary report.events_per_s "$(fmt1 "$events_s")"
+  summary report.requests_per_s "$(fmt1 "$requests_s")"
+  summary report.p99_ms "$(fmt2 "$(calc "$p99 / 1000")")"
+  check report.events_per_s "$(fmt1 "$events_s")" '>=' "$T_REPORT_EVENTS_S" "POST /report events/s, batches of $REPORT_EVENTS"
+}
+
+# --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
 print_summary() {
@@ -607,7 +678,8 @@ main() {
   if awk -v l="${LOAD_START%% *}" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
     log "warning: load average $LOAD_START on $(nproc) CPUs: timings will be noisy (use an idle machine, or RUNS=9)"
   fi
-  if [[ " ${todo[*]} " != " prepare " ]]; then do_build; fi
+  # `prepare` needs no binary; `report` builds offline-server itself.
+  if [[ " ${todo[*]} " != " prepare " && " ${todo[*]} " != " report " ]]; then do_build; fi
   for s in "${todo[@]}"; do
     if [[ $s == prepare ]]; then prepare; else "section_$s"; fi
   done

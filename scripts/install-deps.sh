@@ -5,10 +5,13 @@ set -euo pipefail
 
 packages=(
     libzip-dev libbz2-dev zlib1g-dev libdivsufsort-dev pkg-config   # build
+    libsqlite3-dev                                                   # build: offline-server's fleet reports (GRDB)
     bsdiff zip unzip gzip util-linux curl                            # tests and demo: reference bsdiff/bspatch, Info-ZIP, fallocate, curl
     publicsuffix                                                     # cookies: the Public Suffix List (read at run time when present)
     systemd                                                          # tests: systemd-analyze rates and verifies the example units
     nginx-light                                                      # tests: a real static origin and caching proxy (StaticCDNTests)
+    prometheus                                                       # tests: a real Prometheus scrapes offline-server (FleetReportPrometheusTests)
+    wrk                                                              # bench/run.sh report: POST /report ingestion rate
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then

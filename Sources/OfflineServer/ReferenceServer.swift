@@ -19,7 +19,9 @@ import ServiceLifecycle
 ///   `manifest.json`, `manifest.json.sig` — with `Range`, `If-Range` and 416;
 ///   `state.json` and anything else is 404.
 /// - `GET /metrics`: this server's counters in the Prometheus text format (see
-///   `ReferenceServerMetrics`).
+///   `ReferenceServerMetrics`), and the fleet counters when reports are on.
+/// - `POST /report`, `GET /stats?app=NAME`: the fleet report collector, when
+///   `reportsDatabase` is set (docs/PROTOCOL.md, "Fleet reports").
 /// - `Cache-Control`: manifests and `.sig` `public, max-age=<manifestMaxAge>`
 ///   (revalidated by ETag afterwards); packages and patches, whose names are
 ///   versions and never change, `public, max-age=31536000, immutable`; errors `no-store`.
@@ -44,11 +46,16 @@ public struct ReferenceServer: Sendable {
         /// CDN or proxy may answer for the server, so the longest a new version waits
         /// behind it. Versioned packages and patches never change and are cached for a year.
         public var manifestMaxAge: Int
+        /// The SQLite database of fleet reports (`POST /report`, `GET /stats`), created if
+        /// missing; nil turns reports off (both answer 404).
+        public var reportsDatabase: String?
 
         public init(
             directory: String, host: String = "127.0.0.1", port: Int = 8080,
-            signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip, manifestMaxAge: Int = 60
+            signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip, manifestMaxAge: Int = 60,
+            reportsDatabase: String? = nil
         ) {
+            self.reportsDatabase = reportsDatabase
             self.directory = directory
             self.host = host
             self.port = port
@@ -78,17 +85,26 @@ public struct ReferenceServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
-        try await ServiceRunner.run(makeApplication(onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
+        let reports = try openReports()
+        try await ServiceRunner.run(
+            makeApplication(reports: reports, onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
     }
 
     /// Starts the server in the background and returns once it listens: the
     /// in-process form for tests (use port 0 and read `port`).
     public func start() async throws -> RunningReferenceServer {
-        let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
+        let reports = try openReports()
+        let service = try await ServiceRunner.start(logger: logger) { makeApplication(reports: reports, onListening: $0) }
         return RunningReferenceServer(host: configuration.host, metrics: metrics, service: service)
     }
 
+    /// The report collector when configured: the database opened and the counters restored from it.
+    private func openReports() throws -> ReportCollector? {
+        try configuration.reportsDatabase.map { try ReportCollector(databasePath: $0, logger: logger) }
+    }
+
     private func makeApplication(
+        reports: ReportCollector?,
         onListening: @escaping @Sendable (String, Int) async -> Void
     ) -> some Service {
         let catalog = ReferenceServerCatalog(
@@ -97,7 +113,8 @@ public struct ReferenceServer: Sendable {
         let host = configuration.host
         return Application(
             responder: ReferenceServerResponder(
-                catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge),
+                catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge,
+                reports: reports),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)

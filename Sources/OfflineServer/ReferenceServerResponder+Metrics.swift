@@ -40,7 +40,7 @@ extension ReferenceServerResponder {
 
     /// `GET /metrics`: this server's counters in the Prometheus text format.
     func metricsResponse(head: Bool) -> Response {
-        let text = metrics.prometheusText()
+        let text = metrics.prometheusText() + (reports?.metrics.prometheusText() ?? "")
         var response = Self.text(.ok, text)
         response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
         response.headers[.cacheControl] = "no-store"

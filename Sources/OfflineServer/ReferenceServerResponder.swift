@@ -27,6 +27,8 @@ struct ReferenceServerResponder: HTTPResponder {
     let metrics: ReferenceServerMetrics
     /// Seconds manifests and `.sig` files may be cached (see `ReferenceServer.Configuration`).
     var manifestMaxAge = 60
+    /// The fleet report collector (`POST /report`, `GET /stats`); nil when reports are off.
+    var reports: ReportCollector?
     let fileIO = FileIO()
     /// `X-Offline-Signature` (HTTPField itself is not re-exported by Hummingbird).
     static let signatureField = HTTPFields.Element.Name(ManifestSignature.header)!
@@ -48,6 +50,7 @@ struct ReferenceServerResponder: HTTPResponder {
     }
 
     private func route(_ request: Request, context: Context) async throws -> Response {
+        if let response = await reportRoute(request) { return response }
         guard request.method == .get || request.method == .head else {
             var response = Self.text(.methodNotAllowed, "only GET and HEAD\n")
             response.headers[.allow] = "GET, HEAD"

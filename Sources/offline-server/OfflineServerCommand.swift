@@ -15,7 +15,9 @@ struct OfflineServerCommand: AsyncParsableCommand {
             GET /manifest?app=NAME&current=VERSION (or /NAME/manifest?current=VERSION) answers a \
             patch manifest when the latest version has a patch from VERSION, else the full package; \
             GET /NAME/FILE serves the published files with Range support; GET /metrics gives \
-            Prometheus counters (manifests, files by kind and status, bytes sent, errors). Prints \
+            Prometheus counters (manifests, files by kind and status, bytes sent, errors, and the \
+            fleet's). POST /report stores fleet report events (SQLite, --reports-db) and \
+            GET /stats?app=NAME sums them up per version. Prints \
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
             """
@@ -28,6 +30,9 @@ struct OfflineServerCommand: AsyncParsableCommand {
     @Option(help: "How full packages are offered: gzip (the .zip.gz) or none (the .zip).") var compression = "gzip"
     @Option(help: "Seconds a CDN or proxy may cache manifests and .sig files (Cache-Control max-age); packages and patches are immutable.")
     var manifestMaxAge = 60
+    @Option(help: "SQLite database of fleet reports (POST /report, GET /stats); default DIR/.offline-server/reports.sqlite.")
+    var reportsDb: String?
+    @Flag(help: "Turn fleet reports off: POST /report and GET /stats answer 404.") var noReports = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
 
     func run() async throws {
@@ -37,6 +42,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
         }
         guard manifestMaxAge >= 0 else { throw ValidationError("--manifest-max-age must be 0 or more") }
         guard FileManager.default.fileExists(atPath: dir) else { throw ValidationError("no such directory: \(dir)") }
+        guard !(noReports && reportsDb != nil) else { throw ValidationError("--reports-db and --no-reports exclude each other") }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
@@ -51,7 +57,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
         }
         let server = ReferenceServer(
             configuration: .init(directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression,
-                                  manifestMaxAge: manifestMaxAge),
+                                  manifestMaxAge: manifestMaxAge,
+                                  reportsDatabase: noReports ? nil : reportsDb ?? "\(dir)/.offline-server/reports.sqlite"),
             logger: Logger(label: "offline-server"))
         try await server.run(stopOnSignals: true) { host, port in
             // Written unbuffered: a parent process waits for this line to learn the port.

@@ -1,0 +1,103 @@
+import OfflineAgent
+
+/// The body of `GET /stats?app=NAME`: one app's fleet, from every stored report
+/// event of it (docs/PROTOCOL.md, "Collector (offline-server)").
+struct AppStats: Sendable, Encodable {
+    /// Most failure causes listed per version.
+    static let topFailureCount = 5
+
+    var app: String
+    /// Events stored for the app, of any kind.
+    var events: Int64 = 0
+    /// Distinct devices that sent any event for the app.
+    var devices: Int64 = 0
+    /// Newest version first (by version order; names that are not versions last, by name).
+    var versions: [VersionStats] = []
+    var bytesDownloaded: Int64 = 0
+    var bytesSaved: Int64 = 0
+    /// Sums over the app's `usage` events.
+    var offlineHits: Int64 = 0
+    var fallbacks: [String: Int64] = [:]
+
+    /// `offlineHits / (offlineHits + fallbacks)`, nil (JSON `null`) before any usage was counted.
+    var offlineHitRatio: Double? {
+        let total = offlineHits + fallbacks.values.reduce(0, +)
+        return total > 0 ? Double(offlineHits) / Double(total) : nil
+    }
+
+    /// One version of the app: every stored event whose `version` is it.
+    struct VersionStats: Sendable, Encodable {
+        var version: String
+        /// Devices whose latest `updated` event (by `time`) names this version.
+        var devices: Int64 = 0
+        var updated: Int64 = 0
+        var failed: Int64 = 0
+        var rolledBack: Int64 = 0
+        var topFailures: [Failure] = []
+        var bytesDownloaded: Int64 = 0
+        var bytesSaved: Int64 = 0
+
+        /// `updated / (updated + failed)`, nil (JSON `null`) when neither happened.
+        var successRate: Double? {
+            updated + failed > 0 ? Double(updated) / Double(updated + failed) : nil
+        }
+
+        struct Failure: Sendable, Encodable {
+            /// The `errorCode` sent; nil (JSON `null`) for failures sent without one.
+            var errorCode: String?
+            var count: Int64
+
+            enum CodingKeys: String, CodingKey { case errorCode, count }
+
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encode(errorCode, forKey: .errorCode)
+                try container.encode(count, forKey: .count)
+            }
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case version, devices, updated, failed, rolledBack, successRate, topFailures, bytesDownloaded, bytesSaved
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(version, forKey: .version)
+            try container.encode(devices, forKey: .devices)
+            try container.encode(updated, forKey: .updated)
+            try container.encode(failed, forKey: .failed)
+            try container.encode(rolledBack, forKey: .rolledBack)
+            try container.encode(successRate, forKey: .successRate)
+            try container.encode(topFailures, forKey: .topFailures)
+            try container.encode(bytesDownloaded, forKey: .bytesDownloaded)
+            try container.encode(bytesSaved, forKey: .bytesSaved)
+        }
+
+        /// Newest version first; names `Version` cannot read after every version, by name.
+        static func newestFirst(_ a: VersionStats, _ b: VersionStats) -> Bool {
+            switch (Version(a.version), Version(b.version)) {
+            case let (x?, y?): x != y ? x > y : a.version < b.version
+            case (.some, nil): true
+            case (nil, .some): false
+            case (nil, nil): a.version < b.version
+            }
+        }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case app, events, devices, versions, bytesDownloaded, bytesSaved, offlineHits, fallbacks, offlineHitRatio
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(app, forKey: .app)
+        try container.encode(events, forKey: .events)
+        try container.encode(devices, forKey: .devices)
+        try container.encode(versions, forKey: .versions)
+        try container.encode(bytesDownloaded, forKey: .bytesDownloaded)
+        try container.encode(bytesSaved, forKey: .bytesSaved)
+        try container.encode(offlineHits, forKey: .offlineHits)
+        try container.encode(fallbacks, forKey: .fallbacks)
+        try container.encode(offlineHitRatio, forKey: .offlineHitRatio)
+    }
+}

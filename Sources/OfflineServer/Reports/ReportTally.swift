@@ -1,0 +1,71 @@
+import OfflineAgent
+
+/// Counter increments of a set of report events, keyed the way `ReportMetrics` names
+/// its series: what a batch adds, or (at start) what the whole database adds up to.
+/// One function counts both, so a restart never changes what a scrape shows.
+///
+/// Label values devices choose are bounded, so a buggy or hostile sender cannot grow
+/// `/metrics` without end: a `version` that is not a version, an `errorCode` that is not
+/// an `OfflineAgentError.Cause` and a fallback reason that is not a `FallbackReason`
+/// count as `other` (`/stats` keeps them as sent); an absent one is `unknown`.
+struct ReportTally: Sendable {
+    /// Series → increment; a series is a family name and its label values in the family's label order.
+    struct Series: Hashable, Sendable {
+        var name: String
+        var labels: [String]
+    }
+
+    private(set) var counts: [Series: Int64] = [:]
+    /// Per app: offline hits and fallbacks, for the hit-ratio gauge.
+    private(set) var usage: [String: (hits: Int64, fallbacks: Int64)] = [:]
+
+    var isEmpty: Bool { counts.isEmpty }
+
+    mutating func add(_ event: ReportEvent) {
+        add(app: event.app, event: event.event, version: event.version, via: event.via, errorCode: event.errorCode,
+            bytes: event.bytes, fullSize: event.fullSize, offlineHits: event.offlineHits)
+        for fallback in event.fallbacks { addFallbacks(app: event.app, reason: fallback.reason, count: fallback.count) }
+    }
+
+    mutating func add(
+        app: String, event: ReportEventKind, version: String?, via: ReportEvent.Via?, errorCode: String?,
+        bytes: Int64, fullSize: Int64?, offlineHits: Int64?
+    ) {
+        bump(ReportMetrics.Name.events, [app, event.rawValue], 1)
+        bump(ReportMetrics.Name.downloaded, [app], bytes)
+        switch event {
+        case .updated:
+            bump(ReportMetrics.Name.updates, [app, Self.label(version: version), via?.rawValue ?? "unknown"], 1)
+            if via == .patch, let fullSize, fullSize > bytes { bump(ReportMetrics.Name.saved, [app], fullSize - bytes) }
+        case .failed:
+            bump(ReportMetrics.Name.failures, [app, Self.label(cause: errorCode)], 1)
+        case .rolledBack:
+            bump(ReportMetrics.Name.rollbacks, [app], 1)
+        case .usage:
+            let hits = offlineHits ?? 0
+            bump(ReportMetrics.Name.offlineHits, [app], hits)
+            usage[app, default: (0, 0)].hits += hits
+        case .deferred, .markedGood, .markedBad:
+            break
+        }
+    }
+
+    mutating func addFallbacks(app: String, reason: String, count: Int64) {
+        bump(ReportMetrics.Name.fallbacks, [app, FallbackReason(rawValue: reason) == nil ? "other" : reason], count)
+        usage[app, default: (0, 0)].fallbacks += count
+    }
+
+    static func label(version: String?) -> String {
+        guard let version else { return "unknown" }
+        return Version(version) == nil ? "other" : version
+    }
+
+    static func label(cause: String?) -> String {
+        guard let cause else { return "unknown" }
+        return OfflineAgentError.Cause(rawValue: cause) == nil ? "other" : cause
+    }
+
+    private mutating func bump(_ name: String, _ labels: [String], _ by: Int64) {
+        counts[Series(name: name, labels: labels), default: 0] += by
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import OfflineAgent
+import OfflineServer
+import TestSupport
+import Testing
+
+/// What the fleet report tests share: events as a device sends them, `POST /report`
+/// through a real `curl` process, `/stats` and `/metrics` read back.
+enum FleetReportClient {
+    /// The reason (or receipt) and status of one `POST /report`.
+    struct Answer {
+        var status: Int
+        var body: String
+        var receipt: (accepted: Int, duplicates: Int)? {
+            guard status == 200, let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any],
+                  let accepted = object["accepted"] as? Int, let duplicates = object["duplicates"] as? Int else { return nil }
+            return (accepted, duplicates)
+        }
+    }
+
+    /// A valid event: 32 lowercase hex id, as the agent sends; `fields` override or add keys.
+    static func event(
+        _ kind: String, app: String = "fleet", device: String = "device-1", version: String? = "2.0.0",
+        _ fields: [String: Any] = [:]
+    ) -> [String: Any] {
+        var event: [String: Any] = [
+            "id": newID(), "time": "2026-11-22T21:30:00Z", "device": device, "app": app, "event": kind,
+            "bytes": 0, "durationMs": 12,
+        ]
+        if let version { event["version"] = version }
+        if kind == "usage" {
+            event["offlineHits"] = 0
+            event["periodSeconds"] = 3600
+        }
+        for (key, value) in fields { event[key] = value }
+        return event
+    }
+
+    static func newID() -> String {
+        UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+    }
+
+    static func body(_ events: [[String: Any]]) throws -> Data {
+        try JSONSerialization.data(withJSONObject: ["events": events], options: [.sortedKeys])
+    }
+
+    /// `POST /report` with curl (a process, as a device or a fleet script would send it).
+    static func post(_ base: String, _ body: Data, headers: [String] = []) async throws -> Answer {
+        let file = NSTemporaryDirectory() + "report-\(UUID().uuidString).json"
+        try body.write(to: URL(fileURLWithPath: file))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        return try await post(base, file: file, headers: headers)
+    }
+
+    static func post(_ base: String, file: String, headers: [String] = []) async throws -> Answer {
+        var arguments = ["-sS", "--max-time", "30", "-X", "POST", "-H", "Content-Type: application/json"]
+        for header in headers { arguments += ["-H", header] }
+        arguments += ["--data-binary", "@" + file, "-w", "\n%{http_code}", base + "/report"]
+        let result = try await CLI.run(arguments, executable: "/usr/bin/curl")
+        #expect(result.status == 0, "curl: \(result.stderr)")
+        var lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let status = Int(lines.popLast() ?? "") ?? 0
+        return Answer(status: status, body: lines.joined(separator: "\n"))
+    }
+
+    /// `GET /stats?app=NAME`, parsed.
+    static func stats(_ base: String, app: String = "fleet") async throws -> [String: Any] {
+        let response = try await PublishHTTP.fetch(base + "/stats?app=\(app)")
+        #expect(response.status == 200)
+        #expect(response.header("Content-Type") == "application/json")
+        return try #require(try JSONSerialization.jsonObject(with: response.body) as? [String: Any])
+    }
+
+    /// `GET /stats?app=NAME` as sent (to compare two servers' answers byte for byte).
+    static func statsText(_ base: String, app: String = "fleet") async throws -> String {
+        String(decoding: try await PublishHTTP.fetch(base + "/stats?app=\(app)").body, as: UTF8.self)
+    }
+
+    /// The entry of `version` in a `/stats` answer.
+    static func version(_ stats: [String: Any], _ version: String) -> [String: Any]? {
+        (stats["versions"] as? [[String: Any]])?.first { $0["version"] as? String == version }
+    }
+
+    /// `/metrics`, parsed strictly.
+    static func metrics(_ base: String) async throws -> PrometheusExposition {
+        let response = try await PublishHTTP.fetch(base + "/metrics")
+        #expect(response.status == 200)
+        return try PrometheusExposition(parsing: String(decoding: response.body, as: UTF8.self))
+    }
+
+    /// Only the fleet families of `/metrics` (the server's own request counters change with every scrape).
+    static func fleetMetricsText(_ base: String) async throws -> String {
+        let text = String(decoding: try await PublishHTTP.fetch(base + "/metrics").body, as: UTF8.self)
+        return text.split(separator: "\n").filter { $0.contains("offline_server_report_") }.joined(separator: "\n")
+    }
+
+    /// An in-process server over an empty publish directory with reports in `database`; stopped after `body`.
+    static func withServer(
+        database: String, _ body: (RunningReferenceServer) async throws -> Void
+    ) async throws {
+        let directory = try PublishFixtures.temporaryDirectory("fleet-dir")
+        defer { PublishFixtures.cleanUp(directory) }
+        let server = try await ReferenceServer(
+            configuration: .init(directory: directory, port: 0, reportsDatabase: database)).start()
+        do {
+            try await body(server)
+        } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+}
