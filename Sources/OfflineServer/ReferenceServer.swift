@@ -44,6 +44,8 @@ public struct ReferenceServer: Sendable {
         /// CDN or proxy may answer for the server, so the longest a new version waits
         /// behind it. Versioned packages and patches never change and are cached for a year.
         public var manifestMaxAge: Int
+        /// Faults to inject, for testing clients (`--fault`; see `ServerFault`). None by default.
+        public var faults: [ServerFault] = []
 
         public init(
             directory: String, host: String = "127.0.0.1", port: Int = 8080,
@@ -96,8 +98,10 @@ public struct ReferenceServer: Sendable {
             fullCompression: configuration.fullCompression)
         let host = configuration.host
         return Application(
-            responder: ReferenceServerResponder(
-                catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge),
+            responder: FaultingResponder(
+                base: ReferenceServerResponder(
+                    catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge),
+                injector: FaultInjector(configuration.faults, metrics: metrics)),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)
