@@ -10,6 +10,7 @@ packages=(
     systemd                                                          # tests: systemd-analyze rates and verifies the example units
     nginx-light                                                      # tests: a real static origin and caching proxy (StaticCDNTests)
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
+    wrk                                                              # bench/run.sh manifest, bench/serve.sh: HTTP load
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
     packages+=(chromium)                                             # tests: real browser
