@@ -42,6 +42,7 @@ public struct ServerFault: Sendable, Equatable {
         }
     }
 
+    /// What goes wrong.
     public var kind: Kind
     /// The requests it aims at (`any` by default).
     public var scope: ServerFaultScope
@@ -49,6 +50,7 @@ public struct ServerFault: Sendable, Equatable {
     /// nil: every matching request.
     public var count: Int?
 
+    /// A fault of `kind` on requests of `scope`, the first `count` of them (nil: all).
     public init(_ kind: Kind, scope: ServerFaultScope = .any, count: Int? = nil) {
         self.kind = kind
         self.scope = scope
