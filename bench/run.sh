@@ -3,7 +3,7 @@
 # extract` vs Info-ZIP unzip, on real web front ends (streamlit + bokeh static
 # dirs from PyPI wheels).  See bench/README.md.
 #
-#   bench/run.sh [all|prepare|footprint|patch|extract|sync|report]...     (default: all)
+#   bench/run.sh [all|prepare|footprint|patch|extract|sync|manifest|report]...     (default: all)
 #
 # Environment:
 #   OURS=/path/to/offline-agent   binary under test (default .build/release/offline-agent;
@@ -18,6 +18,7 @@
 #   SERVER=/path/to/offline-server  `report`: server under test (default .build/release/offline-server,
 #                                 built by scripts/build-release.sh offline-server when BUILD allows)
 #   REPORT_SECONDS=10 REPORT_CONNECTIONS=16 REPORT_EVENTS=50   `report`: wrk duration, connections, events per batch
+#   M_THREADS=2 M_CONNECTIONS=50 M_DURATION=10s M_ROUNDS=3   `manifest`: wrk load and interleaved rounds (SERVER as for `report`)
 #
 # Adding a section (e.g. `sync`): write `section_sync() { ... }` using measure /
 # median / summary below, and add `sync` to SECTIONS.
@@ -49,7 +50,7 @@ T_NOOP_MS=5             # throttled no-op `sync` wall time (median)
 T_SERVE_RSS_MB=15       # `serve` RSS, idle after startup and one request
 T_REPORT_EVENTS_S=20000 # offline-server POST /report ingestion, events/s (2 wrk threads, loopback)
 
-SECTIONS=(footprint patch extract sync)   # what `all` runs, in order (after build; prepare when needed)
+SECTIONS=(footprint patch extract sync manifest)   # what `all` runs, in order (after build; prepare when needed)
 
 # --------------------------------------------------------------------------
 # helpers
@@ -642,6 +643,113 @@ section_report() {
   summary report.requests_per_s "$(fmt1 "$requests_s")"
   summary report.p99_ms "$(fmt2 "$(calc "$p99 / 1000")")"
   check report.events_per_s "$(fmt1 "$events_s")" '>=' "$T_REPORT_EVENTS_S" "POST /report events/s, batches of $REPORT_EVENTS"
+}
+
+# --------------------------------------------------------------------------
+# manifest: manifest requests per second, nginx (static manifest.json) vs offline-server
+# (its static /<app>/manifest.json and its dynamic /manifest?app=&current=) over the same
+# publish directory; wrk, interleaved rounds, medians.  Needs no offline-agent build.
+# --------------------------------------------------------------------------
+SERVER=${SERVER:-$ROOT/.build/release/offline-server}
+M_THREADS=${M_THREADS:-2} M_CONNECTIONS=${M_CONNECTIONS:-50} M_DURATION=${M_DURATION:-10s} M_ROUNDS=${M_ROUNDS:-3}
+
+# manifest_wrk URL -> "req/s p99_ms"; any non-2xx/3xx answer or socket error aborts.
+manifest_wrk() {
+  local out rps p99 errors
+  out=$(wrk -t"$M_THREADS" -c"$M_CONNECTIONS" -d"$M_DURATION" --latency "$1")
+  printf '%s\n' "$out" >> "$M_DIR/wrk.log"
+  rps=$(printf '%s\n' "$out" | awk '/^Requests\/sec:/ { print $2 }')
+  p99=$(printf '%s\n' "$out" | awk '$1 == "99%" {
+      v = $2; unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v);
+      if (unit == "us") v /= 1000; else if (unit == "s") v *= 1000; else if (unit == "m") v *= 60000;
+      printf "%.3f", v }')
+  errors=$(printf '%s\n' "$out" | awk '/Non-2xx or 3xx responses:/ { print $5 } /Socket errors:/ { print "socket-errors" }')
+  [[ -z $errors ]] || die "manifest: wrk reported errors for $1: $errors (see $M_DIR/wrk.log)"
+  echo "$rps $p99"
+}
+
+section_manifest() {
+  need wrk; need nginx nginx-light; need curl
+  if [[ ! -x $SERVER ]]; then
+    log "build: scripts/build-release.sh offline-server"
+    "$ROOT/scripts/build-release.sh" offline-server >&2
+  fi
+  [[ -x $SERVER ]] || die "SERVER=$SERVER is not an executable"
+  local publisher="" p
+  for p in "$(dirname "$SERVER")/offline-publish" "$ROOT/.build/release/offline-publish" "$ROOT/.build/debug/offline-publish"; do
+    [[ -x $p ]] && { publisher=$p; break; }
+  done
+  if [[ -z $publisher ]]; then
+    "$ROOT/scripts/build-release.sh" offline-publish >&2
+    publisher="$ROOT/.build/release/offline-publish"
+  fi
+  M_DIR="$WORK/manifest"
+  rm -rf "$M_DIR"; mkdir -p "$M_DIR"
+  # Two signed versions of the sample app: the dynamic manifest of 1.0.0 offers the patch.
+  "$publisher" keygen --out "$M_DIR/key" >/dev/null
+  local v
+  for v in 1.0.0 1.1.0; do
+    "$publisher" publish --app sample --version "$v" --source "$ROOT/fixtures/sample-app/$v" --out "$M_DIR/pub" \
+      --key "$M_DIR/key" --whitelist https://h5.example.com/sample/ >/dev/null
+  done
+
+  # nginx as a static host would serve the directory (PUBLISHING.md), one worker, no access log.
+  S_DIR="$M_DIR"; ln -s "$M_DIR/pub" "$S_DIR/www"
+  sync_start_nginx
+  local nginx_url=$S_URL
+  # offline-server with the same key; request logging off (warning), as in production behind a log shipper.
+  "$SERVER" --dir "$M_DIR/pub" --port 0 --key "$M_DIR/key" --log-level warning > "$M_DIR/server.out" 2> "$M_DIR/server.err" &
+  local server_pid=$! port="" i
+  for ((i = 0; i < 100; i++)); do
+    port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$M_DIR/server.out")
+    [[ -n $port ]] && break
+    sleep 0.05
+  done
+  [[ -n $port ]] || { kill "$server_pid" "$S_NGINX"; die "manifest: offline-server did not start: $(cat "$M_DIR/server.err")"; }
+  local ours_url="http://127.0.0.1:$port"
+
+  local -a names=(nginx-static ours-static ours-dynamic)
+  local -A url=(
+    [nginx-static]="$nginx_url/sample/manifest.json"
+    [ours-static]="$ours_url/sample/manifest.json"
+    [ours-dynamic]="$ours_url/manifest?app=sample&current=1.0.0"
+  )
+  # The same bytes from both static hosts; the dynamic one is a signed patch manifest.
+  cmp -s <(curl -sf "${url[nginx-static]}") "$M_DIR/pub/sample/manifest.json" || die "manifest: nginx serves other bytes"
+  cmp -s <(curl -sf "${url[ours-static]}") "$M_DIR/pub/sample/manifest.json" || die "manifest: offline-server serves other bytes"
+  curl -sf -D - -o /dev/null "${url[ours-dynamic]}" | grep -qi '^x-offline-signature:' || die "manifest: the dynamic manifest is not signed"
+
+  local name round rps p99
+  local -A all_rps all_p99
+  for name in "${names[@]}"; do
+    log "manifest: $name warm-up 2s"
+    wrk -t"$M_THREADS" -c"$M_CONNECTIONS" -d2s "${url[$name]}" > /dev/null
+  done
+  for ((round = 1; round <= M_ROUNDS; round++)); do
+    for name in "${names[@]}"; do
+      log "manifest: round $round/$M_ROUNDS $name (wrk -t$M_THREADS -c$M_CONNECTIONS -d$M_DURATION)"
+      read -r rps p99 < <(manifest_wrk "${url[$name]}")
+      all_rps[$name]+="$rps "; all_p99[$name]+="$p99 "
+      [[ ${VERBOSE:-0} == 1 ]] && printf '  %s: %s req/s, p99 %s ms\n' "$name" "$rps" "$p99" >&2
+    done
+  done
+  kill "$server_pid" "$S_NGINX" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+
+  local -A med_rps med_p99
+  printf '\nmanifest: medians of %d interleaved rounds, wrk -t%s -c%s -d%s, %s cores\n' \
+    "$M_ROUNDS" "$M_THREADS" "$M_CONNECTIONS" "$M_DURATION" "$(nproc)"
+  printf '%-14s %12s %10s %8s\n' case req/s p99_ms ratio
+  for name in "${names[@]}"; do
+    # shellcheck disable=SC2086  # word lists
+    med_rps[$name]=$(median ${all_rps[$name]}); med_p99[$name]=$(median ${all_p99[$name]})
+    printf '%-14s %12.0f %10.2f %8.2f\n' "$name" "${med_rps[$name]}" "${med_p99[$name]}" \
+      "$(calc "${med_rps[$name]} / ${med_rps[nginx-static]}")"
+    summary "manifest.${name}.rps" "$(fmt1 "${med_rps[$name]}")"
+    summary "manifest.${name}.p99_ms" "$(fmt2 "${med_p99[$name]}")"
+  done
+  summary manifest.ratio_static "$(fmt2 "$(calc "${med_rps[ours-static]} / ${med_rps[nginx-static]}")")"
+  summary manifest.ratio_dynamic "$(fmt2 "$(calc "${med_rps[ours-dynamic]} / ${med_rps[nginx-static]}")")"
 }
 
 # --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ packages=(
     prometheus                                                       # tests: a real Prometheus scrapes offline-server (FleetReportPrometheusTests)
     wrk                                                              # bench/run.sh report: POST /report ingestion rate
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
+    wrk                                                              # bench/run.sh manifest, bench/serve.sh: HTTP load
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
     packages+=(chromium)                                             # tests: real browser

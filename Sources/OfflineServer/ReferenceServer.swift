@@ -50,6 +50,9 @@ public struct ReferenceServer: Sendable {
         /// missing; nil turns reports off (both answer 404).
         public var reportsDatabase: String?
 
+        /// Faults to inject, for testing clients (`--fault`; see `ServerFault`). None by default.
+        public var faults: [ServerFault] = []
+
         public init(
             directory: String, host: String = "127.0.0.1", port: Int = 8080,
             signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip, manifestMaxAge: Int = 60,
@@ -112,9 +115,11 @@ public struct ReferenceServer: Sendable {
             fullCompression: configuration.fullCompression)
         let host = configuration.host
         return Application(
-            responder: ReferenceServerResponder(
-                catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge,
-                reports: reports),
+            responder: FaultingResponder(
+                base: ReferenceServerResponder(
+                    catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge,
+                    reports: reports),
+                injector: FaultInjector(configuration.faults, metrics: metrics)),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)

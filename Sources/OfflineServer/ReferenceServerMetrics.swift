@@ -16,6 +16,8 @@ import OfflineHTTP
 ///   transfer the client cuts counts what was written.
 /// - `offline_server_errors_total{code}` — every response with status 400 or above, any
 ///   route (bad app name or version, unknown app or file, `416`, `405`, `500`).
+/// - `offline_server_faults_total{fault,scope}` — faults injected with `--fault` (see
+///   `ServerFault`), by fault and the scope of the request (`other` for none of the four).
 ///
 /// Both manifest series and the four byte series are shown from the start, at 0; other
 /// series appear with their first count. Families and samples are sorted by name.
@@ -27,11 +29,12 @@ public final class ReferenceServerMetrics: Sendable {
         static let errors = "offline_server_errors_total"
     }
 
-    private let registry = ServerMetricsRegistry(help: [
+    let registry = ServerMetricsRegistry(help: [
         Name.manifests: "Manifests answered, by status (200 or 304).",
         Name.files: "Responses to GET and HEAD of published files, by kind and status code.",
         Name.bytes: "Body bytes of manifests and files written to clients, by kind.",
         Name.errors: "Responses with a status of 400 or above, by status code.",
+        ReferenceServerMetrics.faultsName: "Faults injected (--fault), by fault and the request's scope.",
     ])
     // The series every manifest or payload touches, made once.
     private let manifests: [Int: CoreMetrics.Counter]

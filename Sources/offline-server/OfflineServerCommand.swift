@@ -34,6 +34,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
     var reportsDb: String?
     @Flag(help: "Turn fleet reports off: POST /report and GET /stats answer 404.") var noReports = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+    @Option(help: "Inject a fault, for testing clients (repeatable): FAULT[@SCOPE][*COUNT], e.g. latency=500ms, status=503:retry-after=60@manifest, truncate=0.5@package*1, corrupt=patch, reset-after=64k, stall=2s; see README.")
+    var fault: [String] = []
 
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level '\(logLevel)'") }
@@ -48,18 +50,20 @@ struct OfflineServerCommand: AsyncParsableCommand {
             handler.logLevel = level
             return handler
         }
-        let signingKey: SigningKey?
+        let signingKey: SigningKey?, faults: [ServerFault]
         do {
+            faults = try fault.map(ServerFault.init(parsing:))
             signingKey = try key.map(SigningKey.init(contentsOfFile:))
         } catch {
             FileHandle.standardError.write(Data("offline-server: \(error)\n".utf8))
             throw ExitCode(64)
         }
-        let server = ReferenceServer(
-            configuration: .init(directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression,
-                                  manifestMaxAge: manifestMaxAge,
-                                  reportsDatabase: noReports ? nil : reportsDb ?? "\(dir)/.offline-server/reports.sqlite"),
-            logger: Logger(label: "offline-server"))
+        var configuration = ReferenceServer.Configuration(
+            directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression,
+            manifestMaxAge: manifestMaxAge,
+            reportsDatabase: noReports ? nil : reportsDb ?? "\(dir)/.offline-server/reports.sqlite")
+        configuration.faults = faults
+        let server = ReferenceServer(configuration: configuration, logger: Logger(label: "offline-server"))
         try await server.run(stopOnSignals: true) { host, port in
             // Written unbuffered: a parent process waits for this line to learn the port.
             FileHandle.standardOutput.write(Data("listening on \(host):\(port)\n".utf8))
