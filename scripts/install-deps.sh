@@ -9,6 +9,7 @@ packages=(
     publicsuffix                                                     # cookies: the Public Suffix List (read at run time when present)
     systemd                                                          # tests: systemd-analyze rates and verifies the example units
     nginx-light                                                      # tests: a real static origin and caching proxy (StaticCDNTests)
+    wrk                                                              # bench/serve.sh, bench/proxy.sh: the HTTP load generator
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
