@@ -92,6 +92,40 @@ enum ProxyHarness {
         }
     }
 
+    // MARK: Progress, for the streaming tests
+
+    /// Byte counts by key, shared by the in-process origin, client and test.
+    final class Tally: @unchecked Sendable {
+        private let lock = NSLock()
+        private var counts: [String: Int] = [:]
+        private var released: Set<String> = []
+        func add(_ key: String, _ n: Int) { lock.withLock { counts[key, default: 0] += n } }
+        func count(_ key: String) -> Int { lock.withLock { counts[key] ?? 0 } }
+        func release(_ key: String) { lock.withLock { _ = released.insert(key) } }
+        func isReleased(_ key: String) -> Bool { lock.withLock { released.contains(key) } }
+    }
+    static let tally = Tally()
+
+    /// Waits (at most 30 s) until `key`'s count reaches `atLeast`.
+    static func waitFor(_ key: String, atLeast: Int) async throws {
+        for _ in 0..<3000 where tally.count(key) < atLeast { try await Task.sleep(for: .milliseconds(10)) }
+    }
+
+    /// `key`'s count once it stops growing for 500 ms or reaches `limit` (at most 30 s):
+    /// how far a writer got against a reader that stopped.
+    static func settled(_ key: String, limit: Int) async throws -> Int {
+        var last = -1, still = 0
+        for _ in 0..<300 {
+            let now = tally.count(key)
+            if now >= limit { return now }
+            if now == last { still += 1 } else { still = 0 }
+            if still >= 5 { return now }
+            last = now
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return tally.count(key)
+    }
+
     // MARK: The upstream origin
 
     /// What `/echo` received, as the echo reports it.
@@ -127,7 +161,9 @@ enum ProxyHarness {
     }
 
     /// The upstream: `/echo…` (any method) streams the request body through SHA-256 and
-    /// answers what it saw; `/download?bytes=N[&chunked=1]` streams `pattern` bytes;
+    /// answers what it saw (with `?hold=KEY`: counts what it read under KEY and stops
+    /// reading after 1 MiB until the test releases KEY); `/download?bytes=N[&chunked=1][&track=KEY]`
+    /// streams `pattern` bytes (counting what it wrote under KEY);
     /// `/status?code=N` answers N.
     static func startOrigin() async throws -> BackgroundService {
         try await startServer { request in
@@ -136,6 +172,7 @@ enum ProxyHarness {
                 let query = request.uri.queryParameters
                 let count = Int(query.get("bytes") ?? "0") ?? 0
                 let chunked = query.get("chunked") == "1"
+                let track = query.get("track")
                 var headers = HTTPFields()
                 headers[.contentType] = "application/octet-stream"
                 let body = ResponseBody(contentLength: chunked ? nil : count) { writer in
@@ -144,6 +181,7 @@ enum ProxyHarness {
                         let n = Swift.min(65536, count - sent)
                         try await writer.write(ByteBuffer(bytes: pattern(offset: sent, count: n)))
                         sent += n
+                        if let track { tally.add(track, n) }
                     }
                     try await writer.finish(nil)
                 }
@@ -155,9 +193,16 @@ enum ProxyHarness {
             }
             var hasher = SHA256()
             var length = 0
+            let hold = request.uri.queryParameters.get("hold").map { String($0) }
             for try await chunk in request.body {
                 chunk.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
                 length += chunk.readableBytes
+                if let hold {
+                    tally.add(hold, chunk.readableBytes)
+                    for _ in 0..<6000 where length >= 1 << 20 && !tally.isReleased(hold) {
+                        try await Task.sleep(for: .milliseconds(10))
+                    }
+                }
             }
             var text = "method: \(request.method.rawValue)\ntarget: \(request.head.path ?? "")\nhost: \(request.head.authority ?? "")\n"
             text += "body-length: \(length)\nbody-sha256: \(hex(hasher.finalize()))\n"
@@ -248,34 +293,20 @@ enum ProxyHarness {
     struct PatternBody: AsyncSequence, Sendable {
         typealias Element = ByteBuffer
         let count: Int
+        /// Counts the bytes handed to the client under this key.
+        var track: String? = nil
         struct AsyncIterator: AsyncIteratorProtocol {
             let count: Int
+            let track: String?
             var sent = 0
             mutating func next() async -> ByteBuffer? {
                 guard sent < count else { return nil }
                 let n = Swift.min(65536, count - sent)
                 defer { sent += n }
+                if let track { ProxyHarness.tally.add(track, n) }
                 return ByteBuffer(bytes: ProxyHarness.pattern(offset: sent, count: n))
             }
         }
-        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(count: count) }
-    }
-
-    /// The process's peak resident set since the last `resetPeakMemory()`, in bytes.
-    static func peakMemory() -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }) else { return 0 }
-        return (Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0) * 1024
-    }
-
-    /// Resets the peak (`VmHWM`) to the current resident set (Linux: `5` to `clear_refs`).
-    static func resetPeakMemory() {
-        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
-    }
-
-    static func residentMemory() -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return 0 }
-        return (Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0) * 1024
+        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(count: count, track: track) }
     }
 }
