@@ -3,7 +3,7 @@
 # extract` vs Info-ZIP unzip, on real web front ends (streamlit + bokeh static
 # dirs from PyPI wheels).  See bench/README.md.
 #
-#   bench/run.sh [all|prepare|footprint|patch|extract|sync|manifest|report]...     (default: all)
+#   bench/run.sh [all|prepare|footprint|patch|extract|sync|manifest|report|proxy]...  (default: all; report and proxy only when named)
 #
 # Environment:
 #   OURS=/path/to/offline-agent   binary under test (default .build/release/offline-agent;
@@ -750,6 +750,18 @@ section_manifest() {
   done
   summary manifest.ratio_static "$(fmt2 "$(calc "${med_rps[ours-static]} / ${med_rps[nginx-static]}")")"
   summary manifest.ratio_dynamic "$(fmt2 "$(calc "${med_rps[ours-dynamic]} / ${med_rps[nginx-static]}")")"
+}
+
+# --------------------------------------------------------------------------
+# proxy: forwarding on a mirrored origin vs nginx proxy_pass (bench/proxy.sh; not in `all`)
+# --------------------------------------------------------------------------
+section_proxy() {
+  log "proxy: offline-agent serve forwarding vs nginx proxy_pass (bench/proxy.sh)"
+  local out line
+  out=$(OURS="$OURS" BUILD=0 "$ROOT/bench/proxy.sh") || true   # exits 1 on a miss; its verdicts say which
+  printf '%s\n' "$out"
+  while read -r line; do VERDICTS+=("$line"); done < <(printf '%s\n' "$out" | grep '^# \(PASS\|FAIL\) proxy' || true)
+  printf '%s\n' "$out" | grep -q '^# \(PASS\|FAIL\) proxy' || VERDICTS+=("# FAIL proxy: bench/proxy.sh did not measure (see its error above)")
 }
 
 # --------------------------------------------------------------------------

@@ -11,9 +11,8 @@ packages=(
     systemd                                                          # tests: systemd-analyze rates and verifies the example units
     nginx-light                                                      # tests: a real static origin and caching proxy (StaticCDNTests)
     prometheus                                                       # tests: a real Prometheus scrapes offline-server (FleetReportPrometheusTests)
-    wrk                                                              # bench/run.sh report: POST /report ingestion rate
+    wrk                                                              # bench/run.sh report, manifest, proxy; bench/serve.sh: the HTTP load generator
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
-    wrk                                                              # bench/run.sh manifest, bench/serve.sh: HTTP load
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
     packages+=(chromium)                                             # tests: real browser
