@@ -173,7 +173,7 @@ public struct LocalServer: Sendable {
     public func start() async throws -> RunningLocalServer {
         do {
             let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
-            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service)
+            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service, resolver: resolver)
         } catch {
             throw listenFailure(error)
         }
@@ -203,7 +203,8 @@ public struct LocalServer: Sendable {
         let host = configuration.host
         let responder = LocalServerResponder(
             versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
-            logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches))
+            logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
+            mirrors: LocalMirrors(store: resolver.store))
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = Self.timeAmount(configuration.headerTimeout), idleTimeout = Self.timeAmount(configuration.idleTimeout)
         let metrics = self.metrics
