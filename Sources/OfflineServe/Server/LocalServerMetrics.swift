@@ -24,6 +24,12 @@ import OfflineHTTP
 /// - `offline_agent_timed_out_connections_total{timeout}` — connections closed by the
 ///   `header` or `idle` timeout.
 ///
+/// - `offline_agent_forwarded_requests_total{origin,status}` — requests on a mirrored
+///   origin forwarded to it and answered, by the origin's status class (`2xx` … `5xx`).
+/// - `offline_agent_origin_failures_total{origin,reason}` — forwarded requests the origin
+///   failed: `unreachable` (answered 502), `timeout` (502) or `broken` (the response
+///   was cut off after it began).
+///
 /// Series without labels and both timeout series are shown from the start, at 0; a
 /// labelled series appears with its first count. Families and samples are sorted by name.
 public final class LocalServerMetrics: Sendable {
@@ -35,6 +41,8 @@ public final class LocalServerMetrics: Sendable {
         static let open = "offline_agent_open_connections"
         static let refused = "offline_agent_refused_connections_total"
         static let timeouts = "offline_agent_timed_out_connections_total"
+        static let forwarded = "offline_agent_forwarded_requests_total"
+        static let originFailures = "offline_agent_origin_failures_total"
     }
 
     private let registry = ServerMetricsRegistry(help: [
@@ -45,6 +53,8 @@ public final class LocalServerMetrics: Sendable {
         Name.open: "Connections open now.",
         Name.refused: "Connections closed at once because the connection cap was reached.",
         Name.timeouts: "Connections closed by the header or idle timeout.",
+        Name.forwarded: "Requests on a mirrored origin forwarded to it, by the origin's status class.",
+        Name.originFailures: "Forwarded requests the origin failed, by reason.",
     ])
     // The series every request may touch, made once.
     private let forbidden: CoreMetrics.Counter
@@ -96,6 +106,26 @@ public final class LocalServerMetrics: Sendable {
     /// Counts one response under `/<app>/`.
     func recordFile(app: String, code: Int) {
         registry.counter(Name.files, [("app", app), ("code", String(code))]).increment()
+    }
+
+    /// Counts one forwarded request the origin answered with `status`.
+    func recordForwarded(origin: String, status: Int) {
+        registry.counter(Name.forwarded, [("origin", origin), ("status", "\(status / 100)xx")]).increment()
+    }
+
+    /// Counts one forwarded request the origin failed (`unreachable`, `timeout`, `broken`).
+    func recordOriginFailure(origin: String, reason: String) {
+        registry.counter(Name.originFailures, [("origin", origin), ("reason", reason)]).increment()
+    }
+
+    /// Forwarded requests to `origin` (`scheme://host[:port]`) answered with a status of `statusClass` (2 for 2xx).
+    public func forwardedRequests(origin: String, statusClass: Int) -> Int {
+        count(Name.forwarded, [("origin", origin), ("status", "\(statusClass)xx")])
+    }
+
+    /// Forwarded requests to `origin` that failed for `reason` (`unreachable`, `timeout`, `broken`).
+    public func originFailures(origin: String, reason: String) -> Int {
+        count(Name.originFailures, [("origin", origin), ("reason", reason)])
     }
 
     func recordForbiddenHost() {

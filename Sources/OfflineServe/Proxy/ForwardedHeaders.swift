@@ -1,0 +1,103 @@
+import HTTPTypes
+import Hummingbird
+import NIOHTTP1
+import OfflineAgent
+import OfflineHTTP
+
+/// The header rules of forwarding (`docs/PROTOCOL.md`, "Mirrored origins", "Forwarding"):
+/// what a request on a mirror carries to its origin, and what the origin's answer
+/// carries back to the page.
+///
+/// Both ways, hop-by-hop headers (RFC 9110 §7.6.1: `Connection`, every name it lists,
+/// `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`)
+/// belong to one connection and are dropped; framing is redone per side (`Content-Length`
+/// is kept, a body of unknown length is chunked again). Every other header passes
+/// unchanged, in order, repeated lines kept, except the ones named below.
+enum ForwardedHeaders {
+    /// Hop-by-hop names, lowercased. `Proxy-Authenticate` and `Proxy-Authorization` belong
+    /// to a proxy the page never asked for, so they go too.
+    static let hopByHop: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+        "proxy-authenticate", "proxy-authorization",
+    ]
+
+    /// The names a `Connection` header lists, lowercased (each is hop-by-hop too).
+    static func connectionOptions<S: Sequence<String>>(_ connectionValues: S) -> Set<String> {
+        var names: Set<String> = []
+        for value in connectionValues {
+            for token in value.split(separator: ",") {
+                let name = token.trimmingWhitespace().lowercased()
+                if !name.isEmpty { names.insert(name) }
+            }
+        }
+        return names
+    }
+
+    /// The request's headers as sent to `origin`.
+    ///
+    /// - `Host` is not copied: the client writes the origin's authority.
+    /// - `Origin`, and `Referer` when it points at a mirror, name the origin the mirror
+    ///   stands for, so the origin's CORS and CSRF checks see its own (or another
+    ///   mirrored origin's) URL, never a `.localhost` one.
+    /// - `Expect` is dropped: the body is streamed without waiting for a `100 Continue`.
+    /// - `Cookie` lines (which the server may have split per cookie) go as one line, `; `-joined.
+    /// - No `X-Forwarded-*` or `Forwarded` header is added: for the origin, the request
+    ///   comes from the device as the page would have sent it.
+    static func request(_ fields: HTTPFields, servePort: Int) -> HTTPHeaders {
+        let drop = hopByHop.union(connectionOptions(fields[values: .connection])).union(["host", "expect"])
+        var headers = HTTPHeaders()
+        headers.reserveCapacity(fields.count)
+        let cookies = fields[values: .cookie]
+        if !cookies.isEmpty { headers.add(name: "Cookie", value: cookies.joined(separator: "; ")) }
+        for field in fields {
+            let name = field.name.canonicalName
+            guard !drop.contains(name) else { continue }
+            switch name {
+            case "cookie":
+                continue
+            case "origin":
+                headers.add(name: field.name.rawName, value: originValue(field.value, servePort: servePort))
+            case "referer":
+                headers.add(name: field.name.rawName, value: LocationRewriter.toOrigin(field.value, servePort: servePort) ?? field.value)
+            default:
+                headers.add(name: field.name.rawName, value: field.value)
+            }
+        }
+        return headers
+    }
+
+    /// The origin's response headers as sent to the page: hop-by-hop dropped, `Location`
+    /// and `Content-Location` moved to the mirror (`LocationRewriter`), `Set-Cookie`
+    /// made to hold on the mirror host (`SetCookieRewriter`).
+    static func response(
+        _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
+    ) -> HTTPFields {
+        let drop = hopByHop.union(connectionOptions(headers["connection"]))
+        var fields = HTTPFields()
+        fields.reserveCapacity(headers.count)
+        for (name, value) in headers {
+            let lowered = name.lowercased()
+            guard !drop.contains(lowered), let fieldName = HTTPField.Name(name) else { continue }
+            let out: String
+            switch lowered {
+            case "location", "content-location":
+                out = LocationRewriter.toMirror(value, servePort: servePort, isMirrored: { $0 == origin || isMirrored($0) }) ?? value
+            case "set-cookie":
+                out = SetCookieRewriter.rewrite(value, origin: origin)
+            default:
+                out = value
+            }
+            fields.append(HTTPField(name: fieldName, value: out))
+        }
+        return fields
+    }
+
+    /// An `Origin` header naming a mirror, as the origin it stands for; `null` and
+    /// any other origin pass unchanged.
+    static func originValue(_ value: String, servePort: Int) -> String {
+        LocationRewriter.toOrigin(value, servePort: servePort).map { rewritten in
+            // `Origin` never has a path; the rewrite of `http://m:1` is `https://o/`.
+            rewritten.hasSuffix("/") && !value.hasSuffix("/") ? String(rewritten.dropLast()) : rewritten
+        } ?? value
+    }
+}

@@ -1,0 +1,366 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOHTTP1
+import OfflineHTTP
+import OfflineAgent
+@testable import OfflineServe
+import Testing
+import TestSupport
+
+/// `OriginProxy`: a request on a mirrored origin goes to the origin intact, the answer
+/// comes back intact, streamed, with its URLs and cookies moved to the mirror
+/// (`docs/PROTOCOL.md`, "Mirrored origins", "Forwarding"). Real servers on loopback:
+/// an upstream origin and a front that forwards through the proxy.
+@Suite("OriginProxy forwarding")
+struct OriginProxyTests {
+    typealias H = ProxyHarness
+
+    static func origin(_ service: BackgroundService) -> MirrorOrigin {
+        MirrorOrigin(scheme: "http", host: "127.0.0.1", port: service.port)!
+    }
+
+    /// Runs `body` with an echoing upstream, a front mirroring it, and a client.
+    static func withEcho(
+        _ body: @Sendable (H.Front, MirrorOrigin, HTTPClient) async throws -> Void
+    ) async throws {
+        let upstream = try await H.startOrigin()
+        let origin = origin(upstream)
+        do {
+            try await H.withFront(origins: [origin]) { front in
+                try await H.withClient { client in try await body(front, origin, client) }
+            }
+            await upstream.stop()
+        } catch {
+            await upstream.stop()
+            throw error
+        }
+    }
+
+    // MARK: Requests
+
+    @Test("method, path and query reach the origin unchanged, with Host set to the origin", arguments: [
+        ("GET", "/echo/a/b.json?x=1&y=%20z"), ("POST", "/echo/api/cart"), ("PUT", "/echo/item/7?force"),
+        ("DELETE", "/echo/item/7"), ("PATCH", "/echo/p"), ("OPTIONS", "/echo/o"), ("GET", "/echo/%E4%B8%AD/..%2Fx"),
+    ])
+    func methodAndTarget(method: String, target: String) async throws {
+        try await Self.withEcho { front, origin, client in
+            let request = H.request(front, origin, target, method: HTTPMethod(rawValue: method))
+            let response = try await client.execute(request, timeout: .seconds(30))
+            #expect(response.status == .ok)
+            let echo = H.Echo(parsing: try await H.text(response))
+            #expect(echo.method == method)
+            #expect(echo.target == target)
+            #expect(echo.host == "127.0.0.1:\(origin.port)")
+            #expect(echo.values("host").isEmpty, "exactly one Host")
+        }
+    }
+
+    /// One header rule: what the page sends, and what the origin must (or must not) see.
+    struct HeaderRule: Sendable, CustomTestStringConvertible {
+        var rule: String
+        var sent: [(String, String)]
+        var expected: [(String, [String])]
+        var testDescription: String { rule }
+    }
+
+    static let requestRules: [HeaderRule] = [
+        HeaderRule(rule: "end-to-end headers pass unchanged, repeated lines kept in order",
+                   sent: [("X-Custom", "a"), ("X-Custom", "b"), ("Authorization", "Bearer t"), ("Accept-Encoding", "gzip, br")],
+                   expected: [("x-custom", ["a", "b"]), ("authorization", ["Bearer t"]), ("accept-encoding", ["gzip, br"])]),
+        HeaderRule(rule: "Connection and the headers it names are dropped",
+                   sent: [("Connection", "keep-alive, X-Hop"), ("X-Hop", "1"), ("X-Kept", "2")],
+                   expected: [("connection", []), ("x-hop", []), ("x-kept", ["2"])]),
+        HeaderRule(rule: "the fixed hop-by-hop headers are dropped",
+                   sent: [("Keep-Alive", "timeout=5"), ("TE", "trailers"), ("Proxy-Authorization", "Basic eA=="),
+                          ("Proxy-Connection", "keep-alive"), ("Upgrade", "h2c"), ("Trailer", "X-T")],
+                   expected: [("keep-alive", []), ("te", []), ("proxy-authorization", []), ("proxy-connection", []),
+                              ("upgrade", []), ("trailer", [])]),
+        HeaderRule(rule: "Origin naming the mirror names the origin", sent: [("Origin", "MIRROR")], expected: [("origin", ["ORIGIN"])]),
+        HeaderRule(rule: "Referer on the mirror moves to the origin, path and query kept",
+                   sent: [("Referer", "MIRROR/shop/orders/42?tab=1")], expected: [("referer", ["ORIGIN/shop/orders/42?tab=1"])]),
+        HeaderRule(rule: "Origin and Referer of other sites pass unchanged",
+                   sent: [("Origin", "https://elsewhere.example"), ("Referer", "https://elsewhere.example/x")],
+                   expected: [("origin", ["https://elsewhere.example"]), ("referer", ["https://elsewhere.example/x"])]),
+        HeaderRule(rule: "a null Origin passes unchanged", sent: [("Origin", "null")], expected: [("origin", ["null"])]),
+        HeaderRule(rule: "Cookie passes as one line", sent: [("Cookie", "a=1; b=2")], expected: [("cookie", ["a=1; b=2"])]),
+        HeaderRule(rule: "Expect is dropped (the body is streamed at once)", sent: [("Expect", "100-continue")], expected: [("expect", [])]),
+        HeaderRule(rule: "no X-Forwarded-* or Forwarded is added", sent: [],
+                   expected: [("x-forwarded-for", []), ("x-forwarded-host", []), ("x-forwarded-proto", []), ("forwarded", [])]),
+    ]
+
+    @Test("request header rules", arguments: requestRules)
+    func requestHeaders(rule: HeaderRule) async throws {
+        try await Self.withEcho { front, origin, client in
+            let mirror = front.base(origin), real = "http://127.0.0.1:\(origin.port)"
+            let sent = rule.sent.map { ($0.0, $0.1.replacingOccurrences(of: "MIRROR", with: mirror)) }
+            let response = try await client.execute(H.request(front, origin, "/echo", headers: sent), timeout: .seconds(30))
+            #expect(response.status == .ok)
+            let echo = H.Echo(parsing: try await H.text(response))
+            for (name, values) in rule.expected {
+                #expect(echo.values(name) == values.map { $0.replacingOccurrences(of: "ORIGIN", with: real) }, "\(name)")
+            }
+        }
+    }
+
+    // MARK: Responses
+
+    /// Starts a scripted origin answering every request with `reply`, and a front mirroring it
+    /// (and `alsoMirrored`).
+    static func withScripted(
+        _ reply: @escaping ScriptedServer.Handler, alsoMirrored: [MirrorOrigin] = [],
+        configuration: OriginProxy.Configuration = .init(),
+        _ body: @Sendable (H.Front, MirrorOrigin, HTTPClient) async throws -> Void
+    ) async throws {
+        let upstream = try ScriptedServer(reply)
+        defer { upstream.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        try await H.withFront(origins: [origin] + alsoMirrored, configuration: configuration) { front in
+            try await H.withClient { client in try await body(front, origin, client) }
+        }
+    }
+
+    @Test("response hop-by-hop headers are dropped, the rest kept in order, status and reason kept")
+    func responseHeaders() async throws {
+        let reply = ScriptedServer.Reply(status: 203, headers: [
+            ("Connection", "X-Hop-A, x-hop-b"), ("X-Hop-A", "1"), ("X-Hop-B", "2"), ("Keep-Alive", "timeout=5"),
+            ("Proxy-Authenticate", "Basic"), ("Upgrade", "h2c"), ("X-End", "one"), ("X-End", "two"),
+            ("Cache-Control", "private, max-age=3"), ("Content-Type", "application/json"),
+        ], body: Array("{}".utf8))
+        try await Self.withScripted({ _ in reply }) { front, origin, client in
+            let response = try await client.execute(H.request(front, origin, "/api"), timeout: .seconds(30))
+            #expect(response.status.code == 203)
+            for name in ["x-hop-a", "x-hop-b", "keep-alive", "proxy-authenticate", "upgrade"] {
+                #expect(response.headers[name].isEmpty, "\(name)")
+            }
+            #expect(response.headers["x-end"] == ["one", "two"])
+            #expect(response.headers["cache-control"] == ["private, max-age=3"])
+            #expect(response.headers["content-type"] == ["application/json"])
+            #expect(response.headers["content-length"] == ["2"])
+            #expect(try await H.text(response) == "{}")
+        }
+    }
+
+    struct LocationCase: Sendable, CustomTestStringConvertible {
+        var rule: String
+        var location: String
+        var expected: String
+        var testDescription: String { rule }
+    }
+
+    static let other = MirrorOrigin(scheme: "https", host: "api.example.com", port: 443)!
+
+    static let locationCases: [LocationCase] = [
+        LocationCase(rule: "same origin → mirror, path, query and fragment kept",
+                     location: "ORIGIN/login?next=%2Fcart#top", expected: "MIRROR/login?next=%2Fcart#top"),
+        LocationCase(rule: "same origin, no path → mirror root", location: "ORIGIN", expected: "MIRROR/"),
+        LocationCase(rule: "another mirrored origin → its mirror",
+                     location: "https://api.example.com/v1/x?y=1", expected: "http://api.example.com.localhost:PORT/v1/x?y=1"),
+        LocationCase(rule: "an origin that is not mirrored is untouched",
+                     location: "https://sso.example.net/auth?r=1", expected: "https://sso.example.net/auth?r=1"),
+        LocationCase(rule: "the same host on another scheme is another origin, untouched",
+                     location: "https://api.example.com:8443/x", expected: "https://api.example.com:8443/x"),
+        LocationCase(rule: "root-relative is untouched", location: "/shop/orders/42", expected: "/shop/orders/42"),
+        LocationCase(rule: "relative is untouched", location: "../up?q=1", expected: "../up?q=1"),
+    ]
+
+    @Test("Location and Content-Location pointing at a mirrored origin move to its mirror", arguments: locationCases)
+    func location(rule: LocationCase) async throws {
+        let box = H.PortBox()
+        try await Self.withScripted({ _ in
+            let real = "http://127.0.0.1:\(box.value)"
+            let location = rule.location.replacingOccurrences(of: "ORIGIN", with: real)
+            return ScriptedServer.Reply(status: 302, headers: [("Location", location), ("Content-Location", location)])
+        }, alsoMirrored: [Self.other]) { front, origin, client in
+            box.value = origin.port
+            let expected = rule.expected.replacingOccurrences(of: "MIRROR", with: front.base(origin))
+                .replacingOccurrences(of: "PORT", with: String(front.port))
+            let response = try await client.execute(H.request(front, origin, "/go"), timeout: .seconds(30))
+            #expect(response.status.code == 302, "the redirect reaches the page, not followed")
+            #expect(response.headers["location"] == [expected])
+            #expect(response.headers["content-location"] == [expected])
+        }
+    }
+
+    @Test("every Set-Cookie reaches the page as its own line; Domain of an http origin becomes host-only")
+    func setCookieThroughProxy() async throws {
+        try await Self.withScripted({ _ in
+            ScriptedServer.Reply(status: 200, headers: [
+                ("Set-Cookie", "sid=abc; Path=/; HttpOnly; Secure; SameSite=None"),
+                ("Set-Cookie", "pref=1; Domain=127.0.0.1; Path=/; Max-Age=60"),
+                ("Set-Cookie", "theme=dark; Expires=Wed, 21 Oct 2037 07:28:00 GMT"),
+            ], body: Array("ok".utf8))
+        }) { front, origin, client in
+            let response = try await client.execute(H.request(front, origin, "/login", method: .POST), timeout: .seconds(30))
+            #expect(response.headers["set-cookie"] == [
+                "sid=abc; Path=/; HttpOnly; Secure; SameSite=None",
+                "pref=1; Path=/; Max-Age=60",
+                "theme=dark; Expires=Wed, 21 Oct 2037 07:28:00 GMT",
+            ])
+        }
+    }
+
+    @Test("Set-Cookie rules", arguments: [
+        ("https://h5.example.com", "a=1; Domain=h5.example.com; Path=/", "a=1; Domain=h5.example.com.localhost; Path=/"),
+        ("https://h5.example.com", "a=1; domain=.Example.com; Secure", "a=1; Domain=example.com.localhost; Secure"),
+        ("https://h5.example.com:8443", "a=1; Domain=example.com; Path=/", "a=1; Path=/"),
+        ("http://h5.example.com", "a=1; Path=/; Domain=h5.example.com", "a=1; Path=/"),
+        ("https://h5.example.com", "a=1; Domain=other.example; Path=/", "a=1; Domain=other.example; Path=/"),
+        ("https://h5.example.com", "a=1; Domain=ample.com", "a=1; Domain=ample.com"),
+        ("https://h5.example.com", "__Host-s=1; Secure; Path=/; SameSite=None", "__Host-s=1; Secure; Path=/; SameSite=None"),
+        ("https://h5.example.com", "x=a=b;c", "x=a=b;c"),
+        ("https://h5.example.com", "plain=1", "plain=1"),
+    ])
+    func setCookieRules(origin: String, cookie: String, expected: String) throws {
+        let origin = try #require(MirrorOrigin(url: URL(string: origin)!))
+        #expect(SetCookieRewriter.rewrite(cookie, origin: origin) == expected)
+    }
+
+    // MARK: Bodies
+
+    @Test("request bodies reach the origin byte for byte", arguments: [
+        (0, false), (1 << 20, false), (1 << 20, true), (3, true),
+    ])
+    func requestBody(size: Int, chunked: Bool) async throws {
+        try await Self.withEcho { front, origin, client in
+            var request = H.request(front, origin, "/echo/upload", method: .POST, headers: [("Content-Type", "application/octet-stream")])
+            request.body = .stream(H.PatternBody(count: size), length: chunked ? .unknown : .known(Int64(size)))
+            let response = try await client.execute(request, timeout: .seconds(60))
+            #expect(response.status == .ok)
+            let echo = H.Echo(parsing: try await H.text(response))
+            #expect(echo.bodyLength == size)
+            #expect(echo.bodySHA256 == H.patternSHA256(count: size))
+            #expect(echo.values("content-length") == (chunked ? [] : [String(size)]))
+            #expect(echo.values("transfer-encoding") == (chunked ? ["chunked"] : []))
+        }
+    }
+
+    @Test("a multipart upload reaches the origin byte for byte, its boundary intact")
+    func multipart() async throws {
+        try await Self.withEcho { front, origin, client in
+            let boundary = "----offline-agent-7d1"
+            var body = Array("--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.bin\"\r\n".utf8)
+            body += Array("Content-Type: application/octet-stream\r\n\r\n".utf8)
+            for offset in stride(from: 0, to: 300_000, by: 60_000) { body += H.pattern(offset: offset, count: 60_000) }
+            body += Array("\r\n--\(boundary)--\r\n".utf8)
+            var request = H.request(front, origin, "/echo/upload", method: .POST,
+                                    headers: [("Content-Type", "multipart/form-data; boundary=\(boundary)")])
+            request.body = .bytes(ByteBuffer(bytes: body))
+            let response = try await client.execute(request, timeout: .seconds(60))
+            let echo = H.Echo(parsing: try await H.text(response))
+            #expect(echo.bodyLength == body.count)
+            #expect(echo.bodySHA256 == H.hex(SHA256.hash(data: body)))
+            #expect(echo.values("content-type") == ["multipart/form-data; boundary=\(boundary)"])
+        }
+    }
+
+    @Test("response bodies reach the page byte for byte, framed as the origin framed them", arguments: [
+        (0, false), (1 << 20, false), (1 << 20, true),
+    ])
+    func responseBody(size: Int, chunked: Bool) async throws {
+        try await Self.withEcho { front, origin, client in
+            let request = H.request(front, origin, "/download?bytes=\(size)&chunked=\(chunked ? 1 : 0)")
+            let response = try await client.execute(request, timeout: .seconds(60))
+            #expect(response.status == .ok)
+            #expect(response.headers["content-length"] == (chunked ? [] : [String(size)]))
+            let (length, sha) = try await H.hash(response)
+            #expect(length == size)
+            #expect(sha == H.patternSHA256(count: size))
+        }
+    }
+
+    @Test("100 MB up and 100 MB down are streamed: byte for byte, and the process's peak memory stays far below the body")
+    func hundredMegabytes() async throws {
+        let size = 100 << 20
+        try await Self.withEcho { front, origin, client in
+            H.resetPeakMemory()
+            let before = H.residentMemory()
+            var upload = H.request(front, origin, "/echo/big", method: .PUT)
+            upload.body = .stream(H.PatternBody(count: size), length: .known(Int64(size)))
+            let echo = H.Echo(parsing: try await H.text(try await client.execute(upload, timeout: .seconds(300))))
+            #expect(echo.bodyLength == size)
+            #expect(echo.bodySHA256 == H.patternSHA256(count: size))
+
+            let download = try await client.execute(H.request(front, origin, "/download?bytes=\(size)"), timeout: .seconds(300))
+            let (length, sha) = try await H.hash(download)
+            #expect(length == size)
+            #expect(sha == H.patternSHA256(count: size))
+            // Client, proxy and origin share this process: a body held whole anywhere
+            // would add 100 MB. A generous bound, for the other suites running alongside.
+            let growth = H.peakMemory() - before
+            #expect(growth < 48 << 20, "peak grew by \(growth >> 20) MiB")
+        }
+    }
+
+    // MARK: Failures
+
+    @Test("an origin that refuses connections gets a 502 with a clear body, counted")
+    func refused() async throws {
+        let listener = try ScriptedServer { _ in .status(200) }
+        let port = listener.port
+        listener.stop()
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: port)!
+        try await H.withFront(origins: [origin], configuration: .init(connectTimeout: .seconds(3), readTimeout: .seconds(5))) { front in
+            try await H.withClient { client in
+                let response = try await client.execute(H.request(front, origin, "/api/cart", method: .POST), timeout: .seconds(20))
+                #expect(response.status == .badGateway)
+                #expect(response.headers["content-type"] == ["text/plain; charset=utf-8"])
+                let text = try await H.text(response)
+                #expect(text == "offline-agent: cannot reach http://127.0.0.1:\(port): connection refused\n")
+                #expect(front.metrics.originFailures(origin: origin.origin, reason: "unreachable") == 1)
+                #expect(front.metrics.prometheusText().contains("offline_agent_origin_failures_total{origin=\"http://127.0.0.1:\(port)\",reason=\"unreachable\"} 1"))
+            }
+        }
+    }
+
+    @Test("an origin that accepts but never answers gets a 502 after the read timeout")
+    func silent() async throws {
+        // Accepts, reads until the proxy gives up, never answers.
+        let listener = try LoopbackListener()
+        listener.start { fd in
+            var sink = [UInt8](repeating: 0, count: 4096)
+            while recv(fd, &sink, sink.count, 0) > 0 {}
+            close(fd)
+        }
+        defer { listener.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: listener.port)!
+        try await H.withFront(origins: [origin], configuration: .init(connectTimeout: .seconds(2), readTimeout: .seconds(1))) { front in
+            try await H.withClient { client in
+                let response = try await client.execute(H.request(front, origin, "/api"), timeout: .seconds(20))
+                #expect(response.status == .badGateway)
+                #expect(try await H.text(response).hasSuffix(": no answer within the read timeout\n"))
+                #expect(front.metrics.originFailures(origin: origin.origin, reason: "timeout") == 1)
+            }
+        }
+    }
+
+    @Test("an origin that resets mid-response breaks the page's response too, never ends it cleanly", arguments: [false, true])
+    func resetMidResponse(chunked: Bool) async throws {
+        let body = (0..<4).flatMap { H.pattern(offset: $0 * 50_000, count: 50_000) }
+        try await Self.withScripted({ _ in
+            ScriptedServer.Reply(status: 200, headers: chunked ? [("Transfer-Encoding", "chunked")] : [], body: body,
+                                 ending: .reset(afterBodyBytes: 70_000))
+        }) { front, origin, client in
+            let response = try await client.execute(H.request(front, origin, "/download"), timeout: .seconds(30))
+            #expect(response.status == .ok)
+            await #expect(throws: (any Error).self) { _ = try await H.hash(response) }
+            #expect(front.metrics.originFailures(origin: origin.origin, reason: "broken") == 1)
+        }
+    }
+
+    @Test("forwarded answers are counted by origin and status class")
+    func metrics() async throws {
+        try await Self.withEcho { front, origin, client in
+            for code in [200, 204, 404, 500, 503] {
+                let response = try await client.execute(H.request(front, origin, "/status?code=\(code)"), timeout: .seconds(30))
+                #expect(response.status.code == code)
+                _ = try await H.text(response)
+            }
+            #expect(front.metrics.forwardedRequests(origin: origin.origin, statusClass: 2) == 2)
+            #expect(front.metrics.forwardedRequests(origin: origin.origin, statusClass: 4) == 1)
+            #expect(front.metrics.forwardedRequests(origin: origin.origin, statusClass: 5) == 2)
+            #expect(front.metrics.prometheusText().contains("offline_agent_forwarded_requests_total{origin=\"\(origin.origin)\",status=\"5xx\"} 2"))
+        }
+    }
+}
