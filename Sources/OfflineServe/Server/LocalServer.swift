@@ -204,7 +204,7 @@ public struct LocalServer: Sendable {
         let responder = LocalServerResponder(
             versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
             logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
-            mirrors: LocalMirrors(store: resolver.store))
+            mirrors: LocalMirrors(store: resolver.store), proxy: OriginProxy(metrics: metrics))
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = Self.timeAmount(configuration.headerTimeout), idleTimeout = Self.timeAmount(configuration.idleTimeout)
         let metrics = self.metrics

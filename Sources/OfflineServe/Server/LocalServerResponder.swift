@@ -19,8 +19,8 @@ struct LocalServerResponder: HTTPResponder {
     let lifecycle: LocalLifecycle
     /// The origins an active whitelist names, each answered on its own mirror host.
     let mirrors: LocalMirrors
-    /// Forwards what a mirrored origin does not serve offline.
-    let proxy = OriginProxy()
+    /// Forwards what a mirrored origin does not serve offline (counted in `metrics`).
+    let proxy: OriginProxy
 
     /// Files up to `keepLimit` are read whole once per version and kept (`LocalFileCache`,
     /// which bounds the total); larger ones stream in chunks of `chunkSize` from the open
