@@ -38,6 +38,8 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "RFC 3339 time after which manifests must not be trusted, or 'never'.") var expires: String?
     @Option(help: "Ed25519 private key file (from keygen) to sign manifest.json with.") var key: String?
     @Option(help: "Make the static manifest's URLs absolute: BASE_URL/APP/FILE.") var baseUrl: String?
+    @Option(help: "The entry page (a file of the package, e.g. index.html) that single-page routes get on a mirrored origin.")
+    var fallback: String?
 
     func run() async throws {
         try await reportingFailures {
@@ -58,7 +60,7 @@ struct PublishCommand: AsyncParsableCommand {
         guard let version = Version(version) else { throw usage("invalid version '\(self.version)'") }
         var options = PublishOptions(
             app: app, version: version, sourceDirectory: source, publishDirectory: out,
-            whitelist: whitelist.isEmpty ? nil : whitelist, rollout: rollout, baseURL: baseUrl)
+            whitelist: whitelist.isEmpty ? nil : whitelist, rollout: rollout, baseURL: baseUrl, fallback: fallback)
         if let miniVersion {
             guard let parsed = Version(miniVersion) else { throw usage("invalid mini version '\(miniVersion)'") }
             options.miniVersion = parsed

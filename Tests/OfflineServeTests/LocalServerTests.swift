@@ -127,14 +127,16 @@ struct LocalServerTests {
         try await withLocalServer(f) { server in
             let port = server.port
             for host in ["evil.example", "evil.example:\(port)", "127.0.0.1.evil.example", "localhost.evil.example:\(port)",
-                         "10.0.0.1:\(port)", "[::2]:\(port)", "0.0.0.0", "", "127.0.0.1:x", "[::1"] {
+                         "10.0.0.1:\(port)", "[::2]:\(port)", "0.0.0.0", "", "127.0.0.1:x", "[::1",
+                         // A .localhost name is a mirror host or nothing (docs/PROTOCOL.md, "Mirrored origins").
+                         "app.localhost:\(port)"] {
                 let response = try await LocalHTTP.request(port: port, "/mall/index.html", host: host)
                 #expect(response.status == 403, "Host: \(host)")
                 #expect(!response.text.contains("<html"))
             }
             let missing = try await LocalHTTP.request(port: port, "/mall/index.html", omitHost: true)
             #expect(missing.status == 403 || missing.status == 400)
-            for host in ["127.0.0.1:\(port)", "localhost:\(port)", "LOCALHOST", "localhost.", "app.localhost:\(port)",
+            for host in ["127.0.0.1:\(port)", "localhost:\(port)", "LOCALHOST", "localhost.",
                          "127.1.2.3", "[::1]:\(port)", "[::1]", "[::ffff:127.0.0.1]:\(port)"] {
                 let response = try await LocalHTTP.request(port: port, "/mall/index.html", host: host)
                 #expect(response.status == 200, "Host: \(host)")
@@ -142,7 +144,7 @@ struct LocalServerTests {
             let open = try await LocalHTTP.request(
                 port: port, "/open?url=\((F.whitelist + "index.html").localQueryEncoded)", host: "evil.example")
             #expect(open.status == 403 && open.header("location") == nil)
-            #expect(server.metrics.forbiddenHosts == 12)
+            #expect(server.metrics.forbiddenHosts == 13)
         }
         // --allow-remote turns the check off.
         try await withLocalServer(f, allowRemote: true) { server in
@@ -326,7 +328,8 @@ struct LocalServerTests {
     }
 
     @Test("/open redirects to the local copy or to the network, by PROTOCOL.md's rules", arguments: [
-        // (URL, expected Location; nil = the URL itself)
+        // (URL, the path served offline; nil = not served offline). A URL on a mirrored origin
+        // (h5.example.invalid) goes to its mirror either way, which serves or forwards it.
         ("https://h5.example.invalid/mall/index.html", "/mall/index.html"),
         ("https://h5.example.invalid/mall/", "/mall/"),
         ("https://H5.EXAMPLE.INVALID:443/mall/pages/about.html?q=1&lang=zh#top", "/mall/pages/about.html?q=1&lang=zh#top"),
@@ -346,13 +349,22 @@ struct LocalServerTests {
             #expect(response.status == 302)
             #expect(response.header("cache-control") == "no-store")
             let location = try #require(response.header("location"))
+            let target = URL(string: url)!
+            guard let origin = MirrorOrigin(url: target), origin.host == "h5.example.invalid", origin.scheme == "https" else {
+                #expect(local == nil)
+                #expect(location == target.absoluteString)
+                return
+            }
+            let mirrorBase = origin.mirrorBase(servePort: server.port)
+            #expect(location == origin.mirrorURL(for: target, servePort: server.port))
+            // The mirror serves the redirect target from the package, or hands it to the origin.
+            let path = String(location.dropFirst(mirrorBase.count)).components(separatedBy: "#")[0]
+            let page = try await LocalHTTP.request(port: server.port, path, host: "\(origin.mirrorHost):\(server.port)")
             if let local {
-                #expect(location == local)
-                // The redirect target is served.
-                let page = try await LocalHTTP.request(port: server.port, location.components(separatedBy: "#")[0])
-                #expect(page.status == 200)
+                #expect(location == mirrorBase + local)
+                #expect(page.status == 200 && page.header("x-offline-source") == "package")
             } else {
-                #expect(location == URL(string: url)!.absoluteString)
+                #expect(page.header("x-offline-source") == "origin")
             }
         }
     }

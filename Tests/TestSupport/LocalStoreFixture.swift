@@ -18,7 +18,8 @@ package final class LocalStoreFixture: @unchecked Sendable {
     /// plus `files`, records it and makes it active.
     package func add(
         _ app: String = "mall", version: String, fixture: String? = "1.0.0", files: [String: [UInt8]] = [:],
-        whitelist: [String] = [LocalStoreFixture.whitelist], miniVersion: String = "1.0.0", rollout: Int = 100
+        whitelist: [String] = [LocalStoreFixture.whitelist], miniVersion: String = "1.0.0", rollout: Int = 100,
+        fallback: String? = nil
     ) throws {
         try store.prepare(app)
         let v = Version(version)!
@@ -35,7 +36,8 @@ package final class LocalStoreFixture: @unchecked Sendable {
         }
         let record = InstalledVersion(
             version: v, packageSha256: String(repeating: "0", count: 64), miniVersion: Version(miniVersion)!,
-            whitelist: whitelist, rollout: rollout, installedAt: Date(), via: .full, previousVersion: store.active(app)?.version)
+            whitelist: whitelist, rollout: rollout, installedAt: Date(), via: .full, previousVersion: store.active(app)?.version,
+            fallback: fallback)
         try store.updateRecord(record, app: app)
         try store.activate(app, v)
     }

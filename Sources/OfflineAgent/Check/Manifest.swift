@@ -44,6 +44,9 @@ public struct Manifest: Sendable, Equatable, Codable {
     /// Patches to `version` from recent versions (a static manifest's deltas); the
     /// agent takes the one whose `baseVersion` is installed. Empty when not given.
     public var patches: [ManifestPatch]
+    /// The package's entry page for single-page routes on a mirrored origin (e.g.
+    /// `index.html`): a normalised relative path of a file in the package; nil when none.
+    public var fallback: String?
 
     /// A manifest with every field given; `Manifest.decode` is what checks a server's manifest.
     public init(
@@ -51,7 +54,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         url: String, size: Int64, sha256: String, packageSha256: String,
         fullUrl: String? = nil, fullSize: Int64? = nil, fullSha256: String? = nil,
         whitelist: [String], networkType: NetworkType = .any, rollout: Int = 100,
-        expires: Date? = nil, compression: Compression = .none, patches: [ManifestPatch] = []
+        expires: Date? = nil, compression: Compression = .none, patches: [ManifestPatch] = [], fallback: String? = nil
     ) {
         self.app = app
         self.version = version
@@ -71,11 +74,12 @@ public struct Manifest: Sendable, Equatable, Codable {
         self.expires = expires
         self.compression = compression
         self.patches = patches
+        self.fallback = fallback
     }
 
     enum CodingKeys: String, CodingKey {
         case app, version, miniVersion, isPatch, baseVersion, url, size, sha256, packageSha256
-        case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression, patches
+        case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression, patches, fallback
     }
 
     /// Decodes the wire form (see `Manifest.decode` for the strict checks a server's bytes get).
@@ -98,6 +102,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         rollout = try c.decodeIfPresent(Int.self, forKey: .rollout) ?? 100
         compression = try c.decodeIfPresent(Compression.self, forKey: .compression) ?? .none
         patches = try c.decodeIfPresent([ManifestPatch].self, forKey: .patches) ?? []
+        fallback = try c.decodeIfPresent(String.self, forKey: .fallback)
         if let text = try c.decodeIfPresent(String.self, forKey: .expires) {
             guard let date = RFC3339.date(from: text) else {
                 throw DecodingError.dataCorruptedError(forKey: .expires, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
@@ -130,6 +135,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         if compression != .none { try c.encode(compression, forKey: .compression) }
         // Absent rather than empty: manifests without patches keep their bytes (and ETags, signatures).
         if !patches.isEmpty { try c.encode(patches, forKey: .patches) }
+        try c.encodeIfPresent(fallback, forKey: .fallback)
     }
 
     /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
@@ -168,7 +174,8 @@ public struct Manifest: Sendable, Equatable, Codable {
             rollout: fields.optional("rollout", fields.rollout) ?? 100,
             expires: fields.optional("expires", fields.time),
             compression: fields.optional("compression", fields.compression) ?? .none,
-            patches: fields.optional("patches", fields.patches) ?? [])
+            patches: fields.optional("patches", fields.patches) ?? [],
+            fallback: fields.optional("fallback", fields.fallback))
         try manifest.checkFields()
         return manifest
     }
@@ -183,6 +190,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         guard (0...100).contains(rollout) else { throw fail(ManifestFields.rule("rollout")) }
         if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail(ManifestFields.rule("fullSha256")) }
         if let fullSize, fullSize < 0 { throw fail(ManifestFields.rule("fullSize")) }
+        if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail(ManifestFields.rule("fallback")) }
         if isPatch {
             guard let baseVersion else { throw fail("baseVersion is required when isPatch is true") }
             guard baseVersion < version else { throw fail("baseVersion \(baseVersion) is not below version \(version)") }

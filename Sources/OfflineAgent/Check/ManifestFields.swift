@@ -7,7 +7,7 @@ import FoundationEssentials
 /// Numbers are taken only as plain decimal integers that fit their range: no sign,
 /// fraction or exponent, no rounding (`1e3`, `5.0`, `-1` and `9223372036854775808`
 /// are all refused as sizes), so no untrusted number reaches arithmetic unchecked.
-struct ManifestFields {
+package struct ManifestFields {
     let object: [String: StrictJSON]
 
     init(_ object: [String: StrictJSON]) { self.object = object }
@@ -27,6 +27,8 @@ struct ManifestFields {
         case "rollout": "rollout must be an integer 0…100"
         case "expires": "expires must be an RFC 3339 time"
         case "compression": "compression must be \"none\" or \"gzip\""
+        case "fallback":
+            "fallback must be a normalised relative path of a file in the package (no leading '/', no empty, '.' or '..' segments, no trailing '/', no '\\', NUL, '?' or '#', at most \(maxPackagePath) bytes)"
         case "patches": "patches must be an array of at most \(ManifestPatch.maxCount) objects {baseVersion, url, size, sha256}"
         default: "\(field) is invalid"
         }
@@ -127,6 +129,25 @@ struct ManifestFields {
                 throw OfflineAgentError(.manifest, "\(field)[\(index)]: \(error.reason)", cause: .manifestInvalid)
             }
         }
+    }
+
+    func fallback(_ field: String) throws -> String {
+        let path = try text(field)
+        guard Self.isPackagePath(path) else { throw invalid(field) }
+        return path
+    }
+
+    /// The longest `fallback` path accepted.
+    static let maxPackagePath = 1024
+
+    /// A normalised relative path inside the package: `/`-separated segments, none
+    /// empty, `.` or `..`, without `\`, NUL, `?`, `#` or control characters, so it names
+    /// one file on every platform and cannot leave the version directory.
+    package static func isPackagePath(_ path: String) -> Bool {
+        guard !path.isEmpty, path.utf8.count <= maxPackagePath,
+              !path.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") })
+        else { return false }
+        return path.split(separator: "/", omittingEmptySubsequences: false).allSatisfy { !$0.isEmpty && $0 != "." && $0 != ".." }
     }
 
     func time(_ field: String) throws -> Date {

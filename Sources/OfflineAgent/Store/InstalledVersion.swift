@@ -19,11 +19,14 @@ public struct InstalledVersion: Sendable, Equatable, Codable {
     public var via: UpdateMethod
     /// The version that was active before this one, kept for rollback.
     public var previousVersion: Version?
+    /// The package's entry page for single-page routes (the manifest's `fallback`), a
+    /// normalised relative path; nil when the manifest names none (and in older records).
+    public var fallback: String?
 
     /// A record as `Updater` writes it; public so tools and tests can seed a store.
     public init(
         version: Version, packageSha256: String, miniVersion: Version, whitelist: [String], rollout: Int,
-        installedAt: Date, via: UpdateMethod, previousVersion: Version? = nil
+        installedAt: Date, via: UpdateMethod, previousVersion: Version? = nil, fallback: String? = nil
     ) {
         self.version = version
         self.packageSha256 = packageSha256
@@ -33,5 +36,6 @@ public struct InstalledVersion: Sendable, Equatable, Codable {
         self.installedAt = installedAt
         self.via = via
         self.previousVersion = previousVersion
+        self.fallback = fallback
     }
 }

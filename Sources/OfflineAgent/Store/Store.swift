@@ -178,7 +178,7 @@ public struct Store: Sendable {
             let installed = InstalledVersion(
                 version: version, packageSha256: packageSha256, miniVersion: manifest.miniVersion,
                 whitelist: manifest.whitelist, rollout: manifest.rollout, installedAt: Date(), via: via,
-                previousVersion: previous?.version)
+                previousVersion: previous?.version, fallback: manifest.fallback)
             try write(installed, to: metadataPath(app, version))
             CrashPoint.afterRecord.hit()
             try activate(app, version)

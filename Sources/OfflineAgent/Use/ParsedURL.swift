@@ -4,19 +4,27 @@ import Glibc
 #endif
 
 /// The parts of a URL the whitelist compares: scheme, host, effective port, raw path.
-struct ParsedURL: Equatable {
-    var scheme: String
-    var host: String
-    var port: Int
+package struct ParsedURL: Equatable, Sendable {
+    package var scheme: String
+    package var host: String
+    package var port: Int
     /// Percent-encoded path.
-    var path: String
+    package var path: String
 
-    init?(_ url: URL) {
+    /// The URL on `origin` with the percent-encoded `path` (`/` when empty).
+    package init(origin: MirrorOrigin, path: String) {
+        scheme = origin.scheme
+        host = origin.host
+        port = origin.port
+        self.path = path.isEmpty ? "/" : path
+    }
+
+    package init?(_ url: URL) {
         guard let components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return nil }
         self.init(components)
     }
 
-    init?(string: String) {
+    package init?(string: String) {
         guard let components = URLComponents(string: string) else { return nil }
         self.init(components)
     }
@@ -31,7 +39,7 @@ struct ParsedURL: Equatable {
     }
 
     /// The rest of this URL's path after `prefix`, when `prefix` matches at a `/` boundary.
-    func rest(after prefix: ParsedURL) -> String? {
+    package func rest(after prefix: ParsedURL) -> String? {
         guard scheme == prefix.scheme, host == prefix.host, port == prefix.port else { return nil }
         if prefix.path.hasSuffix("/") {
             guard path.hasPrefix(prefix.path) else { return nil }

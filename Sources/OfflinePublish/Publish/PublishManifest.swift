@@ -35,7 +35,8 @@ public enum PublishManifest {
             expires: state.expires.flatMap(RFC3339.date(from:)), compression: fullCompression,
             patches: state.patches.filter { $0.to == state.latest }.map {
                 ManifestPatch(baseVersion: $0.from, url: fileURLPrefix + $0.file, size: $0.size, sha256: $0.sha256)
-            })
+            },
+            fallback: state.fallback)
         if offerPatch, let current, let patch = state.patches.first(where: { $0.from == current && $0.to == state.latest }) {
             manifest.isPatch = true
             manifest.baseVersion = patch.from

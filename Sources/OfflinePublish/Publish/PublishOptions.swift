@@ -44,12 +44,16 @@ public struct PublishOptions: Sendable {
     /// The limits the source tree is checked against: the device's defaults, since a
     /// package above them is one devices refuse (lowered by tests).
     public var limits: ExtractionLimits
+    /// The entry page single-page routes get on a mirrored origin (the manifest's
+    /// `fallback`, e.g. `index.html`): a file of the package. nil: the previous value
+    /// (none on a first publish).
+    public var fallback: String?
 
     public init(
         app: String, version: Version, sourceDirectory: String, publishDirectory: String,
         miniVersion: Version? = nil, whitelist: [String]? = nil, rollout: Int? = nil,
         networkType: Manifest.NetworkType? = nil, expires: Expiry = .keep, signingKey: SigningKey? = nil,
-        baseURL: String? = nil, patchBaseCount: Int = 3, limits: ExtractionLimits = ExtractionLimits()
+        baseURL: String? = nil, patchBaseCount: Int = 3, limits: ExtractionLimits = ExtractionLimits(), fallback: String? = nil
     ) {
         self.app = app
         self.version = version
@@ -64,5 +68,6 @@ public struct PublishOptions: Sendable {
         self.baseURL = baseURL
         self.patchBaseCount = patchBaseCount
         self.limits = limits
+        self.fallback = fallback
     }
 }

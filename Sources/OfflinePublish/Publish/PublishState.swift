@@ -62,10 +62,12 @@ public struct PublishState: Sendable, Equatable, Codable {
     public var versions: [Release]
     /// Patches to `latest` from the versions before it (the last few only).
     public var patches: [Patch]
+    /// The manifest's `fallback` (the entry page for single-page routes); nil for none.
+    public var fallback: String?
 
     public init(
         app: String, latest: Version, miniVersion: Version, whitelist: [String], rollout: Int,
-        networkType: Manifest.NetworkType, expires: String?, versions: [Release], patches: [Patch]
+        networkType: Manifest.NetworkType, expires: String?, versions: [Release], patches: [Patch], fallback: String? = nil
     ) {
         self.app = app
         self.latest = latest
@@ -76,6 +78,7 @@ public struct PublishState: Sendable, Equatable, Codable {
         self.expires = expires
         self.versions = versions
         self.patches = patches
+        self.fallback = fallback
     }
 
     /// The name of the state file inside an app directory.
@@ -129,6 +132,7 @@ public struct PublishState: Sendable, Equatable, Codable {
         guard miniVersion <= latest else { throw fail("miniVersion \(miniVersion) is above latest \(latest)") }
         guard (0...100).contains(rollout) else { throw fail("rollout \(rollout) is outside 0…100") }
         if let expires, RFC3339.date(from: expires) == nil { throw fail("expires '\(expires)' is not RFC 3339") }
+        if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail("fallback '\(fallback)' is not a normalised relative path") }
         for release in versions {
             guard release.size >= 0, release.gzipSize >= 0, SHA256Hex.isValid(release.sha256), SHA256Hex.isValid(release.gzipSha256) else {
                 throw fail("bad size or hash for \(release.version)")

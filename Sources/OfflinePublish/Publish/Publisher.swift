@@ -120,7 +120,12 @@ public enum Publisher {
             networkType: options.networkType ?? previous?.networkType ?? .any,
             expires: expires,
             versions: (previous?.versions ?? []) + [release],
-            patches: patches)
+            patches: patches,
+            fallback: options.fallback ?? previous?.fallback)
+        // The entry page must be a file of this very package, or every deep link would fail.
+        if let fallback = state.fallback, !entries.contains(where: { $0.name == fallback }) {
+            throw OfflineAgentError(.usage, "fallback '\(fallback)' is not a file of the package")
+        }
         guard state.miniVersion <= version else {
             throw OfflineAgentError(.usage, "miniVersion \(state.miniVersion) is above version \(version)")
         }
@@ -212,6 +217,9 @@ public enum Publisher {
             throw usage("base URL '\(baseURL)' is not an absolute http(s) URL")
         }
         guard options.patchBaseCount >= 0 else { throw usage("negative patch count") }
+        if let fallback = options.fallback, !ManifestFields.isPackagePath(fallback) {
+            throw usage("fallback '\(fallback)' must be a normalised relative path of a file in the package (like index.html)")
+        }
         // Every device rejects a manifest whose expiry has passed: publishing one would strand them all.
         if case .at(let date) = options.expires, date <= Date() {
             throw usage("expires \(RFC3339.string(from: date)) has already passed: no device would accept the manifest")

@@ -26,6 +26,9 @@ final class LocalPin: Sendable {
     let fallback: FallbackReason?
     /// The record's whitelist: where a refused request is sent instead.
     let whitelist: [String]
+    /// The entry page single-page routes on a mirrored origin get (the manifest's
+    /// `fallback`), percent-encoded for `Resolver.file(at:in:)`; nil when none.
+    let entryPage: String?
     private let lock: ReaderLock
 
     init(
@@ -41,6 +44,22 @@ final class LocalPin: Sendable {
         self.recordIdentity = recordIdentity
         self.fallback = fallback
         whitelist = installed.whitelist
+        entryPage = installed.fallback.map(Self.percentEncoded)
         self.lock = lock
+    }
+
+    /// `path` with every byte but unreserved ones and `/` percent-encoded.
+    static func percentEncoded(_ path: String) -> String {
+        var encoded = ""
+        for byte in path.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
+                encoded.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                encoded += "%" + (byte < 16 ? "0" : "") + String(byte, radix: 16, uppercase: true)
+            }
+        }
+        return encoded
     }
 }

@@ -40,6 +40,15 @@ import ServiceLifecycle
 ///   and `/session/restore` of a version on trial counts one launch and may roll it back
 ///   first (see `LocalLifecycle`).
 ///
+/// Mirrored origins (`docs/PROTOCOL.md`, "Mirrored origins"): every origin an active
+/// whitelist names is also answered on its own loopback host (`MirrorOrigin`, e.g.
+/// `h5.example.com.localhost`) with the origin's paths: whitelisted files from the
+/// package (`X-Offline-Source: package`), navigations to single-page routes with the
+/// manifest's `fallback` page, and everything else forwarded to the origin
+/// (`OriginProxy`, `X-Offline-Source: origin`), the kill switch included. `/open` and
+/// `/session/item` redirect URLs on a mirrored origin to their mirror URL. Any other
+/// name under `.localhost` gets 403.
+///
 /// Requests whose `Host` header is not a loopback name (`localhost`, `127.x.x.x`,
 /// `[::1]`, any port) get 403 unless `allowRemote` is set (DNS-rebinding defence);
 /// a request with two `Host` lines gets 400 either way.
@@ -173,7 +182,7 @@ public struct LocalServer: Sendable {
     public func start() async throws -> RunningLocalServer {
         do {
             let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
-            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service)
+            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service, resolver: resolver)
         } catch {
             throw listenFailure(error)
         }
@@ -203,7 +212,8 @@ public struct LocalServer: Sendable {
         let host = configuration.host
         let responder = LocalServerResponder(
             versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
-            logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches))
+            logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
+            mirrors: LocalMirrors(store: resolver.store), proxy: OriginProxy(metrics: metrics))
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = Self.timeAmount(configuration.headerTimeout), idleTimeout = Self.timeAmount(configuration.idleTimeout)
         let metrics = self.metrics

@@ -17,6 +17,10 @@ struct LocalServerResponder: HTTPResponder {
     let logger: Logger
     /// Launch counting, bad versions and the page's mark-good/mark-bad.
     let lifecycle: LocalLifecycle
+    /// The origins an active whitelist names, each answered on its own mirror host.
+    let mirrors: LocalMirrors
+    /// Forwards what a mirrored origin does not serve offline (counted in `metrics`).
+    let proxy: OriginProxy
 
     /// Files up to `keepLimit` are read whole once per version and kept (`LocalFileCache`,
     /// which bounds the total); larger ones stream in chunks of `chunkSize` from the open
@@ -27,21 +31,18 @@ struct LocalServerResponder: HTTPResponder {
     static let allocator = ByteBufferAllocator()
 
     func respond(to request: Request, context: Context) async throws -> Response {
-        let response = route(request)
+        let response: Response
+        switch hostRoute(request) {
+        case .refused(let refusal): response = refusal
+        case .plain: response = route(request)
+        case .mirror(let origin, let snapshot): response = await mirror(request, origin: origin, mirrors: snapshot)
+        }
         logger.debug("\(request.method) \(request.uri) \(response.status.code)")
         return response
     }
 
+    /// The routes of the plain loopback host (`hostRoute` has checked the `Host`).
     private func route(_ request: Request) -> Response {
-        // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
-        // `authority`; any left among the fields is a second one, maybe naming another host.
-        if request.headers.contains(Self.hostField) {
-            return Self.text(.badRequest, "bad request: more than one Host header\n")
-        }
-        if checkHost, !LocalHost.isLoopback(authority: request.head.authority) {
-            metrics.recordForbiddenHost()
-            return Self.text(.forbidden, "forbidden: Host is not a loopback name\n")
-        }
         let path = request.uri.path
         if path.hasPrefix(LocalLifecycle.routePrefix) { return lifecycleControl(request) }
         guard request.method == .get || request.method == .head else {
@@ -131,6 +132,9 @@ struct LocalServerResponder: HTTPResponder {
         var resolution = resolver.resolve(url)
         if launch, lifecycle.countLaunch(resolution, logger: logger) { resolution = resolver.resolve(url) }
         metrics.recordOpen(resolution)
+        // A mirrored origin keeps its own local origin whatever the kill switch says: the
+        // page's storage stays put, and the mirror forwards what it does not serve.
+        if let location = mirrorLocation(of: url, request: request) { return Self.redirect(.found, to: location) }
         switch resolution {
         case .file(let file):
             // Query and fragment don't select the file, but the page may read them.
@@ -147,7 +151,7 @@ struct LocalServerResponder: HTTPResponder {
     // MARK: Files
 
     /// A file of `pinned`, a version the kill switch lets through.
-    private func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
+    func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
         let app = pinned.app
         guard let entry = files.resolve(rest, in: pinned.directory) else {
             return missingFile(request, pinned: pinned, rest: rest, head: head)
@@ -322,7 +326,7 @@ struct LocalServerResponder: HTTPResponder {
 
     // MARK: Responses
 
-    private static func query(of request: Request) -> String {
+    static func query(of request: Request) -> String {
         request.uri.query.map { "?\($0)" } ?? ""
     }
 

@@ -1,0 +1,142 @@
+import FoundationEssentials
+import Hummingbird
+import OfflineAgent
+import OfflineHTTP
+
+/// Mirrored origins (`docs/PROTOCOL.md`, "Mirrored origins"): each origin an active
+/// whitelist names is answered on its own loopback host (`MirrorOrigin`), with the
+/// origin's own paths: whitelisted files from the package, everything else forwarded.
+extension LocalServerResponder {
+    /// Where a request goes by its `Host`.
+    enum HostRoute {
+        /// The plain loopback host: `/<app>/…` and the control routes.
+        case plain
+        /// The mirror host of a mirrored origin.
+        case mirror(MirrorOrigin, LocalMirrors.Snapshot)
+        /// Refused before any route (400, 403).
+        case refused(Response)
+    }
+
+    /// Which responses say where they came from: `package` or `origin`.
+    static let sourceHeader = HTTPFields.Element.Name("X-Offline-Source")!
+
+    /// Sorts a request by its `Host`: two `Host` lines → 400; a `*.localhost` name → its
+    /// mirror route when it is the mirror host of a mirrored origin, else 403 (whatever
+    /// `checkHost` says: the server never fronts an origin no whitelist names); any other
+    /// non-loopback name → 403 unless the check is off.
+    func hostRoute(_ request: Request) -> HostRoute {
+        // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
+        // `authority`; any left among the fields is a second one, maybe naming another host.
+        if request.headers.contains(Self.hostField) {
+            return .refused(Self.text(.badRequest, "bad request: more than one Host header\n"))
+        }
+        if let host = request.head.authority.flatMap({ WebAddress.split(authority: $0)?.host }), Self.isMirrorName(host) {
+            let snapshot = mirrors.snapshot()
+            if let origin = MirrorOrigin(mirrorHost: host), snapshot.origins.contains(origin) {
+                return .mirror(origin, snapshot)
+            }
+            metrics.recordForbiddenHost()
+            return .refused(Self.text(.forbidden, "forbidden: \(host) is not the mirror of a whitelisted origin\n"))
+        }
+        if checkHost, !LocalHost.isLoopback(authority: request.head.authority) {
+            metrics.recordForbiddenHost()
+            return .refused(Self.text(.forbidden, "forbidden: Host is not a loopback name\n"))
+        }
+        return .plain
+    }
+
+    /// A name under `.localhost` other than `localhost` itself: a mirror host or nothing.
+    static func isMirrorName(_ host: Substring) -> Bool {
+        var name = host.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        return name.hasSuffix("." + MirrorOrigin.suffix)
+    }
+
+    /// The port the client reached this server on, from its `Host` (80 when it names none).
+    static func servePort(of request: Request) -> Int {
+        request.head.authority.flatMap { WebAddress.split(authority: $0)?.port } ?? 80
+    }
+
+    /// A request on the mirror host of `origin`: `/.offline-agent/*` is the page's own
+    /// lifecycle control (never forwarded); a file the package serves offline comes from
+    /// it; everything else goes to the origin.
+    func mirror(_ request: Request, origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot) async -> Response {
+        if request.uri.path.hasPrefix(LocalLifecycle.routePrefix) { return lifecycleControl(request) }
+        var reason: FallbackReason?
+        switch offline(request, origin: origin, mirrors: mirrors) {
+        case .served(var response):
+            response.headers[Self.sourceHeader] = "package"
+            return response
+        case .forward(let why):
+            reason = why
+        }
+        let origins = mirrors.origins
+        var response = await proxy.forward(
+            request, to: origin, servePort: Self.servePort(of: request), isMirrored: { origins.contains($0) })
+        response.headers[Self.sourceHeader] = "origin"
+        if let reason { response.headers[Self.fallbackHeader] = reason.rawValue }
+        return response
+    }
+
+    /// What the package answers for a request on a mirror host.
+    enum MirrorAnswer {
+        case served(Response)
+        /// Not served offline; the kill switch's reason when it is what refused.
+        case forward(FallbackReason?)
+    }
+
+    /// The offline answer to `request` on `origin`'s mirror, or `.forward`: only GET and
+    /// HEAD of a path an active whitelist selects, from a version the kill switch lets
+    /// through, naming a file of the package (or a navigation the entry page answers).
+    func offline(_ request: Request, origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot) -> MirrorAnswer {
+        guard request.method == .get || request.method == .head else { return .forward(nil) }
+        let head = request.method == .head
+        let path = request.uri.path
+        guard let app = mirrors.app(origin: origin, path: path), let pinned = versions.pin(app) else { return .forward(nil) }
+        // The rest against the pinned version's own whitelist: the snapshot may predate a swap.
+        let target = ParsedURL(origin: origin, path: path)
+        var best: (rest: String, length: Int)?
+        for entry in pinned.whitelist {
+            guard let prefix = ParsedURL(string: entry), let rest = target.rest(after: prefix) else { continue }
+            if best == nil || prefix.path.count > best!.length { best = (rest, prefix.path.count) }
+        }
+        guard let rest = best?.rest else { return .forward(nil) }
+        // The kill switch and bad versions: the page keeps its origin and the origin answers.
+        if let reason = pinned.fallback ?? (lifecycle.isBad(app, pinned.version) ? .badVersion : nil) {
+            metrics.recordFallback(app: app, reason: reason)
+            return .forward(reason)
+        }
+        if files.resolve(rest, in: pinned.directory) != nil {
+            return .served(file(request, pinned: pinned, rest: rest, head: head))
+        }
+        if rest.percentDecoded == nil { return .forward(nil) }
+        // A directory asked for without its slash: send the browser to it, on the mirror.
+        if !rest.isEmpty, !rest.hasSuffix("/"), Resolver.file(at: rest + "/", in: pinned.directory) != nil {
+            return .served(Self.redirect(.movedPermanently, to: path + "/" + Self.query(of: request)))
+        }
+        // A single-page route: the navigation gets the entry page, the app's router reads the path.
+        if let entryPage = pinned.entryPage, Self.isNavigation(request), files.resolve(entryPage, in: pinned.directory) != nil {
+            var response = file(request, pinned: pinned, rest: entryPage, head: head)
+            if response.status == .ok || response.status == .notModified {
+                response.headers[.cacheControl] = "no-cache"
+            }
+            return .served(response)
+        }
+        return .forward(nil)
+    }
+
+    /// A browser navigation: `Sec-Fetch-Mode: navigate`, or an `Accept` naming `text/html`
+    /// (for clients that send no fetch metadata).
+    static func isNavigation(_ request: Request) -> Bool {
+        if let mode = request.headers[secFetchMode] { return mode.lowercased() == "navigate" }
+        return request.headers[.accept]?.lowercased().contains("text/html") == true
+    }
+
+    static let secFetchMode = HTTPFields.Element.Name("Sec-Fetch-Mode")!
+
+    /// `url` on this server: its mirror URL when its origin is mirrored, else nil.
+    func mirrorLocation(of url: URL, request: Request) -> String? {
+        guard let origin = MirrorOrigin(url: url), mirrors.snapshot().origins.contains(origin) else { return nil }
+        return origin.mirrorURL(for: url, servePort: Self.servePort(of: request))
+    }
+}
