@@ -147,6 +147,8 @@ let package = Package(
                 "OfflineAgent", "OfflineServe", "CommandSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                // serve: NIOSingletons, to size the event loop group for one loopback client.
+                .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         .executableTarget(

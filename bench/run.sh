@@ -571,9 +571,19 @@ section_footprint() {
   curl -sf -o /dev/null "http://127.0.0.1:$port/bench/index.html" || { kill "$serve_pid"; die "footprint: serve did not answer"; }
   sleep 0.5
   rss_kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$serve_pid/status")
+  # Where it goes: heap and stacks (anonymous) vs the binary's own pages (file), and the
+  # threads whose stacks and malloc arenas count in the first.
+  local anon_kb file_kb threads
+  anon_kb=$(awk '/^RssAnon:/ { print $2 }' "/proc/$serve_pid/status")
+  file_kb=$(awk '/^RssFile:/ { print $2 }' "/proc/$serve_pid/status")
+  threads=$(awk '/^Threads:/ { print $2 }' "/proc/$serve_pid/status")
   kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
-  printf 'footprint: serve idle RSS %s MiB after startup and one request (target <= %s MB)\n' "$(mb "$rss_kb")" "$T_SERVE_RSS_MB"
+  printf 'footprint: serve idle RSS %s MiB after startup and one request (target <= %s MB): %s MiB anonymous, %s MiB file, %s threads\n' \
+    "$(mb "$rss_kb")" "$T_SERVE_RSS_MB" "$(mb "$anon_kb")" "$(mb "$file_kb")" "$threads"
   summary footprint.serve_idle_rss_mb "$(mb "$rss_kb")"
+  summary footprint.serve_idle_anon_mb "$(mb "$anon_kb")"
+  summary footprint.serve_idle_file_mb "$(mb "$file_kb")"
+  summary footprint.serve_threads "$threads"
   check footprint.serve_idle_rss_mb "$(mb "$rss_kb")" '<=' "$T_SERVE_RSS_MB" "serve VmRSS, idle after one request"
   kill "$S_NGINX" 2>/dev/null || true
 }

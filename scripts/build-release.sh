@@ -5,10 +5,14 @@
 # are stripped. The device targets use FoundationEssentials only, so the device binary
 # carries no ICU (its ~30 MB of data tables were most of the old 84 MB).
 #
-#   scripts/build-release.sh [PRODUCT...]    (default: offline-agent offline-publish offline-server)
+#   scripts/build-release.sh [--configuration debug] [PRODUCT...]
+#                                            (default: release; offline-agent offline-publish offline-server)
 #   SWIFT_BUILD_FLAGS="..."                  extra `swift build` flags (e.g. --ignore-lock)
 #
-# Binaries land in "$(swift build -c release --show-bin-path)", stripped; the build then
+# --configuration debug links the debug objects `swift build --build-tests` already made
+# the same way (a relink, not a second compile): what scripts/test-deb.sh packages in CI.
+#
+# Binaries land in "$(swift build -c CONFIGURATION --show-bin-path)", stripped; the build then
 # checks offline-agent (when built) for ICU and prints its size:
 #   - no `icudt*` data symbol and no ICU C API symbol (`u_*`, `ucol_*`, `ubrk_*`, ... with
 #     ICU's version suffix) in `nm` of the unstripped binary,
@@ -18,12 +22,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
+configuration=release
+if [[ ${1:-} == --configuration ]]; then
+    configuration=${2:?--configuration needs release or debug}
+    shift 2
+fi
+[[ $configuration == release || $configuration == debug ]] ||
+    { echo "error: --configuration is release or debug, not '$configuration'" >&2; exit 64; }
 (( $# )) || set -- offline-agent offline-publish offline-server
+link_flags=()
+if [[ $configuration == debug ]]; then
+    # The debug objects were compiled for the shared Foundation libraries, whose own
+    # dependencies their static archives do not name: list them, as a group (archive
+    # members are only pulled in when referenced, so the device binary gains nothing).
+    link_flags=(-Xlinker --start-group)
+    for library in Foundation FoundationInternationalization FoundationEssentials CoreFoundation \
+        _FoundationICU _FoundationCollections _FoundationCShims; do
+        link_flags+=(-Xlinker "-l$library")
+    done
+    link_flags+=(-Xlinker --end-group)
+fi
 for product in "$@"; do
     # shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
-    swift build -c release --static-swift-stdlib ${SWIFT_BUILD_FLAGS:-} --product "$product"
+    swift build -c "$configuration" --static-swift-stdlib "${link_flags[@]}" ${SWIFT_BUILD_FLAGS:-} --product "$product"
 done
-bin=$(swift build -c release ${SWIFT_BUILD_FLAGS:-} --show-bin-path)
+bin=$(swift build -c "$configuration" ${SWIFT_BUILD_FLAGS:-} --show-bin-path)
 
 check_no_icu() {  # check_no_icu BINARY (unstripped)
     local binary=$1 icu_symbols icu_strings
@@ -54,8 +77,8 @@ for product in "$@"; do
         strings -n 6 "$binary" | grep -q 'icudt' && { echo "error: stripped $binary contains 'icudt'" >&2; status=1; }
     fi
     size=$(stat -c %s "$binary")
-    printf '%s: %s bytes (%.1f MiB), stripped, static Swift runtime%s\n' "$product" "$size" \
-        "$(awk -v b="$size" 'BEGIN { print b / 1048576 }')" \
+    printf '%s: %s bytes (%.1f MiB), %s, stripped, static Swift runtime%s\n' "$product" "$size" \
+        "$(awk -v b="$size" 'BEGIN { print b / 1048576 }')" "$configuration" \
         "$([[ $product == offline-agent && $status == 0 ]] && echo ', no ICU')"
 done
 exit $status

@@ -6,10 +6,15 @@
 #                                         logrotate, docs, man page
 #   offline-publish_<version>_<arch>.deb  the operator: offline-publish and offline-server
 #
-#   scripts/package-deb.sh [--out DIR] [--bin-dir DIR]
+#   scripts/package-deb.sh [--out DIR] [--bin-dir DIR] [--configuration release|debug]
 #
-# --out      where the .deb files go (default .build/deb); their paths are printed last.
-# --bin-dir  use the binaries already there instead of running scripts/build-release.sh.
+# --out            where the .deb files go (default .build/deb); their paths are printed last.
+# --bin-dir        use the binaries already there instead of running scripts/build-release.sh.
+# --configuration  release (the default: scripts/build-release.sh, what ships) or debug:
+#                  the debug objects `swift build --build-tests` already made, linked with
+#                  the Swift runtime statically like the release build (a relink, not a
+#                  second compile of every product). Packages the same files, unit, conffile
+#                  and Depends:; scripts/test-deb.sh uses it, the shipped .deb never does.
 #
 # The version is AgentVersion.current (checked against the binaries' --version), the
 # architecture `dpkg --print-architecture`, and Depends: is computed from the libraries
@@ -25,10 +30,12 @@ umask 022
 
 out=.build/deb
 bin_dir=""
+configuration=release
 while (($#)); do
     case $1 in
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --bin-dir) bin_dir=${2:?--bin-dir needs a directory}; shift 2 ;;
+    --configuration) configuration=${2:?--configuration needs release or debug}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 64 ;;
     esac
@@ -38,9 +45,14 @@ for tool in dpkg-deb dpkg objdump ldd strip strings gzip md5sum; do
     command -v "$tool" >/dev/null || fail "$tool is required"
 done
 
+[[ $configuration == release || $configuration == debug ]] ||
+    { echo "error: --configuration is release or debug, not '$configuration'" >&2; exit 64; }
 if [[ -z $bin_dir ]]; then
-    scripts/build-release.sh offline-agent offline-publish offline-server
-    bin_dir=$(swift build -c release --show-bin-path)
+    # debug: the same link and checks as a release (static Swift runtime, dynamic libc and
+    # C libraries, no ICU), so Depends: and the installed binaries are a release package's.
+    scripts/build-release.sh --configuration "$configuration" offline-agent offline-publish offline-server
+    # shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
+    bin_dir=$(swift build -c "$configuration" ${SWIFT_BUILD_FLAGS:-} --show-bin-path)
 fi
 for tool in offline-agent offline-publish offline-server; do
     [[ -x $bin_dir/$tool ]] || fail "no $bin_dir/$tool (build it with scripts/build-release.sh)"

@@ -21,6 +21,26 @@ struct OfflineAgentCommand: AsyncParsableCommand {
             MarkGoodCommand.self, MarkBadCommand.self, HoldCommand.self, UnholdCommand.self, HistoryCommand.self,
         ]
     )
+
+    /// `sync` is parsed on its own first. cron and systemd run it every minute and nearly
+    /// every run is a throttled no-op, so start-up is most of its cost: parsing against
+    /// the root command builds every subcommand's argument table by reflection (runtime
+    /// conformance lookups over the whole binary) before reading one flag. Whatever `sync`
+    /// alone does not parse (help, a usage error, completion scripts, another command)
+    /// goes through the full parser, so help and errors read exactly as before.
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first == SyncCommand.configuration.commandName,
+           var sync = try? SyncCommand.parse(Array(arguments.dropFirst())) {
+            do {
+                try await sync.run()
+            } catch {
+                exit(withError: error)
+            }
+            return
+        }
+        await main(nil)
+    }
 }
 
 /// Runs a command body, reporting an engine error as one line on stderr and its exit status.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FoundationEssentials
 import Logging
+import NIOCore
 import OfflineAgent
 import OfflineServe
 #if canImport(Glibc)
@@ -60,6 +61,7 @@ struct ServeCommand: AsyncParsableCommand {
         // page fault per page on the next chunk (~20 % of the CPU of 1 MiB responses).
         Self.setMallocTrimThreshold(8 << 20)
         #endif
+        Self.useOneEventLoop()
         var logger = Logger(label: "offline-agent.serve") { StreamLogHandler.standardError(label: $0) }
         logger.logLevel = verbose ? .debug : .notice
         try await reportingFailures {
@@ -101,6 +103,16 @@ struct ServeCommand: AsyncParsableCommand {
             // The last period's counts go out when the server stops (the reporter's final flush).
             await reporting.value
         }
+    }
+
+    /// One event loop and one blocking thread instead of one of each per core (NIO's
+    /// singletons): a loopback server for the device's own web views answers one client,
+    /// and every extra thread stays resident for the server's life (its stack and its
+    /// malloc arena). The environment (`NIO_SINGLETON_GROUP_LOOP_COUNT`,
+    /// `NIO_SINGLETON_BLOCKING_POOL_THREAD_COUNT`) still wins, for a busier device.
+    static func useOneEventLoop() {
+        if getenv("NIO_SINGLETON_GROUP_LOOP_COUNT") == nil { NIOSingletons.groupLoopCountSuggestion = 1 }
+        if getenv("NIO_SINGLETON_BLOCKING_POOL_THREAD_COUNT") == nil { NIOSingletons.blockingPoolThreadCountSuggestion = 1 }
     }
 
     #if canImport(Glibc)
