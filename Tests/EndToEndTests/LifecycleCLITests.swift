@@ -280,7 +280,7 @@ extension FileHandle {
     func availableLine() -> String {
         var bytes: [UInt8] = []
         while bytes.last != UInt8(ascii: "\n") {
-            let chunk = readData(ofLength: 1)
+            let chunk = readSomeRetryingInterrupts(limit: 1)
             if chunk.isEmpty { break }
             bytes += chunk
         }

@@ -302,7 +302,7 @@ final class OfflineServerProcess: @unchecked Sendable {
         // The first line says where it listens; a server that dies ends the read with EOF.
         var line = Data()
         while true {
-            let byte = stdout.fileHandleForReading.readData(ofLength: 1)
+            let byte = stdout.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
             if byte.isEmpty || byte == Data("\n".utf8) { break }
             line += byte
         }

@@ -300,7 +300,7 @@ import TestSupport
         process.standardError = stderr
         process.standardOutput = FileHandle.nullDevice
         try process.run()
-        let message = stderr.fileHandleForReading.readDataToEndOfFile()
+        let message = stderr.fileHandleForReading.readAllRetryingInterrupts()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
             throw DifferToolFailure(

@@ -562,7 +562,7 @@ struct LocalServerTests {
             let line = try await LocalHTTP.onThread { () -> String in
                 var data = Data()
                 while !data.contains(UInt8(ascii: "\n")) {
-                    let chunk = running.out.fileHandleForReading.availableData
+                    let chunk = running.out.fileHandleForReading.readSomeRetryingInterrupts()
                     if chunk.isEmpty { break }
                     data += chunk
                 }

@@ -93,8 +93,11 @@ struct MirrorBrowserTests {
             let open = try await BrowserTests.dumpDOM("\(server.baseURL)/open?url=\("\(origin)/shop/orders/7".localQueryEncoded)")
             #expect(open.contains("<span id=\"route\">order-7</span>"), "\(open.prefix(2000))")
 
-            // Nothing of the package came from the origin (a favicon may be asked for).
-            #expect(upstream.paths.filter { $0 != "/favicon.ico" } == [], "\(upstream.paths)")
+            // Nothing of the package came from the origin, nor any of the page's routes (a
+            // favicon may be asked for; another test's client may hit this loopback port
+            // after its own server on the same number closed, e.g. a report POST).
+            let pagePaths = upstream.paths.filter { $0 == "/" || $0.hasPrefix("/assets") || $0.hasPrefix("/shop") || $0.hasSuffix(".html") }
+            #expect(pagePaths == [], "\(upstream.paths)")
         }
     }
 

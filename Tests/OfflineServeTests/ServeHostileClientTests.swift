@@ -129,7 +129,7 @@ struct ServeHostileClientTests {
         let line = try await LocalHTTP.onThread { () -> String in
             var data = Data()
             while !data.contains(UInt8(ascii: "\n")) {
-                let chunk = running.out.fileHandleForReading.availableData
+                let chunk = running.out.fileHandleForReading.readSomeRetryingInterrupts()
                 if chunk.isEmpty { break }
                 data += chunk
             }

@@ -62,7 +62,7 @@ struct FleetReportFleetTests {
                     return (process, out)
                 }
                 return processes.map { process, out in
-                    let status = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                    let status = String(decoding: out.fileHandleForReading.readAllRetryingInterrupts(), as: UTF8.self)
                     process.waitUntilExit()
                     return process.terminationStatus == 0 ? status : "curl exit \(process.terminationStatus)"
                 }

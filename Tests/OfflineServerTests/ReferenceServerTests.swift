@@ -263,7 +263,7 @@ struct ReferenceServerTests {
         // The first line, read without waiting for the pipe to close.
         var line = Data()
         while line.last != UInt8(ascii: "\n") {
-            let byte = stdout.fileHandleForReading.readData(ofLength: 1)
+            let byte = stdout.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
             if byte.isEmpty { break }
             line += byte
         }

@@ -80,10 +80,10 @@ package enum CLI {
         let box = Box()
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            box.data = running.err.fileHandleForReading.readDataToEndOfFile()
+            box.data = running.err.fileHandleForReading.readAllRetryingInterrupts()
             done.signal()
         }
-        let out = running.out.fileHandleForReading.readDataToEndOfFile()
+        let out = running.out.fileHandleForReading.readAllRetryingInterrupts()
         running.process.waitUntilExit()
         done.wait()
         return Result(

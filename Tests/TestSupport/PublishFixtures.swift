@@ -69,8 +69,8 @@ package enum PublishFixtures {
         process.standardOutput = out
         process.standardError = err
         try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        let stdout = out.fileHandleForReading.readAllRetryingInterrupts()
+        let stderr = err.fileHandleForReading.readAllRetryingInterrupts()
         process.waitUntilExit()
         return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
     }
@@ -83,7 +83,7 @@ package enum PublishFixtures {
         let out = Pipe()
         process.standardOutput = out
         try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
+        let data = out.fileHandleForReading.readAllRetryingInterrupts()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else { throw OfflineAgentError(.publish, "gzip -dc failed", path: path) }
         return data

@@ -32,10 +32,10 @@ package func run(_ executable: String, _ arguments: [String], cwd: String? = nil
     let box = DataBox()
     let done = DispatchSemaphore(value: 0)
     Thread.detachNewThread {
-        box.data = err.fileHandleForReading.readDataToEndOfFile()
+        box.data = err.fileHandleForReading.readAllRetryingInterrupts()
         done.signal()
     }
-    let stdout = out.fileHandleForReading.readDataToEndOfFile()
+    let stdout = out.fileHandleForReading.readAllRetryingInterrupts()
     process.waitUntilExit()
     done.wait()
     return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: box.data, as: UTF8.self))
