@@ -111,7 +111,7 @@ struct HTTPFetcher: Sendable {
             default: return "\(error)"
             }
         }
-        if let errno = errnoCode(in: error) { return String(cString: strerror(errno)) }
+        if let errno = SocketErrno.code(in: error) { return String(cString: strerror(errno)) }
         return "\(error)"
     }
 
@@ -138,7 +138,7 @@ struct HTTPFetcher: Sendable {
         if isDNSFailure(error) {
             return OfflineAgentError(phase, "cannot resolve \(url.host ?? "?")", cause: .network, path: path)
         }
-        switch errnoCode(in: error) {
+        switch SocketErrno.code(in: error) {
         case ECONNREFUSED?:
             return OfflineAgentError(phase, "connection refused by \(endpoint)", cause: .network, path: path)
         case ECONNRESET?, EPIPE?:
@@ -152,25 +152,6 @@ struct HTTPFetcher: Sendable {
         case nil:
             return OfflineAgentError(phase, "request to \(endpoint) failed: \(describe(error))", cause: .network, path: path)
         }
-    }
-
-    /// The errno of a socket error, wherever NIO nested it (`IOError` inside
-    /// `NIOConnectionError`, which is not visible from this module's dependencies).
-    static func errnoCode(in error: any Error, depth: Int = 0) -> Int32? {
-        if let error = error as? IOError { return error.errnoCode }
-        guard depth < 4 else { return nil }
-        for child in Mirror(reflecting: error).children {
-            if let nested = child.value as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
-            if let list = child.value as? [Any] {
-                for element in list {
-                    if let nested = element as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
-                    for grandchild in Mirror(reflecting: element).children {
-                        if let nested = grandchild.value as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
-                    }
-                }
-            }
-        }
-        return nil
     }
 
     /// `NIOConnectionError` says "DNS error: …" when the name did not resolve.

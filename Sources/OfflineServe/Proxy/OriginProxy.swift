@@ -140,31 +140,12 @@ package struct OriginProxy: Sendable {
             default: break
             }
         }
-        if let errno = errnoCode(in: error) {
+        if let errno = SocketErrno.code(in: error) {
             return ("unreachable", String(cString: strerror(errno)).lowercased())
         }
         if String(describing: error).hasPrefix("DNS error") {
             return ("unreachable", "cannot resolve the origin's host")
         }
         return ("unreachable", "\(error)")
-    }
-
-    /// The errno of a socket error, wherever NIO nested it (`IOError` inside
-    /// `NIOConnectionError`, which is not visible from this module's dependencies).
-    private static func errnoCode(in error: any Error, depth: Int = 0) -> Int32? {
-        if let error = error as? IOError { return error.errnoCode }
-        guard depth < 4 else { return nil }
-        for child in Mirror(reflecting: error).children {
-            if let nested = child.value as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
-            if let list = child.value as? [Any] {
-                for element in list {
-                    if let nested = element as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
-                    for grandchild in Mirror(reflecting: element).children {
-                        if let nested = grandchild.value as? any Error, let code = errnoCode(in: nested, depth: depth + 1) { return code }
-                    }
-                }
-            }
-        }
-        return nil
     }
 }

@@ -8,6 +8,9 @@ import OfflineAgent
 /// Unknown keys are ignored; `null` reads as absent; the `usage` fields are read for
 /// `event: usage` only.
 struct ReportEvent: Sendable, Decodable {
+    /// The `event` values: the agent's own list, so sender and collector never drift.
+    typealias Kind = OfflineAgent.ReportEvent.Kind
+
     var id: String
     /// As sent.
     var time: String
@@ -15,7 +18,7 @@ struct ReportEvent: Sendable, Decodable {
     var timeMillis: Int64
     var device: String
     var app: String
-    var event: ReportEventKind
+    var event: ReportEvent.Kind
     var version: String?
     var previousVersion: String?
     var via: Via?
@@ -64,8 +67,8 @@ struct ReportEvent: Sendable, Decodable {
         app = try reader.string(.app, required: true)!
         guard AppName.isValid(app) else { throw ReportRefusal("'app' is not a valid app name") }
         let kind = try reader.string(.event, required: true)!
-        guard let event = ReportEventKind(rawValue: kind) else {
-            throw ReportRefusal("'event' must be one of \(ReportEventKind.allCases.map(\.rawValue).joined(separator: ", "))")
+        guard let event = ReportEvent.Kind(rawValue: kind) else {
+            throw ReportRefusal("'event' must be one of \(ReportEvent.Kind.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         self.event = event
         version = try reader.string(.version)

@@ -120,7 +120,7 @@ final class ReportStore: Sendable {
             var tally = ReportTally()
             let rows = try Row.fetchCursor(db, sql: "SELECT app, event, version, via, errorCode, bytes, fullSize, offlineHits FROM events")
             while let row = try rows.next() {
-                guard let event = ReportEventKind(rawValue: row[1]) else { continue }
+                guard let event = ReportEvent.Kind(rawValue: row[1]) else { continue }
                 let via: String? = row[3]
                 tally.add(
                     app: row[0], event: event, version: row[2], via: via.flatMap(ReportEvent.Via.init(rawValue:)),

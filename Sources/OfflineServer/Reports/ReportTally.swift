@@ -28,7 +28,7 @@ struct ReportTally: Sendable {
     }
 
     mutating func add(
-        app: String, event: ReportEventKind, version: String?, via: ReportEvent.Via?, errorCode: String?,
+        app: String, event: ReportEvent.Kind, version: String?, via: ReportEvent.Via?, errorCode: String?,
         bytes: Int64, fullSize: Int64?, offlineHits: Int64?
     ) {
         bump(ReportMetrics.Name.events, [app, event.rawValue], 1)
