@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
     libzip-dev libbz2-dev zlib1g-dev libdivsufsort-dev pkg-config   # build
+    libstdc++-12-dev                                                 # build-release.sh: the Swift runtime's libstdc++, linked statically
     libsqlite3-dev                                                   # build: offline-server's fleet reports (GRDB)
     bsdiff zip unzip gzip util-linux curl                            # tests and demo: reference bsdiff/bspatch, Info-ZIP, fallocate, curl
     publicsuffix                                                     # cookies: the Public Suffix List (read at run time when present)

@@ -5,8 +5,10 @@ import OfflineAgent
 
 @main
 struct OfflineAgentCommand: AsyncParsableCommand {
+    static let commandName = "offline-agent"
+
     static let configuration = CommandConfiguration(
-        commandName: "offline-agent",
+        commandName: commandName,
         abstract: "Keeps offline H5 packages current and serves them.",
         discussion: """
             The wire contract (manifests, signatures, whitelist rules, error codes) is docs/PROTOCOL.md \

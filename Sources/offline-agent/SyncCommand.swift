@@ -5,7 +5,17 @@ import Logging
 import OfflineAgent
 
 struct SyncCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+    static let configuration: CommandConfiguration = {
+        var configuration = baseConfiguration
+        // `OfflineAgentCommand.main` parses `sync` on its own first. Naming the parent makes
+        // that parse skip the root-only `--generate-completion-script` probe, which builds two
+        // more commands by reflection on every cron run; the full tree never reads this field
+        // of a subcommand, so help and usage are unchanged.
+        configuration._superCommandName = OfflineAgentCommand.commandName
+        return configuration
+    }()
+
+    private static let baseConfiguration = CommandConfiguration(
         commandName: "sync",
         abstract: "Check for a newer package and install it, crash-safely.",
         discussion: """
