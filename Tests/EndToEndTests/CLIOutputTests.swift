@@ -97,10 +97,11 @@ struct CLIOutputTests {
 
     @Test("sync --config checks its apps 4 at a time; lines keep the file's order")
     func configConcurrency() async throws {
-        // Each manifest request is held until four connections are open together (or 5 s pass).
+        // Each manifest request is held until four connections have been open together (or
+        // 60 s pass: a bound on a hang, not a speed; once four met, later requests go on at once).
         let server = try TrickleServer { target in
             if target.contains("app=ok") { return [.send(TrickleServer.head(500, length: 0))] }
-            return [.waitForPeers(4, timeout: 5), .send(TrickleServer.head(503, length: 0, headers: [("Retry-After", "60")])), .sleep(0.5)]
+            return [.waitForPeers(4, timeout: 60), .send(TrickleServer.head(503, length: 0, headers: [("Retry-After", "60")])), .sleep(0.5)]
         }
         defer { server.stop() }
         let root = TemporaryDirectory("root")

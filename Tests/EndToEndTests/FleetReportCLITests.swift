@@ -46,7 +46,9 @@ struct FleetReportCLITests {
     func killMidPost() async throws {
         let s = try Setup()
         s.collector.mode = .storeThenStall(seconds: 600)
-        let running = try CLI.start(s.sync)
+        // The post must still be waiting when the kill comes, however loaded the machine:
+        // a deadline as long as the stall, not the 60 s a starved test task can outlast.
+        let running = try CLI.start(s.sync.map { $0 == "60" ? "600" : $0 })
         #expect(await s.collector.waitForEvents(1))
         kill(running.process.processIdentifier, SIGKILL)
         let killed = await CLI.finish(running)

@@ -63,7 +63,7 @@ struct StaticCDNTests {
         try FileManager.default.copyItem(atPath: F.sampleApp(sample), toPath: path)
         if bigBytes > 0 {
             // Incompressible, so the gzip stays big and the transfer takes a while.
-            var generator = SplitMix(seed: seed)
+            var generator = SplitMix64(seed: seed)
             let bytes = (0..<bigBytes / 8).flatMap { _ in withUnsafeBytes(of: generator.next()) { Array($0) } }
             try Data(bytes).write(to: URL(fileURLWithPath: "\(path)/big.bin"))
         }
@@ -191,15 +191,14 @@ struct StaticCDNTests {
     @Test("nginx proxy_cache before offline-server: a cached 200 and 206 install byte for byte, 304 and revalidation, a new version within max-age")
     func cachingProxy() async throws {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
-        let server = try #require(F.builtExecutable("offline-server"))
         let dir = TemporaryDirectory("cdn-proxy")
         let out = dir.file("publish")
         let v1 = try Self.source("1.0.0", in: dir.path, name: "1.0.0", bigBytes: 1 << 20)
         try Self.publish(v1, version: "1.0.0", out: out, key: nil)
 
         let maxAge = 2
-        let upstream = try OfflineServerProcess(executable: server, arguments: ["--dir", out, "--port", "0", "--manifest-max-age", "\(maxAge)"])
-        defer { upstream.stop() }
+        let upstream = try OfflineServerProcess(arguments: ["--dir", out, "--manifest-max-age", "\(maxAge)"])
+        defer { upstream.stopBlocking() }
         let nginx = try Nginx(
             server: """
                     location / {
@@ -258,12 +257,14 @@ struct StaticCDNTests {
         let revalidated = nginx.accessLog().dropFirst(mark).filter { $0.path == "/manifest" }
         #expect(revalidated.map(\.cacheStatus) == ["REVALIDATED"], "\(revalidated)")
 
-        // A new version reaches the device through the proxy within max-age (plus a slow machine's slack).
+        // A new version reaches the device through the proxy once max-age has passed: without
+        // revalidation it never would (the cache keeps entries 10 min), so the 60 s of slack
+        // for a loaded machine is a bound on a hang, not a speed.
         let v2 = try Self.source("1.1.0", in: dir.path, name: "1.1.0", bigBytes: 1 << 20)
         try Self.publish(v2, version: "1.1.0", out: out, key: nil)
         let published = Date()
         var outcome: [String: Any] = [:]
-        while Date().timeIntervalSince(published) < Double(maxAge) + 15 {
+        while Date().timeIntervalSince(published) < Double(maxAge) + 60 {
             outcome = try await Self.sync(root: second, manifest: manifest, key: nil)
             if outcome["result"] as? String != "up-to-date" { break }
             try await Task.sleep(for: .milliseconds(300))
@@ -271,51 +272,5 @@ struct StaticCDNTests {
         #expect(outcome["result"] as? String == "updated", "\(outcome)")
         #expect(outcome["via"] as? String == "patch", "\(outcome)")
         try Self.expectInstalled(v2, version: "1.1.0", root: second)
-    }
-}
-
-/// A deterministic generator for test bytes.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
-/// `offline-server` as a process on a port of its choosing.
-final class OfflineServerProcess: @unchecked Sendable {
-    let process = Process()
-    let port: Int
-
-    init(executable: String, arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments + ["--log-level", "warning"]
-        let stdout = Pipe()
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        // The first line says where it listens; a server that dies ends the read with EOF.
-        var line = Data()
-        while true {
-            let byte = stdout.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
-            if byte.isEmpty || byte == Data("\n".utf8) { break }
-            line += byte
-        }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("listening on "), let port = Int(text.split(separator: ":").last ?? "") else {
-            process.terminate()
-            throw OfflineAgentError(.serve, "offline-server did not start: '\(text)'")
-        }
-        self.port = port
-    }
-
-    func stop() {
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
     }
 }

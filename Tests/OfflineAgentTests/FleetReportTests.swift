@@ -48,7 +48,7 @@ struct FleetReportTests {
         #expect(collector.posts == before && collector.events.count == 2)
     }
 
-    @Test("failed carries the cause code and reason; the active version stays the one reported")
+    @Test("failed carries the cause code and reason, names the version it tried; the active version stays installed")
     func failed() async throws {
         let collector = try ReportCollector()
         let h = try harness(collector)
@@ -61,7 +61,8 @@ struct FleetReportTests {
         let event = try #require(collector.events.dropFirst(1).first)
         #expect(event["event"] as? String == "failed" && event["errorCode"] as? String == "hash-mismatch")
         #expect((event["message"] as? String)?.isEmpty == false)
-        #expect(event["version"] as? String == "1.0.0" && event["previousVersion"] as? String == "1.0.0")
+        #expect(event["version"] as? String == "1.1.0" && event["previousVersion"] as? String == "1.0.0")
+        #expect(h.activeMatches("1.0.0"))
         #expect(event["bytes"] as? Int == h.fixture.bytes("1.1.0").count && event["via"] == nil)
     }
 

@@ -59,7 +59,9 @@ struct BrowserTests {
             let next = try await Self.dumpDOM(Self.openURL(server, ""))
             #expect(next.contains("<span id=\"version\">1.2.0</span>"), "\(next.prefix(3000))")
 
-            #expect(server.metrics.offlineHits(app: "mall") == 3)
+            // Three /open hits, then each page and what it loads from the package on the
+            // mirror host /open redirected to: at least one more hit per page load.
+            #expect(server.metrics.offlineHits(app: "mall") >= 3 + 3)
             #expect(server.metrics.fileResponses(app: "mall", code: 404) == 0)
             for reason in FallbackReason.allCases {
                 #expect(server.metrics.networkFallbacks(app: "mall", reason: reason) == 0)

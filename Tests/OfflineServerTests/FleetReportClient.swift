@@ -63,36 +63,12 @@ enum FleetReportClient {
         return Answer(status: status, body: lines.joined(separator: "\n"))
     }
 
-    /// `GET /stats?app=NAME`, parsed.
-    static func stats(_ base: String, app: String = "fleet") async throws -> [String: Any] {
-        let response = try await PublishHTTP.fetch(base + "/stats?app=\(app)")
-        #expect(response.status == 200)
-        #expect(response.header("Content-Type") == "application/json")
-        return try #require(try JSONSerialization.jsonObject(with: response.body) as? [String: Any])
-    }
-
-    /// `GET /stats?app=NAME` as sent (to compare two servers' answers byte for byte).
-    static func statsText(_ base: String, app: String = "fleet") async throws -> String {
-        String(decoding: try await PublishHTTP.fetch(base + "/stats?app=\(app)").body, as: UTF8.self)
-    }
-
-    /// The entry of `version` in a `/stats` answer.
-    static func version(_ stats: [String: Any], _ version: String) -> [String: Any]? {
-        (stats["versions"] as? [[String: Any]])?.first { $0["version"] as? String == version }
-    }
-
-    /// `/metrics`, parsed strictly.
-    static func metrics(_ base: String) async throws -> PrometheusExposition {
-        let response = try await PublishHTTP.fetch(base + "/metrics")
-        #expect(response.status == 200)
-        return try PrometheusExposition(parsing: String(decoding: response.body, as: UTF8.self))
-    }
-
-    /// Only the fleet families of `/metrics` (the server's own request counters change with every scrape).
-    static func fleetMetricsText(_ base: String) async throws -> String {
-        let text = String(decoding: try await PublishHTTP.fetch(base + "/metrics").body, as: UTF8.self)
-        return text.split(separator: "\n").filter { $0.contains("offline_server_report_") }.joined(separator: "\n")
-    }
+    /// The collector's answers read back (`FleetStats`), for app `fleet` unless named.
+    static func stats(_ base: String, app: String = "fleet") async throws -> [String: Any] { try await FleetStats.stats(base, app: app) }
+    static func statsText(_ base: String, app: String = "fleet") async throws -> String { try await FleetStats.statsText(base, app: app) }
+    static func version(_ stats: [String: Any], _ version: String) -> [String: Any]? { FleetStats.version(stats, version) }
+    static func metrics(_ base: String) async throws -> PrometheusExposition { try await FleetStats.metrics(base) }
+    static func fleetMetricsText(_ base: String) async throws -> String { try await FleetStats.fleetMetricsText(base) }
 
     /// An in-process server over an empty publish directory with reports in `database`; stopped after `body`.
     static func withServer(

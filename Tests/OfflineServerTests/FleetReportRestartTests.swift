@@ -20,7 +20,7 @@ struct FleetReportRestartTests {
         let body = try C.body(events)
 
         // The default database: DIR/.offline-server/reports.sqlite.
-        let first = try FleetServerProcess(arguments: ["--dir", dir])
+        let first = try OfflineServerProcess(arguments: ["--dir", dir])
         let stats: String, metrics: String
         do {
             #expect(try await C.post(first.baseURL, body).receipt?.accepted == 3)
@@ -30,12 +30,11 @@ struct FleetReportRestartTests {
             await first.stop()
             throw error
         }
-        await first.stop()
+        // The same arguments, so the same database, after a graceful stop.
+        let second = try await first.restarted()
         #expect(first.process.terminationStatus == 0)
         #expect(FileManager.default.fileExists(atPath: dir + "/.offline-server/reports.sqlite"))
         #expect(metrics.contains("offline_server_report_saved_bytes_total{app=\"fleet\"} 360"))
-
-        let second = try FleetServerProcess(arguments: ["--dir", dir])
         do {
             #expect(try await C.statsText(second.baseURL) == stats)
             #expect(try await C.fleetMetricsText(second.baseURL) == metrics)
@@ -53,7 +52,7 @@ struct FleetReportRestartTests {
         // --no-reports: both routes 404, nothing created.
         let off = try PublishFixtures.temporaryDirectory("fleet-off")
         defer { PublishFixtures.cleanUp(off) }
-        let third = try FleetServerProcess(arguments: ["--dir", off, "--no-reports"])
+        let third = try OfflineServerProcess(arguments: ["--dir", off, "--no-reports"])
         let refused = try await C.post(third.baseURL, body)
         await third.stop()
         #expect(refused.status == 404)

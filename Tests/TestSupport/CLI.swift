@@ -33,7 +33,8 @@ package enum CLI {
     package static func run(
         _ arguments: [String], environment: [String: String] = [:], executable: String = binary
     ) async throws -> Result {
-        let process = try start(arguments, environment: environment, executable: executable)
+        // Not while a flood test holds its sockets (see DescriptorFlood).
+        let process = try await DescriptorFlood.spawn { try start(arguments, environment: environment, executable: executable) }
         return await finish(process)
     }
 

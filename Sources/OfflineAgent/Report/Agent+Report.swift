@@ -28,9 +28,12 @@ extension Agent {
                 if kind == .deferred, let offered = report.offeredVersion {
                     message = "\(offered) waits for an unmetered network"
                 }
+                // A failure names the version it tried to install (the collector's success
+                // rate per version); the active one only when no manifest offered any.
+                let version = kind == .failed ? report.offeredVersion ?? report.version : report.version
                 let event = ReportEvent(
                     time: clock(), device: try DeviceID.load(root: root), app: app, event: kind,
-                    version: report.version?.description, previousVersion: report.previousVersion?.description,
+                    version: version?.description, previousVersion: report.previousVersion?.description,
                     via: kind == .updated ? report.via?.rawValue : nil, bytes: report.bytesDownloaded, fullSize: report.fullSize,
                     durationMs: milliseconds, errorCode: report.error?.cause.rawValue, message: message)
                 try ReportQueue(root: root, url: url, maxEvents: maxEvents).append([event])

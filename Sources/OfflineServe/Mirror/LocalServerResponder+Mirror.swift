@@ -65,6 +65,7 @@ extension LocalServerResponder {
         var reason: FallbackReason?
         switch offline(request, origin: origin, mirrors: mirrors) {
         case .served(var response):
+            metrics.recordMirrorHit(app: mirrors.app(origin: origin, path: request.uri.path))
             response.headers[Self.sourceHeader] = "package"
             return response
         case .forward(let why):
@@ -122,6 +123,7 @@ extension LocalServerResponder {
             }
             return .served(response)
         }
+        metrics.recordFallback(app: app, reason: .missingFile)
         return .forward(nil)
     }
 

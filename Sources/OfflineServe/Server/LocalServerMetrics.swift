@@ -9,11 +9,16 @@ import OfflineHTTP
 /// open-connection gauge only grows.
 ///
 /// - `offline_agent_offline_hits_total{app}` — `/open` URLs served from a package
-///   (redirected to the local copy).
+///   (redirected to the local copy), and requests on a mirror host the package answered
+///   (a file, the entry page of a single-page route, a directory's redirect).
 /// - `offline_agent_network_fallbacks_total{app,reason}` — `/open` URLs sent to the
 ///   network, by reason (`not-whitelisted`, `below-mini-version`, `outside-rollout`,
 ///   `missing-file`, `bad-version`); `app` is empty when no app's whitelist matched.
-///   Requests under `/<app>/` that the kill switch sends to the network count here too.
+///   Requests under `/<app>/` that the kill switch sends to the network count here too,
+///   as do GET and HEAD requests on a mirror host for a whitelisted path that go to the
+///   origin: the kill switch's reason, `bad-version`, or `missing-file` when the package
+///   has no such file. Other forwarded requests (API calls, other methods, paths no
+///   whitelist selects) are the origin's traffic, not fallbacks, and are not counted here.
 /// - `offline_agent_file_responses_total{app,code}` — responses to `GET|HEAD /<app>/…`
 ///   by status (200, 206, 302, 304, 400, 404, 416); `app` is empty for names with no active version.
 /// - `offline_agent_forbidden_host_total` — requests refused for a non-loopback `Host`.
@@ -46,8 +51,8 @@ public final class LocalServerMetrics: Sendable {
     }
 
     private let registry = ServerMetricsRegistry(help: [
-        Name.hits: "URLs opened through /open and served from an offline package.",
-        Name.fallbacks: "URLs opened through /open and sent to the network, by reason.",
+        Name.hits: "URLs opened through /open, and mirror-host requests, served from an offline package.",
+        Name.fallbacks: "URLs opened through /open, and whitelisted mirror-host requests, sent to the network, by reason.",
         Name.files: "Responses to GET and HEAD of package files, by status code.",
         Name.forbidden: "Requests refused because their Host header is not a loopback name.",
         Name.open: "Connections open now.",
@@ -83,7 +88,14 @@ public final class LocalServerMetrics: Sendable {
         }
     }
 
-    /// Counts one request under `/<app>/` the kill switch sent to the network.
+    /// Counts one request on a mirror host that `app`'s package answered (nil: none, not counted).
+    func recordMirrorHit(app: String?) {
+        guard let app else { return }
+        registry.counter(Name.hits, [("app", app)]).increment()
+    }
+
+    /// Counts one request of `app` sent to the network for `reason`: under `/<app>/` by the
+    /// kill switch, or on a mirror host for a whitelisted path.
     func recordFallback(app: String, reason: FallbackReason) {
         registry.counter(Name.fallbacks, [("app", app), ("reason", reason.rawValue)]).increment()
     }
@@ -132,12 +144,13 @@ public final class LocalServerMetrics: Sendable {
         forbidden.increment()
     }
 
-    /// `/open` URLs of `app` served offline.
+    /// `/open` URLs and mirror-host requests of `app` served offline.
     public func offlineHits(app: String) -> Int {
         count(Name.hits, [("app", app)])
     }
 
-    /// `/open` URLs sent to the network for `reason`; `app` nil or empty for "no app matched".
+    /// `/open` URLs (and whitelisted mirror-host requests) sent to the network for `reason`;
+    /// `app` nil or empty for "no app matched".
     public func networkFallbacks(app: String?, reason: FallbackReason) -> Int {
         count(Name.fallbacks, [("app", app ?? ""), ("reason", reason.rawValue)])
     }
