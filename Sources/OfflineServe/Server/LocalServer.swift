@@ -210,17 +210,19 @@ public struct LocalServer: Sendable {
 
     private func makeApplication(onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
+        let mirrors = LocalMirrors(store: resolver.store)
         let responder = LocalServerResponder(
             versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
             logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
-            mirrors: LocalMirrors(store: resolver.store), proxy: OriginProxy(metrics: metrics))
+            mirrors: mirrors, proxy: OriginProxy(metrics: metrics))
+        let webSockets = MirrorWebSocketUpgrade(mirrors: mirrors, metrics: metrics, limits: WebSocketRelay.Limits())
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = Self.timeAmount(configuration.headerTimeout), idleTimeout = Self.timeAmount(configuration.idleTimeout)
         let metrics = self.metrics
         let server = HTTPServerBuilder { respond in
             LocalServerChannel(
                 http1: HTTP1Channel(responder: respond), limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
-                metrics: metrics)
+                metrics: metrics, webSockets: webSockets)
         }
         return Application(
             responder: responder,
