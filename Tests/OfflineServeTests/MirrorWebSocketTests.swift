@@ -216,22 +216,6 @@ struct MirrorWebSocketTests {
 
     // MARK: Failures and refusals
 
-    /// A loopback port that is bound but never listens: connecting is refused, and no
-    /// other test can take the port while the socket is open.
-    static func withRefusingPort(_ body: (Int) async throws -> Void) async throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        try #require(bound)
-        try await body(Int(UInt16(bigEndian: address.sin_port)))
-    }
-
     /// Sends a WebSocket upgrade as a browser does (no `Connection: close`) and reads the
     /// answer that is not a `101`: its head and `Content-Length` body.
     static func upgrade(
@@ -262,7 +246,7 @@ struct MirrorWebSocketTests {
 
     @Test("an origin nothing listens on: the page's upgrade gets a 502 with the proxy's clear body, counted")
     func originDown() async throws {
-        try await Self.withRefusingPort { port in
+        try await ProxyHarness.withRefusingPort { port in
             try await Self.withServe(origin: port) { server, mirror in
                 let response = try await Self.upgrade(server, "/ws", host: "\(mirror):\(server.port)", headers: Self.upgradeHeaders)
                 #expect(response.status == 502)

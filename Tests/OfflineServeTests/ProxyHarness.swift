@@ -1,4 +1,7 @@
 import AsyncHTTPClient
+#if canImport(Glibc)
+import Glibc
+#endif
 import Crypto
 import Foundation
 import Hummingbird
@@ -80,6 +83,24 @@ enum ProxyHarness {
             await proxy.shutdown()
             throw error
         }
+    }
+
+    /// Runs `body` with a loopback port that refuses connections: bound but never
+    /// listening (a connection gets a reset), and held for the whole of `body`, so no
+    /// other test's server can take the port meanwhile (a port closed and reused would
+    /// have something else answer).
+    static func withRefusingPort<T>(_ body: (Int) async throws -> T) async throws -> T {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard fd >= 0, bound else { throw POSIXError(.EADDRNOTAVAIL) }
+        return try await body(Int(UInt16(bigEndian: address.sin_port)))
     }
 
     /// The server's port, known only once it listens.

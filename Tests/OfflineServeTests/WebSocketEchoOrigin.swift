@@ -12,7 +12,8 @@ import Glibc
 /// `serve`): it echoes every text, binary and continuation frame as it came (opcode,
 /// FIN, payload), answers pings, answers a close with the same code and reason, and on
 /// the text `close-me:<code>:<reason>` closes with that code and reason itself. It
-/// chooses `chat.v2` when offered; `/refuse…` is refused with a 403. It logs each
+/// chooses `chat.v2` when offered; `/refuse…` is refused with a 403, and a plain HTTP request
+/// gets a 403 (`/slow…` a 200 after 1 s). It logs each
 /// handshake's target and headers and each close it received.
 final class WebSocketEchoOrigin: Sendable {
     let port: Int
@@ -90,16 +91,34 @@ final class WebSocketEchoOrigin: Sendable {
         var children: [any Channel] { channels.withLock { $0 } }
     }
 
-    /// Answers any request that was not upgraded with a 403.
+    /// Answers any request that was not upgraded with a 403, but `/slow…` with a 200
+    /// after 1 s (a pending request that holds a headless browser's virtual time).
     private final class RefuseHandler: ChannelInboundHandler, RemovableChannelHandler {
         typealias InboundIn = HTTPServerRequestPart
         typealias OutboundOut = HTTPServerResponsePart
+        private var slow = false
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            guard case .end = unwrapInboundIn(data) else { return }
-            let head = HTTPResponseHead(version: .http1_1, status: .forbidden, headers: ["Content-Length": "10", "Connection": "close"])
+            switch unwrapInboundIn(data) {
+            case .head(let head):
+                slow = head.uri.hasPrefix("/slow")
+            case .body:
+                break
+            case .end:
+                if slow {
+                    context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(1)) { self.answer(context, .ok, "slow\n") }
+                } else {
+                    answer(context, .forbidden, "forbidden\n")
+                }
+            }
+        }
+
+        private func answer(_ context: ChannelHandlerContext, _ status: HTTPResponseStatus, _ text: String) {
+            let head = HTTPResponseHead(version: .http1_1, status: status, headers: [
+                "Content-Length": String(text.utf8.count), "Content-Type": "text/plain", "Connection": "close",
+            ])
             context.write(wrapOutboundOut(.head(head)), promise: nil)
-            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: "forbidden\n")))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: text)))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
         }
     }
