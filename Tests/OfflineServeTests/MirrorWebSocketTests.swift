@@ -93,6 +93,16 @@ struct MirrorWebSocketTests {
         return (code, data.readString(length: data.readableBytes) ?? "")
     }
 
+    /// One text message there and back on `host`, then a normal close.
+    static func roundTrip(_ server: RunningLocalServer, host: String) async throws {
+        let socket = try await open(server, host: host)
+        try await session(socket) { frames, out in
+            try await out.write(frame(.text, "round trip".utf8))
+            #expect(String(buffer: try await next(&frames).unmaskedData) == "round trip")
+            try await out.write(closeFrame(1000, ""))
+        }
+    }
+
     // MARK: Relay
 
     @Test("text, binary, fragmented and ping frames echo byte for byte through the mirror host")
@@ -143,6 +153,23 @@ struct MirrorWebSocketTests {
                 #expect(Array(buffer: got.unmaskedData) == bytes)
                 try await out.write(Self.closeFrame(1000, ""))
             }
+        }
+    }
+
+    @Test("a frame over the 4 MiB limit ends the WebSocket with 1009 (message too big), and the origin is closed too")
+    func frameTooLarge() async throws {
+        try await Self.withEcho { server, mirror, origin in
+            let socket = try await Self.open(server, host: mirror)
+            try await Self.session(socket) { frames, out in
+                try? await out.write(Self.frame(.binary, [UInt8](repeating: 7, count: (4 << 20) + 1)))
+                var code: UInt16?
+                do {
+                    let close = try await Self.next(&frames)
+                    if close.opcode == .connectionClose { code = Self.closeCode(close).0 }
+                } catch {}
+                #expect(code == 1009)
+            }
+            #expect(origin.entries.filter { $0.hasPrefix("handshake") }.count == 1)
         }
     }
 
@@ -250,6 +277,7 @@ struct MirrorWebSocketTests {
             try await Self.withServe(origin: port) { server, mirror in
                 let response = try await Self.upgrade(server, "/ws", host: "\(mirror):\(server.port)", headers: Self.upgradeHeaders)
                 #expect(response.status == 502)
+                #expect(response.header("connection") == "close", "a failed upgrade ends its connection")
                 #expect(response.header("content-type") == "text/plain; charset=utf-8")
                 #expect(response.text == "offline-agent: cannot reach http://127.0.0.1:\(port): connection refused\n")
                 #expect(server.metrics.originFailures(origin: "http://127.0.0.1:\(port)", reason: "unreachable") == 1)
@@ -267,26 +295,31 @@ struct MirrorWebSocketTests {
         }
     }
 
-    @Test("an upgrade for a host no whitelist names is refused (403), and the origin never sees it")
+    @Test("an upgrade for a host no whitelist names is refused (403) and never reaches the origin, while the mirror's relays")
     func notWhitelisted() async throws {
-        try await Self.withEcho { server, _, origin in
+        try await Self.withEcho { server, mirror, origin in
             for host in ["127.0.0.1.http-\(origin.port &+ 1).localhost", "other.example.localhost", "foo.localhost"] {
                 let response = try await Self.upgrade(server, "/ws", host: "\(host):\(server.port)", headers: Self.upgradeHeaders)
                 #expect(response.status == 403, "\(host)")
             }
             #expect(origin.entries.isEmpty)
+            // While the mirror of the whitelisted origin relays.
+            try await Self.roundTrip(server, host: mirror)
+            #expect(origin.entries.contains("handshake /ws"))
         }
     }
 
-    @Test("an upgrade on the plain loopback host is not proxied: it gets the plain host's answer")
+    @Test("an upgrade on the plain loopback host is not proxied: it gets the plain host's answer, while the mirror's relays")
     func plainHost() async throws {
-        try await Self.withEcho { server, _, origin in
+        try await Self.withEcho { server, mirror, origin in
             for host in ["127.0.0.1:\(server.port)", "localhost:\(server.port)"] {
                 let response = try await Self.upgrade(server, "/ws/index.html", host: host, headers: Self.upgradeHeaders)
                 #expect(response.status == 200, "\(host): the app route, as without the upgrade")
                 #expect(response.text == Self.page)
             }
             #expect(origin.entries.isEmpty)
+            try await Self.roundTrip(server, host: mirror)
+            #expect(origin.entries.contains("handshake /ws"))
         }
     }
 
