@@ -45,7 +45,8 @@ import ServiceLifecycle
 /// `h5.example.com.localhost`) with the origin's paths: whitelisted files from the
 /// package (`X-Offline-Source: package`), navigations to single-page routes with the
 /// manifest's `fallback` page, and everything else forwarded to the origin
-/// (`OriginProxy`, `X-Offline-Source: origin`), the kill switch included. `/open` and
+/// (`OriginProxy`, `X-Offline-Source: origin`), the kill switch included; a WebSocket
+/// upgrade there is relayed to the origin's WebSocket (`WebSocketRelay`). `/open` and
 /// `/session/item` redirect URLs on a mirrored origin to their mirror URL. Any other
 /// name under `.localhost` gets 403.
 ///
