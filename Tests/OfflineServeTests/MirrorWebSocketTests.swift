@@ -285,6 +285,25 @@ struct MirrorWebSocketTests {
         }
     }
 
+    @Test("an origin that accepts but never answers the upgrade fails within the handshake timeout, as a timeout")
+    func silentOrigin() async throws {
+        let listener = try LoopbackListener()
+        listener.start { fd in
+            var sink = [UInt8](repeating: 0, count: 4096)
+            while recv(fd, &sink, sink.count, 0) > 0 {}
+            close(fd)
+        }
+        defer { listener.stop() }
+        let origin = try #require(MirrorOrigin(scheme: "http", host: "127.0.0.1", port: listener.port))
+        await #expect(throws: OriginWebSocket.Failure.handshakeTimeout) {
+            _ = try await OriginWebSocket.connect(
+                to: origin, target: "/ws", headers: [:], limits: .init(handshakeTimeout: .seconds(1)),
+                group: MultiThreadedEventLoopGroup.singleton)
+        }
+        let (reason, why) = MirrorWebSocketUpgrade.describe(OriginWebSocket.Failure.handshakeTimeout)
+        #expect(reason == "timeout" && why == "no WebSocket within the handshake timeout")
+    }
+
     @Test("an origin that refuses the upgrade: the page gets a 502 saying so, counted")
     func originRefuses() async throws {
         try await Self.withEcho { server, mirror, origin in

@@ -4,6 +4,7 @@ import NIOPosix
 import NIOSSL
 import NIOWebSocket
 import OfflineAgent
+import Synchronization
 
 /// A WebSocket connection to an origin, opened for a page's upgrade on the origin's
 /// mirror (`docs/PROTOCOL.md`, "Mirrored origins", "WebSockets"): `ws://` for an `http`
@@ -77,14 +78,18 @@ package struct OriginWebSocket: Sendable {
                 }
             }
         // The connect timeout bounded the connection; this bounds TLS and the answer too.
-        let timeout = channel.eventLoop.scheduleTask(in: .init(limits.handshakeTimeout)) { channel.close(promise: nil) }
+        let timedOut = TimedOut()
+        let timeout = channel.eventLoop.scheduleTask(in: .init(limits.handshakeTimeout)) {
+            timedOut.flag.store(true, ordering: .relaxed)
+            channel.close(promise: nil)
+        }
         defer { timeout.cancel() }
         let outcome: Outcome
         do {
             outcome = try await upgraded.get()
         } catch {
             channel.close(promise: nil)
-            throw error is ChannelError && !channel.isActive ? Failure.handshakeTimeout : error
+            throw timedOut.flag.load(ordering: .relaxed) ? Failure.handshakeTimeout : error
         }
         switch outcome {
         case .upgraded(let frames, let response):
@@ -93,6 +98,11 @@ package struct OriginWebSocket: Sendable {
             channel.close(promise: nil)
             throw Failure.refused
         }
+    }
+
+    /// Whether the handshake timeout closed the connection.
+    private final class TimedOut: Sendable {
+        let flag = Atomic(false)
     }
 
     /// One TLS client context for the process (system trust roots), made on first use.
