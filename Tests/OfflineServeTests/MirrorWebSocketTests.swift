@@ -48,7 +48,8 @@ struct MirrorWebSocketTests {
         for (name, value) in extra { headers.add(name: name, value: value) }
         let serve = try #require(MirrorOrigin(scheme: "http", host: "127.0.0.1", port: server.port))
         return try await OriginWebSocket.connect(
-            to: serve, target: target, headers: headers, limits: .init(maxFrameSize: 1 << 24), group: MultiThreadedEventLoopGroup.singleton)
+            to: serve, target: target, headers: headers, limits: .init(maxFrameSize: 1 << 24, handshakeTimeout: .seconds(60)),
+            group: MultiThreadedEventLoopGroup.singleton)
     }
 
     /// Runs `body` over the socket's frames, at most 30 s (then the socket is closed and reads end).
