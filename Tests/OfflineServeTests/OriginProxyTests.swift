@@ -285,14 +285,15 @@ struct OriginProxyTests {
     /// proxy and origin share the test process, whose memory other suites share too,
     /// so the check is the writer's progress, not the process's peak RSS.) The bound
     /// allows what the kernel may buffer on the two loopback hops (each up to the
-    /// largest autotuned receive plus send buffer) and 16 MiB for the servers; the body
-    /// is at least 100 MiB and always 32 MiB more than that bound.
+    /// largest autotuned receive plus send buffer) and 24 MiB for the servers and
+    /// clients in between (16 MiB was overrun by a few hundred KiB on a loaded machine);
+    /// the body is at least 100 MiB and always 32 MiB more than that bound.
     static let stallBound: Int = {
         func largest(_ name: String) -> Int {
             let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/\(name)", encoding: .utf8)) ?? ""
             return Int(text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).last ?? "") ?? 8 << 20
         }
-        return 2 * (largest("tcp_rmem") + largest("tcp_wmem")) + (16 << 20)
+        return 2 * (largest("tcp_rmem") + largest("tcp_wmem")) + (24 << 20)
     }()
     static let bigBody = max(100 << 20, stallBound + (32 << 20))
 
