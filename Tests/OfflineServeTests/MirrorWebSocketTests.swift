@@ -242,6 +242,50 @@ struct MirrorWebSocketTests {
         }
     }
 
+    @Test("stopping the server ends its relayed WebSockets instead of waiting for them")
+    func serverStop() async throws {
+        let origin = try await WebSocketEchoOrigin.start()
+        defer { Task { await origin.stop() } }
+        let f = LocalStoreFixture()
+        try f.add("ws", version: "1.0.0", fixture: nil, files: ["index.html": Array(Self.page.utf8)],
+                  whitelist: ["http://127.0.0.1:\(origin.port)/"])
+        let server = try await f.start(deviceID: "ws")
+        let socket = try await Self.open(server, host: "127.0.0.1.http-\(origin.port).localhost")
+        let stopped = ProxyHarness.PortBox()
+        Task {
+            await server.stop()
+            stopped.value = 1
+        }
+        // The server ends the WebSocket (a close frame, or the connection closed) within 20 s.
+        let channel = socket.channel.channel
+        let endedByServer = try await socket.channel.executeThenClose { inbound, _ in
+            await withTaskGroup(of: Bool.self) { group in
+                group.addTask {
+                    var frames = inbound.makeAsyncIterator()
+                    do { while let frame = try await frames.next(), frame.opcode != .connectionClose {} } catch {}
+                    return true
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(20))
+                    return false
+                }
+                let first = await group.next() ?? false
+                channel.close(promise: nil)
+                group.cancelAll()
+                return first
+            }
+        }
+        #expect(endedByServer, "the WebSocket stayed open while the server stopped")
+        // Bounded: the session gave up after 30 s at most, and so does this wait.
+        var finished = false
+        for _ in 0..<300 {
+            finished = stopped.value == 1
+            if finished { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(finished, "the server did not stop while a WebSocket was open")
+    }
+
     // MARK: Failures and refusals
 
     /// Sends a WebSocket upgrade as a browser does (no `Connection: close`) and reads the
