@@ -58,7 +58,7 @@ final class WebSocketEchoOrigin: Sendable {
                         },
                         upgradePipelineHandler: { channel, _ in
                             channel.eventLoop.makeCompletedFuture {
-                                try channel.pipeline.syncOperations.removeHandler(name: "refuse", promise: nil)
+                                channel.pipeline.syncOperations.removeHandler(name: "refuse", promise: nil)
                                 try channel.pipeline.syncOperations.addHandler(EchoHandler(log: log))
                             }
                         })

@@ -65,8 +65,8 @@ struct LocalServerChannel: ServerChildChannel {
             metrics.recordConnection(opened: false)
         }
         return channel.eventLoop.makeCompletedFuture {
-            let guardHandler = LocalConnectionGuard(headerTimeout: headerTimeout, idleTimeout: idleTimeout, metrics: metrics)
-            try channel.pipeline.syncOperations.addHandler(guardHandler)
+            try channel.pipeline.syncOperations.addHandler(
+                LocalConnectionGuard(headerTimeout: headerTimeout, idleTimeout: idleTimeout, metrics: metrics))
             let pending = Pending()
             let webSockets = self.webSockets
             let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(
@@ -90,7 +90,8 @@ struct LocalServerChannel: ServerChildChannel {
                             throw ChannelError.inappropriateOperationForState
                         }
                         // Frames, not heads, from now on: the relay keeps its own timeouts.
-                        channel.pipeline.syncOperations.removeHandler(guardHandler, promise: nil)
+                        let guardContext = try channel.pipeline.syncOperations.context(handlerType: LocalConnectionGuard.self)
+                        channel.pipeline.syncOperations.removeHandler(context: guardContext, promise: nil)
                         let page = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
                             wrappingChannelSynchronously: channel, configuration: WebSocketRelay.channelConfiguration)
                         return .webSocket(page: page, origin: origin)
