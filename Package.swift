@@ -23,6 +23,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.100.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // serve's WebSocket pass-through: TLS to wss origins (already linked through AsyncHTTPClient)
+        // and the HTTPTypes codec of Hummingbird's HTTP/1 channel (already linked through Hummingbird).
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.29.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.24.0"),
         // No default traits: FullFoundation (URL-encoded form dates) and ConfigurationSupport
         // (swift-configuration) would link full Foundation, and with it ICU, into the device binary.
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0", traits: []),
@@ -104,6 +108,12 @@ let package = Package(
                 // OriginProxy: the mirrored origins' upstream connections.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                // Mirror WebSockets: the page's upgrade, the origin's connection, the frames between.
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
@@ -189,7 +199,12 @@ let package = Package(
         ),
         .testTarget(
             name: "OfflineServeTests",
-            dependencies: ["OfflineAgent", "OfflineServe", "OfflinePublish", "TestSupport"]
+            dependencies: [
+                "OfflineAgent", "OfflineServe", "OfflinePublish", "TestSupport",
+                // MirrorWebSocketTests: a WebSocket echo origin of its own.
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "OfflinePublishTests",

@@ -121,12 +121,12 @@ struct OriginProxyTests {
         }
     }
 
-    /// Off in the full suite for now: in 2 of 7 full runs on a loaded 2-core machine the
-    /// answer was a 200 of 11 bytes that neither the scripted origin nor the proxy sends,
-    /// after ~50 s; alone (`--filter OriginProxyTests`) it always passes. Run it with
-    /// OFFLINE_AGENT_PROXY_HEADER_TEST=1 (its message then prints what answered).
-    @Test("response hop-by-hop headers are dropped, the rest kept in order, status and reason kept",
-          .enabled(if: ProcessInfo.processInfo.environment["OFFLINE_AGENT_PROXY_HEADER_TEST"] == "1"))
+    /// Once failed in loaded full runs with a 200 of 11 bytes (`status 200\n`): the
+    /// scripted origin of another test (`refused`), stopped right after it started, had
+    /// its accept thread call `accept` on a descriptor number already reused by this
+    /// test's origin. `LoopbackListener` now closes its descriptor only from that thread
+    /// (`LoopbackListenerReuseTests`), and `refused` holds its port instead of closing it.
+    @Test("response hop-by-hop headers are dropped, the rest kept in order, status and reason kept")
     func responseHeaders() async throws {
         let reply = ScriptedServer.Reply(status: 203, headers: [
             ("Connection", "X-Hop-A, x-hop-b"), ("X-Hop-A", "1"), ("X-Hop-B", "2"), ("Keep-Alive", "timeout=5"),
@@ -285,14 +285,15 @@ struct OriginProxyTests {
     /// proxy and origin share the test process, whose memory other suites share too,
     /// so the check is the writer's progress, not the process's peak RSS.) The bound
     /// allows what the kernel may buffer on the two loopback hops (each up to the
-    /// largest autotuned receive plus send buffer) and 16 MiB for the servers; the body
-    /// is at least 100 MiB and always 32 MiB more than that bound.
+    /// largest autotuned receive plus send buffer) and 24 MiB for the servers and
+    /// clients in between (16 MiB was overrun by a few hundred KiB on a loaded machine);
+    /// the body is at least 100 MiB and always 32 MiB more than that bound.
     static let stallBound: Int = {
         func largest(_ name: String) -> Int {
             let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/\(name)", encoding: .utf8)) ?? ""
             return Int(text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).last ?? "") ?? 8 << 20
         }
-        return 2 * (largest("tcp_rmem") + largest("tcp_wmem")) + (16 << 20)
+        return 2 * (largest("tcp_rmem") + largest("tcp_wmem")) + (24 << 20)
     }()
     static let bigBody = max(100 << 20, stallBound + (32 << 20))
 
@@ -340,19 +341,19 @@ struct OriginProxyTests {
 
     @Test("an origin that refuses connections gets a 502 with a clear body, counted")
     func refused() async throws {
-        let listener = try ScriptedServer { _ in .status(200) }
-        let port = listener.port
-        listener.stop()
-        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: port)!
-        try await H.withFront(origins: [origin], configuration: .init(connectTimeout: .seconds(3), readTimeout: .seconds(5))) { front in
-            try await H.withClient { client in
-                let response = try await client.execute(H.request(front, origin, "/api/cart", method: .POST), timeout: .seconds(20))
-                #expect(response.status == .badGateway)
-                #expect(response.headers["content-type"] == ["text/plain; charset=utf-8"])
-                let text = try await H.text(response)
-                #expect(text == "offline-agent: cannot reach http://127.0.0.1:\(port): connection refused\n")
-                #expect(front.metrics.originFailures(origin: origin.origin, reason: "unreachable") == 1)
-                #expect(front.metrics.prometheusText().contains("offline_agent_origin_failures_total{origin=\"http://127.0.0.1:\(port)\",reason=\"unreachable\"} 1"))
+        // A port held without listening: one closed instead could be another test's by the time the proxy connects.
+        try await H.withRefusingPort { port in
+            let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: port)!
+            try await H.withFront(origins: [origin], configuration: .init(connectTimeout: .seconds(3), readTimeout: .seconds(5))) { front in
+                try await H.withClient { client in
+                    let response = try await client.execute(H.request(front, origin, "/api/cart", method: .POST), timeout: .seconds(20))
+                    #expect(response.status == .badGateway)
+                    #expect(response.headers["content-type"] == ["text/plain; charset=utf-8"])
+                    let text = try await H.text(response)
+                    #expect(text == "offline-agent: cannot reach http://127.0.0.1:\(port): connection refused\n")
+                    #expect(front.metrics.originFailures(origin: origin.origin, reason: "unreachable") == 1)
+                    #expect(front.metrics.prometheusText().contains("offline_agent_origin_failures_total{origin=\"http://127.0.0.1:\(port)\",reason=\"unreachable\"} 1"))
+                }
             }
         }
     }

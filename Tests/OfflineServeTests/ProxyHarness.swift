@@ -1,4 +1,7 @@
 import AsyncHTTPClient
+#if canImport(Glibc)
+import Glibc
+#endif
 import Crypto
 import Foundation
 import Hummingbird
@@ -82,6 +85,24 @@ enum ProxyHarness {
         }
     }
 
+    /// Runs `body` with a loopback port that refuses connections: bound but never
+    /// listening (a connection gets a reset), and held for the whole of `body`, so no
+    /// other test's server can take the port meanwhile (a port closed and reused would
+    /// have something else answer).
+    static func withRefusingPort<T>(_ body: (Int) async throws -> T) async throws -> T {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard fd >= 0, bound else { throw POSIXError(.EADDRNOTAVAIL) }
+        return try await body(Int(UInt16(bigEndian: address.sin_port)))
+    }
+
     /// The server's port, known only once it listens.
     final class PortBox: @unchecked Sendable {
         private let lock = NSLock()
@@ -106,9 +127,9 @@ enum ProxyHarness {
     }
     static let tally = Tally()
 
-    /// Waits (at most 30 s) until `key`'s count reaches `atLeast`.
+    /// Waits (at most 120 s) until `key`'s count reaches `atLeast`.
     static func waitFor(_ key: String, atLeast: Int) async throws {
-        for _ in 0..<3000 where tally.count(key) < atLeast { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<12000 where tally.count(key) < atLeast { try await Task.sleep(for: .milliseconds(10)) }
     }
 
     /// `key`'s count once it stops growing for 500 ms or reaches `limit` (at most 30 s):
@@ -199,7 +220,9 @@ enum ProxyHarness {
                 length += chunk.readableBytes
                 if let hold {
                     tally.add(hold, chunk.readableBytes)
-                    for _ in 0..<6000 where length >= 1 << 20 && !tally.isReleased(hold) {
+                    // Held until the test releases it (at most 300 s, the client's timeout): a
+                    // shorter hold ran out on a loaded machine and let the writer finish.
+                    for _ in 0..<30000 where length >= 1 << 20 && !tally.isReleased(hold) {
                         try await Task.sleep(for: .milliseconds(10))
                     }
                 }

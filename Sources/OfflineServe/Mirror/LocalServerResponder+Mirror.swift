@@ -62,6 +62,11 @@ extension LocalServerResponder {
     /// it; everything else goes to the origin.
     func mirror(_ request: Request, origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot) async -> Response {
         if request.uri.path.hasPrefix(LocalLifecycle.routePrefix) { return lifecycleControl(request) }
+        // A valid upgrade never gets here (`LocalServerChannel` relays it): forwarded as
+        // plain HTTP it would lose `Upgrade` and open nothing.
+        if request.headers[.upgrade]?.lowercased() == "websocket" {
+            return Self.text(.badRequest, "bad request: not a valid WebSocket upgrade (GET, Connection: Upgrade, Sec-WebSocket-Key, Sec-WebSocket-Version: 13)\n")
+        }
         var reason: FallbackReason?
         switch offline(request, origin: origin, mirrors: mirrors) {
         case .served(var response):

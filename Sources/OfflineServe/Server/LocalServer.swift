@@ -45,7 +45,8 @@ import ServiceLifecycle
 /// `h5.example.com.localhost`) with the origin's paths: whitelisted files from the
 /// package (`X-Offline-Source: package`), navigations to single-page routes with the
 /// manifest's `fallback` page, and everything else forwarded to the origin
-/// (`OriginProxy`, `X-Offline-Source: origin`), the kill switch included. `/open` and
+/// (`OriginProxy`, `X-Offline-Source: origin`), the kill switch included; a WebSocket
+/// upgrade there is relayed to the origin's WebSocket (`WebSocketRelay`). `/open` and
 /// `/session/item` redirect URLs on a mirrored origin to their mirror URL. Any other
 /// name under `.localhost` gets 403.
 ///
@@ -210,17 +211,19 @@ public struct LocalServer: Sendable {
 
     private func makeApplication(onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
+        let mirrors = LocalMirrors(store: resolver.store)
         let responder = LocalServerResponder(
             versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
             logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
-            mirrors: LocalMirrors(store: resolver.store), proxy: OriginProxy(metrics: metrics))
+            mirrors: mirrors, proxy: OriginProxy(metrics: metrics))
+        let webSockets = MirrorWebSocketUpgrade(mirrors: mirrors, metrics: metrics, limits: WebSocketRelay.Limits())
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = Self.timeAmount(configuration.headerTimeout), idleTimeout = Self.timeAmount(configuration.idleTimeout)
         let metrics = self.metrics
         let server = HTTPServerBuilder { respond in
             LocalServerChannel(
                 http1: HTTP1Channel(responder: respond), limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
-                metrics: metrics)
+                metrics: metrics, webSockets: webSockets)
         }
         return Application(
             responder: responder,

@@ -30,10 +30,11 @@ import OfflineHTTP
 ///   `header` or `idle` timeout.
 ///
 /// - `offline_agent_forwarded_requests_total{origin,status}` — requests on a mirrored
-///   origin forwarded to it and answered, by the origin's status class (`2xx` … `5xx`).
+///   origin forwarded to it and answered, by the origin's status class (`2xx` … `5xx`;
+///   `1xx` for a relayed WebSocket's `101`).
 /// - `offline_agent_origin_failures_total{origin,reason}` — forwarded requests the origin
-///   failed: `unreachable` (answered 502), `timeout` (502) or `broken` (the response
-///   was cut off after it began).
+///   failed: `unreachable` (answered 502), `timeout` (502), `refused` (a WebSocket
+///   upgrade it declined, 502) or `broken` (the response was cut off after it began).
 ///
 /// Series without labels and both timeout series are shown from the start, at 0; a
 /// labelled series appears with its first count. Families and samples are sorted by name.
