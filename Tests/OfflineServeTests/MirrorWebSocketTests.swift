@@ -332,12 +332,7 @@ struct MirrorWebSocketTests {
 
     @Test("an origin that accepts but never answers the upgrade fails within the handshake timeout, as a timeout")
     func silentOrigin() async throws {
-        let listener = try LoopbackListener()
-        listener.start { fd in
-            var sink = [UInt8](repeating: 0, count: 4096)
-            while recv(fd, &sink, sink.count, 0) > 0 {}
-            close(fd)
-        }
+        let listener = try LoopbackListener.silent()
         defer { listener.stop() }
         let origin = try #require(MirrorOrigin(scheme: "http", host: "127.0.0.1", port: listener.port))
         await #expect(throws: OriginWebSocket.Failure.handshakeTimeout) {

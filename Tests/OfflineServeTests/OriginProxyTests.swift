@@ -360,13 +360,7 @@ struct OriginProxyTests {
 
     @Test("an origin that accepts but never answers gets a 502 after the read timeout")
     func silent() async throws {
-        // Accepts, reads until the proxy gives up, never answers.
-        let listener = try LoopbackListener()
-        listener.start { fd in
-            var sink = [UInt8](repeating: 0, count: 4096)
-            while recv(fd, &sink, sink.count, 0) > 0 {}
-            close(fd)
-        }
+        let listener = try LoopbackListener.silent()
         defer { listener.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: listener.port)!
         try await H.withFront(origins: [origin], configuration: .init(connectTimeout: .seconds(2), readTimeout: .seconds(1))) { front in

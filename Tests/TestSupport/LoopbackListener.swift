@@ -36,6 +36,18 @@ package final class LoopbackListener: @unchecked Sendable {
     /// listener's, in a parallel run) before that thread first calls `accept`, which would
     /// then serve that test's connections with this server's script. `shutdown` wakes a
     /// blocked `accept` (and fails every later one) without freeing the number.
+    /// A listener that accepts, reads whatever comes until the peer closes, and never
+    /// answers: a server that hangs, for timeout tests. Stop it when done.
+    package static func silent() throws -> LoopbackListener {
+        let listener = try LoopbackListener()
+        listener.start { fd in
+            var sink = [UInt8](repeating: 0, count: 4096)
+            while recv(fd, &sink, sink.count, 0) > 0 {}
+            close(fd)
+        }
+        return listener
+    }
+
     package func stop() {
         let (first, started) = state.withLock { state in
             defer { state.stopped = true }

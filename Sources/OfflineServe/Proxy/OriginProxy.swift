@@ -93,10 +93,12 @@ package struct OriginProxy: Sendable {
         var upstream = HTTPClientRequest(url: name + (request.head.path ?? "/"))
         upstream.method = HTTPMethod(rawValue: request.method.rawValue)
         upstream.headers = ForwardedHeaders.request(request.headers, servePort: servePort)
+        let upload = UploadProgress()
+        let forwardedBody = ForwardedRequestBody(body: request.body, progress: upload)
         if let length = request.headers[.contentLength].flatMap({ Int64($0.trimmingWhitespace()) }) {
-            upstream.body = .stream(request.body, length: .known(length))
+            upstream.body = .stream(forwardedBody, length: .known(length))
         } else if request.headers[.transferEncoding] != nil {
-            upstream.body = .stream(request.body, length: .unknown)
+            upstream.body = .stream(forwardedBody, length: .unknown)
         }
         let answer: HTTPClientResponse
         do {
@@ -106,9 +108,14 @@ package struct OriginProxy: Sendable {
         } catch {
             let (reason, why) = Self.describe(error)
             metrics?.recordOriginFailure(origin: name, reason: reason)
+            let text = ByteBuffer(string: "offline-agent: cannot reach \(name): \(why)\n")
             var response = Response(
                 status: .badGateway,
-                body: .init(byteBuffer: ByteBuffer(string: "offline-agent: cannot reach \(name): \(why)\n")))
+                body: ResponseBody(contentLength: text.readableBytes) { writer in
+                    try await writer.write(text)
+                    try await writer.finish(nil)
+                    try await Self.closeIfUploading(upload)
+                })
             response.headers[.contentType] = "text/plain; charset=utf-8"
             response.headers[.cacheControl] = "no-store"
             return response
@@ -126,8 +133,17 @@ package struct OriginProxy: Sendable {
                 throw error
             }
             try await writer.finish(nil)
+            try await Self.closeIfUploading(upload)
         }
         return Response(status: .init(code: Int(answer.status.code), reasonPhrase: answer.status.reasonPhrase), headers: headers, body: body)
+    }
+
+    /// Thrown after a complete response, so the server closes the connection rather than
+    /// read its next request while the upload may still be reading the same stream.
+    struct UnfinishedUpload: Error {}
+
+    static func closeIfUploading(_ upload: UploadProgress) async throws {
+        if await !upload.settled() { throw UnfinishedUpload() }
     }
 
     /// The metrics reason and the one-line explanation of a failed request.
