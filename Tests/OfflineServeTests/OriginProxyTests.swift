@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import Hummingbird
 import NIOCore
 import NIOHTTP1
 import OfflineHTTP
@@ -399,6 +400,41 @@ struct OriginProxyTests {
             #expect(front.metrics.forwardedRequests(origin: origin.origin, statusClass: 4) == 1)
             #expect(front.metrics.forwardedRequests(origin: origin.origin, statusClass: 5) == 2)
             #expect(front.metrics.prometheusText().contains("offline_agent_forwarded_requests_total{origin=\"\(origin.origin)\",status=\"5xx\"} 2"))
+        }
+    }
+
+    @Test("an origin that answers before the page's body has arrived: the page gets the answer, then the connection closes, and the server keeps serving")
+    func earlyAnswer() async throws {
+        // The origin answers without reading the body; the page sends a quarter of what it
+        // announced and waits. The upload is still reading the page's request stream when
+        // the answer is written, so the server must not read that stream on for a next
+        // request (two readers on one stream trap the process): it closes the connection.
+        let upstream = try await H.startServer { _ in
+            Response(status: .created, body: .init(byteBuffer: ByteBuffer(string: "early")))
+        }
+        defer { Task { await upstream.stop() } }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        try await H.withFront(origins: [origin]) { front in
+            let fd = try LoopbackSocket.connect(port: front.port, timeout: 60)
+            defer { close(fd) }
+            let head = "POST /upload HTTP/1.1\r\nHost: \(front.authority(origin))\r\nContent-Length: \(1 << 20)\r\n\r\n"
+            #expect(LoopbackSocket.sendAll(fd, Array(head.utf8) + [UInt8](repeating: 7, count: 1 << 18)))
+            // Everything until the server closes (bounded by the socket's 60 s timeout).
+            var received: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = recv(fd, &chunk, chunk.count, 0)
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { break }
+                received += chunk[..<n]
+            }
+            let text = String(decoding: received, as: UTF8.self)
+            #expect(text.hasPrefix("HTTP/1.1 201"), "\(text.prefix(300))")
+            #expect(text.hasSuffix("\r\n\r\nearly"), "the whole answer, then the close: \(text.prefix(300))")
+            // The server lives on: the next page request is answered.
+            let after = try await H.withClient { client in
+                try await client.execute(H.request(front, origin, "/next"), timeout: .seconds(60))
+            }
+            #expect(after.status.code == 201)
         }
     }
 }
