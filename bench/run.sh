@@ -708,6 +708,8 @@ section_manifest() {
   sync_start_nginx
   local nginx_url=$S_URL
   # offline-server with the same key; request logging off (warning), as in production behind a log shipper.
+  # Created first: the background child opens it only after the parent may already read it.
+  : > "$M_DIR/server.out"
   "$SERVER" --dir "$M_DIR/pub" --port 0 --key "$M_DIR/key" --log-level warning > "$M_DIR/server.out" 2> "$M_DIR/server.err" &
   local server_pid=$! port="" i
   for ((i = 0; i < 100; i++)); do

@@ -45,34 +45,37 @@ struct ForwardedRequestBody: AsyncSequence, Sendable {
 
 /// Whether an upload began and whether it reached the end of the request body.
 final class UploadProgress: Sendable {
-    private let state = Mutex((started: false, finished: false))
+    private let state = Mutex((started: false, finished: false, sealed: false))
 
-    /// Marks the upload begun; false when it already had (the body can be read once).
+    /// Marks the upload begun; false when it already had (the body can be read once) or
+    /// when the response was already written without it (`settled`), so the stream is the
+    /// server's again.
     func start() -> Bool {
         state.withLock { state in
             defer { state.started = true }
-            return !state.started
+            return !state.started && !state.sealed
         }
     }
 
     func finish() { state.withLock { $0.finished = true } }
 
-    /// An upload began and has not read the body to its end: something may still be
-    /// reading the connection's request stream.
-    var isUnfinished: Bool { state.withLock { $0.started && !$0.finished } }
-
-    /// Whether the upload has read the body to its end (or never began), given up to
-    /// `limit` to get there: an origin may answer before the uploader has read the body's
-    /// end from the stream, though every byte was sent. Checked with a doubling pause
-    /// from 100 µs, so the usual case costs one or two checks.
+    /// Whether nothing reads the connection's request stream for the upload any more,
+    /// given up to `limit` to get there, and from now on nothing will: an upload that has
+    /// not begun never will (the origin answered before the uploader started), and one
+    /// under way may still read the body's end, though every byte was sent. Checked with
+    /// a doubling pause from 100 µs, so the usual case costs one or two checks.
     func settled(within limit: Duration = .seconds(1)) async -> Bool {
         var pause = Duration.microseconds(100), waited = Duration.zero
-        while isUnfinished {
+        while true {
+            let quiet = state.withLock { state in
+                if !state.started { state.sealed = true }
+                return state.sealed || state.finished
+            }
+            if quiet { return true }
             guard waited < limit else { return false }
             try? await Task.sleep(for: pause)
             waited += pause
             pause = min(pause * 2, .milliseconds(100))
         }
-        return true
     }
 }
