@@ -26,6 +26,8 @@ set -euo pipefail
 export LC_ALL=C
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib.sh
+NAME="" . "$ROOT/bench/lib.sh"   # wrk_figures
 DEFAULT_OURS="$ROOT/.build/release/offline-agent"
 OURS=${OURS:-$DEFAULT_OURS}
 BUILD=${BUILD:-auto}
@@ -665,16 +667,9 @@ M_THREADS=${M_THREADS:-2} M_CONNECTIONS=${M_CONNECTIONS:-50} M_DURATION=${M_DURA
 
 # manifest_wrk URL -> "req/s p99_ms"; any non-2xx/3xx answer or socket error aborts.
 manifest_wrk() {
-  local out rps p99 errors
-  out=$(wrk -t"$M_THREADS" -c"$M_CONNECTIONS" -d"$M_DURATION" --latency "$1")
-  printf '%s\n' "$out" >> "$M_DIR/wrk.log"
-  rps=$(printf '%s\n' "$out" | awk '/^Requests\/sec:/ { print $2 }')
-  p99=$(printf '%s\n' "$out" | awk '$1 == "99%" {
-      v = $2; unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v);
-      if (unit == "us") v /= 1000; else if (unit == "s") v *= 1000; else if (unit == "m") v *= 60000;
-      printf "%.3f", v }')
-  errors=$(printf '%s\n' "$out" | awk '/Non-2xx or 3xx responses:/ { print $5 } /Socket errors:/ { print "socket-errors" }')
-  [[ -z $errors ]] || die "manifest: wrk reported errors for $1: $errors (see $M_DIR/wrk.log)"
+  local rps p99 errors
+  read -r rps p99 errors < <(wrk_figures "$M_DIR/wrk.log" -t"$M_THREADS" -c"$M_CONNECTIONS" -d"$M_DURATION" "$1")
+  [[ $errors == - ]] || die "manifest: wrk reported errors for $1: $errors (see $M_DIR/wrk.log)"
   echo "$rps $p99"
 }
 

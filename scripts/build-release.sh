@@ -30,17 +30,19 @@ fi
 [[ $configuration == release || $configuration == debug ]] ||
     { echo "error: --configuration is release or debug, not '$configuration'" >&2; exit 64; }
 (( $# )) || set -- offline-agent offline-publish offline-server
+# shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
+bin=$(swift build -c "$configuration" ${SWIFT_BUILD_FLAGS:-} --show-bin-path)
 link_flags=()
 if [[ $configuration == release ]]; then
     # What a device loads and pages in at every cron run (bench/run.sh footprint measures it):
     #  - lld, identical code folding and packed relative relocations (DT_RELR): smaller tables;
     #  - no exported dynamic symbols: Swift's static runtime flags ask for --export-dynamic,
-    #    which kept every symbol of every linked object (gc roots) and 3 MB of symbol tables;
+    #    which kept every symbol of every linked object (gc roots) and 3.6 MB of symbol tables;
     #  - a position-dependent executable: nothing left for the loader to relocate at start-up;
     #  - libstdc++ (the Swift runtime's) linked statically, through a linker script named
     #    libstdc++.so found first, since the runtime's own flags ask for `-lstdc++`: the loader
     #    no longer binds its ~5000 symbols on every run.
-    static_cxx=$(swift build -c release ${SWIFT_BUILD_FLAGS:-} --show-bin-path)/static-libstdc++
+    static_cxx=$bin/static-libstdc++
     archive=$(clang -print-file-name=libstdc++.a 2>/dev/null || true)
     [[ -f $archive ]] || { echo "error: libstdc++.a not found (apt-get install libstdc++-12-dev)" >&2; exit 1; }
     mkdir -p "$static_cxx"
@@ -63,7 +65,6 @@ for product in "$@"; do
     # shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
     swift build -c "$configuration" --static-swift-stdlib "${link_flags[@]}" ${SWIFT_BUILD_FLAGS:-} --product "$product"
 done
-bin=$(swift build -c "$configuration" ${SWIFT_BUILD_FLAGS:-} --show-bin-path)
 
 check_no_icu() {  # check_no_icu BINARY (unstripped)
     local binary=$1 icu_symbols icu_strings

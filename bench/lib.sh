@@ -1,0 +1,179 @@
+# Shared by bench/serve.sh and bench/proxy.sh (sourced after each sets NAME and its own
+# defaults), and by bench/run.sh for reading wrk's output: one copy of the set-up, the
+# serve launcher, the wrk figures and the medians.
+# shellcheck shell=bash
+
+# wrk_figures LOG_FILE WRK_ARGS... -> "req/s p99_ms errors" (errors: "-" when none).
+# Runs wrk with --latency, appends its whole output to LOG_FILE, and reads the rate, the
+# 99th percentile in ms (wrk prints us, ms, s or m) and any non-2xx/3xx or socket error.
+wrk_figures() {
+    local log=$1 out rps p99 errors
+    shift
+    out=$(wrk --latency "$@")
+    printf '%s\n' "$out" >> "$log"
+    rps=$(printf '%s\n' "$out" | awk '/^Requests\/sec:/ { print $2 }')
+    p99=$(printf '%s\n' "$out" | awk '$1 == "99%" {
+        v = $2; unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v);
+        if (unit == "us") v /= 1000; else if (unit == "s") v *= 1000; else if (unit == "m") v *= 60000;
+        printf "%.3f", v }')
+    errors=$(printf '%s\n' "$out" | awk '/Non-2xx or 3xx responses:/ { printf "non-2xx:%s,", $5 } /Socket errors:/ { printf "socket-errors," }')
+    echo "$rps $p99 ${errors:--}"
+}
+
+# The rest is for the standalone side-by-side scripts (serve.sh, proxy.sh).
+[[ -n ${NAME:-} ]] || return 0
+
+DEFAULT_OURS="$ROOT/.build/release/offline-agent"
+OURS=${OURS:-$DEFAULT_OURS}
+BUILD=${BUILD:-auto}
+DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
+NGINX=${NGINX:-/usr/sbin/nginx}
+TARGET=0.5
+
+die() { printf '%s.sh: error: %s\n' "$NAME" "$*" >&2; exit 1; }
+log() { printf '== %s\n' "$*" >&2; }
+need() { command -v "$1" >/dev/null 2>&1 || die "missing tool '$1' (apt-get install ${2:-$1})"; }
+need wrk
+need curl
+[ -x "$NGINX" ] || die "missing nginx at $NGINX (apt-get install nginx-light)"
+
+if [ "$BUILD" = 1 ] || { [ "$BUILD" = auto ] && [ "$OURS" = "$DEFAULT_OURS" ]; }; then
+    log "building release (scripts/build-release.sh offline-agent)"
+    "$ROOT/scripts/build-release.sh" offline-agent >&2
+fi
+[ -x "$OURS" ] || die "no binary at $OURS"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-$NAME.XXXXXX")
+chmod 755 "$WORK"   # nginx's workers run as an unprivileged user when started by root
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if [ "${KEEP:-0}" != 1 ]; then rm -rf "$WORK"; else log "kept $WORK"; fi
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# agent_root WHITELIST_PREFIX: $AGENT, with app `mall` active at 1.0.0 (the fixture app,
+# in $VERSION_DIR) whitelisting WHITELIST_PREFIX.
+agent_root() {
+    AGENT="$WORK/agent"
+    VERSION_DIR="$AGENT/apps/mall/versions/1.0.0"
+    mkdir -p "$AGENT/apps/mall/versions" "$AGENT/apps/mall/packages" "$AGENT/apps/mall/downloads"
+    cp -R "$ROOT/fixtures/sample-app/1.0.0" "$VERSION_DIR"
+    cat > "$AGENT/apps/mall/versions/1.0.0.json" <<JSON
+{"installedAt": "2024-01-01T00:00:00Z", "miniVersion": "1.0.0", "packageSha256": "0000000000000000000000000000000000000000000000000000000000000000",
+ "rollout": 100, "version": "1.0.0", "via": "full", "whitelist": ["$1"]}
+JSON
+    ln -s versions/1.0.0 "$AGENT/apps/mall/current"
+    echo bench-device > "$AGENT/device-id"
+}
+
+# start_serve: `offline-agent serve` over $AGENT on a free port -> $OURS_PORT, $OURS_PID.
+start_serve() {
+    : > "$WORK/ours.out"   # exists before the server's shell opens it, for the poll below
+    "$OURS" serve --root "$AGENT" --port 0 > "$WORK/ours.out" 2> "$WORK/ours.err" &
+    OURS_PID=$!
+    PIDS+=("$OURS_PID")
+    OURS_PORT=
+    for _ in $(seq 1 100); do
+        OURS_PORT=$(sed -n 's|^listening on http://127\.0\.0\.1:\([0-9]*\)$|\1|p' "$WORK/ours.out")
+        [ -n "$OURS_PORT" ] && break
+        sleep 0.1
+    done
+    [ -n "$OURS_PORT" ] || die "offline-agent serve did not start: $(cat "$WORK/ours.err")"
+}
+
+# start_nginx: nginx, not daemonized, with $WORK/nginx/nginx.conf; waits for URL to answer.
+start_nginx() {
+    "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2> "$WORK/nginx/stderr" &
+    PIDS+=($!)
+    for _ in $(seq 1 100); do
+        curl -sf -o /dev/null "$1" && return 0
+        sleep 0.1
+    done
+    die "nginx did not answer $1: $(cat "$WORK/nginx/stderr" "$WORK/nginx/error.log" 2>/dev/null)"
+}
+
+# nginx_conf < HTTP_BLOCK_BODY: $WORK/nginx/nginx.conf, one process tree in $WORK/nginx,
+# no access log, long keep-alive; the script's servers are read from standard input.
+nginx_conf() {
+    mkdir -p "$WORK/nginx"
+    {
+        cat <<CONF
+daemon off;
+worker_processes auto;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+CONF
+        local kind
+        for kind in client_body:body proxy fastcgi uwsgi scgi; do
+            printf '    %s_temp_path %s;\n' "${kind%%:*}" "$WORK/nginx/${kind#*:}"
+        done
+        cat
+        echo "}"
+    } > "$WORK/nginx/nginx.conf"
+}
+
+# wrk_run LABEL WRK_ARGS... -> "req/s p99_ms"; any error in the run ends the script.
+wrk_run() {
+    local label=$1 rps p99 errors
+    shift
+    read -r rps p99 errors < <(wrk_figures "$WORK/wrk.log" -t"$THREADS" -c"$CONNECTIONS" "$@")
+    [ "$errors" = - ] || die "wrk reported errors for $label: $errors (see $WORK/wrk.log)"
+    echo "$rps $p99"
+}
+
+# median of the arguments
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# measure CASE: warm-up, then ROUNDS rounds alternating `ours` and `nginx` (a load change
+# on the machine hits both alike), through the script's `case_args CASE FRONT`
+# (the wrk arguments after -t/-c) -> RPS[front.case], P99[front.case] medians,
+# ALL[front.case] each round's "req/s/p99".
+declare -A RPS P99 ALL
+measure() {
+    local case=$1 front round rps p99 args
+    local -A rounds_rps rounds_p99
+    for front in ours nginx; do
+        log "$front $case: warm-up 3s"
+        mapfile -t args < <(case_args "$case" "$front")
+        wrk_run "$front $case" -d3s "${args[@]}" > /dev/null
+    done
+    for round in $(seq 1 "$ROUNDS"); do
+        for front in ours nginx; do
+            log "$front $case: round $round/$ROUNDS, $DURATION, $THREADS thread(s), $CONNECTIONS connections"
+            mapfile -t args < <(case_args "$case" "$front")
+            read -r rps p99 < <(wrk_run "$front $case" -d"$DURATION" "${args[@]}")
+            rounds_rps[$front]+="$rps " rounds_p99[$front]+="$p99 "
+            ALL[$front.$case]+="$rps/$p99 "
+        done
+    done
+    for front in ours nginx; do
+        # shellcheck disable=SC2086  # word lists
+        RPS[$front.$case]=$(median ${rounds_rps[$front]}) P99[$front.$case]=$(median ${rounds_p99[$front]})
+    done
+}
+
+# verdict CASE LABEL -> "# PASS|FAIL LABEL: ..." line; sets STATUS=1 on a miss.
+STATUS=0
+verdict() {
+    local case=$1 label=$2 ratio p99ratio result=PASS
+    ratio=$(awk -v a="${RPS[ours.$case]}" -v b="${RPS[nginx.$case]}" 'BEGIN { printf "%.2f", a / b }')
+    p99ratio=$(awk -v a="${P99[ours.$case]}" -v b="${P99[nginx.$case]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+    awk -v r="$ratio" -v t="$TARGET" 'BEGIN { exit !(r >= t) }' || { result=FAIL; STATUS=1; }
+    echo "# $result $label: offline-agent/nginx requests/s = $ratio (target >= $TARGET); p99 ours ${P99[ours.$case]} ms, nginx ${P99[nginx.$case]} ms (ratio $p99ratio)"
+}
+
+# The closing line of both scripts.
+conditions() {
+    echo "# medians of $ROUNDS alternating rounds of wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg); $(uname -sr)"
+}
+
+nginx_version() { "$NGINX" -v 2>&1 | sed 's|.*/||'; }
