@@ -25,9 +25,10 @@ struct ForwardedRequestBody: AsyncSequence, Sendable {
         let progress: UploadProgress
 
         mutating func next() async throws -> ByteBuffer? {
-            guard base != nil else { throw AlreadyUploaded() }
+            guard var iterator = base else { throw AlreadyUploaded() }
+            defer { base = iterator }
             do {
-                let chunk = try await base!.next()
+                let chunk = try await iterator.next()
                 if chunk == nil { progress.finish() }
                 return chunk
             } catch {
