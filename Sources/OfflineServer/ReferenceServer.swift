@@ -88,7 +88,7 @@ public struct ReferenceServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
-        let reports = try openReports()
+        let reports = try await openReports()
         try await ServiceRunner.run(
             makeApplication(reports: reports, onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
     }
@@ -96,14 +96,25 @@ public struct ReferenceServer: Sendable {
     /// Starts the server in the background and returns once it listens: the
     /// in-process form for tests (use port 0 and read `port`).
     public func start() async throws -> RunningReferenceServer {
-        let reports = try openReports()
+        let reports = try await openReports()
         let service = try await ServiceRunner.start(logger: logger) { makeApplication(reports: reports, onListening: $0) }
         return RunningReferenceServer(host: configuration.host, metrics: metrics, service: service)
     }
 
     /// The report collector when configured: the database opened and the counters restored from it.
-    private func openReports() throws -> ReportCollector? {
-        try configuration.reportsDatabase.map { try ReportCollector(databasePath: $0, logger: logger) }
+    /// Opens (creating and migrating, with its fsyncs) the reports database on a thread
+    /// of its own, not one of the cooperative pool the requests run on.
+    private func openReports() async throws -> ReportCollector? {
+        guard let path = configuration.reportsDatabase else { return nil }
+        let pool = BlockingPool(threads: 1), logger = self.logger
+        do {
+            let collector = try await pool.run(.serve) { try ReportCollector(databasePath: path, logger: logger) }
+            await pool.shutdown()
+            return collector
+        } catch {
+            await pool.shutdown()
+            throw error
+        }
     }
 
     private func makeApplication(

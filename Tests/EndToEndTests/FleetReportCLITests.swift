@@ -145,7 +145,7 @@ struct FleetReportCLITests {
         s.h.origin.setManifest(s.h.full("1.0.0", ["networkType": "wifi"]))
         let bin = TemporaryDirectory("nmcli")
         let script = "#!/bin/sh\nprintf '%s' '\(output)'\n" + (status == 0 ? "" : "echo 'Error: NetworkManager is not running.' >&2\n") + "exit \(status)\n"
-        FileManager.default.createFile(atPath: bin.file("nmcli"), contents: Data(script.utf8), attributes: [.posixPermissions: 0o755])
+        _ = FileManager.default.createFile(atPath: bin.file("nmcli"), contents: Data(script.utf8), attributes: [.posixPermissions: 0o755])
         let path = "\(bin.path):\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"
         // Explicit auto and the default behave the same.
         for extra in [["--network", "auto"], []] {

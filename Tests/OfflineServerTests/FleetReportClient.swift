@@ -53,7 +53,8 @@ enum FleetReportClient {
     }
 
     static func post(_ base: String, file: String, headers: [String] = []) async throws -> Answer {
-        var arguments = ["-sS", "--max-time", "30", "-X", "POST", "-H", "Content-Type: application/json"]
+        // A bound on a hung server, not a speed: a loaded CI machine can take seconds per request.
+        var arguments = ["-sS", "--max-time", "120", "-X", "POST", "-H", "Content-Type: application/json"]
         for header in headers { arguments += ["-H", header] }
         arguments += ["--data-binary", "@" + file, "-w", "\n%{http_code}", base + "/report"]
         let result = try await CLI.run(arguments, executable: "/usr/bin/curl")

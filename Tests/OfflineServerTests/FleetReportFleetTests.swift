@@ -53,7 +53,7 @@ struct FleetReportFleetTests {
                     let process = Process()
                     process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
                     process.arguments = [
-                        "-sS", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+                        "-sS", "--max-time", "120", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
                         "-H", "Content-Type: application/json", "--data-binary", "@" + file, url,
                     ]
                     let out = Pipe()

@@ -23,7 +23,7 @@ package enum PublishHTTP {
         var request = HTTPClientRequest(url: url)
         request.method = .init(rawValue: method)
         for (name, value) in headers { request.headers.add(name: name, value: value) }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(120))
         let body = try await response.body.collect(upTo: 64 << 20)
         return Response(
             status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) },

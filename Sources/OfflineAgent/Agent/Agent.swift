@@ -469,10 +469,12 @@ public actor Agent {
     /// - Throws: `.busy` while a sync runs; `.stateInvalid` when no version, or no
     ///   previous version that is not bad, is kept.
     @discardableResult
-    public func rollback(app: String) throws -> (from: Version, to: Version) {
+    public func rollback(app: String) async throws -> (from: Version, to: Version) {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
-        let transition = try Lifecycle(store: store).rollBack(
-            app, reason: "rolled back by command", event: .rollback, requireTarget: true, requireLock: true)
+        let lifecycle = Lifecycle(store: store)
+        let transition = try await offPool {
+            try lifecycle.rollBack(app, reason: "rolled back by command", event: .rollback, requireTarget: true, requireLock: true)
+        }
         guard let transition, let to = transition.to else {
             throw OfflineAgentError(.install, "no previous version of '\(app)' is kept", cause: .stateInvalid)
         }
@@ -491,11 +493,14 @@ public actor Agent {
 
     /// Empties a profile's jar. Takes the root's lock, so a sync in progress cannot
     /// write the cookies back afterwards (`.busy` while one runs).
-    public func clearCookies(profile: String = CookieProfile.defaultName) throws {
+    public func clearCookies(profile: String = CookieProfile.defaultName) async throws {
         let jar = try CookieProfile(root: store.root, name: profile)
-        let lock = try RootLock(root: store.root)
-        defer { withExtendedLifetime(lock) {} }
-        try jar.clear()
+        let root = store.root
+        try await offPool {
+            let lock = try RootLock(root: root)
+            defer { withExtendedLifetime(lock) {} }
+            try jar.clear()
+        }
     }
 
     // MARK: - Lifecycle
@@ -505,8 +510,9 @@ public actor Agent {
     /// - Returns: the confirmed version.
     /// - Throws: `.stateInvalid` when nothing is active or the active version is marked bad.
     @discardableResult
-    public func markGood(app: String) throws -> Version {
-        try Lifecycle(store: store).markGood(app)
+    public func markGood(app: String) async throws -> Version {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.markGood(app) }
     }
 
     /// Reports that the active version of `app` does not work: it is marked bad (never
@@ -517,25 +523,36 @@ public actor Agent {
     /// sync (`switched == false`); the bad version is not served in between.
     /// - Throws: `.stateInvalid` when no version, or only a bad one, is active.
     @discardableResult
-    public func markBad(app: String, reason: String = "reported failing") throws -> LifecycleTransition {
-        try Lifecycle(store: store).markBad(app, reason: reason)
+    public func markBad(app: String, reason: String = "reported failing") async throws -> LifecycleTransition {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.markBad(app, reason: reason) }
     }
 
     /// Counts one launch of `app` for hosts that resolve in-process (`serve` counts
     /// `/open` and `/session/restore`). A trial version that already had its
     /// `maxTrialLaunches` launches without `markGood` is rolled back first, as `markBad` does.
-    public func recordLaunch(app: String) throws -> LaunchOutcome {
-        try Lifecycle(store: store).recordLaunch(app)
+    public func recordLaunch(app: String) async throws -> LaunchOutcome {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.recordLaunch(app) }
     }
 
     /// Keeps the active version of `app`: syncs report `held` and download nothing until `unhold`.
-    public func hold(app: String) throws {
-        try Lifecycle(store: store).setHeld(app, true)
+    public func hold(app: String) async throws {
+        let lifecycle = Lifecycle(store: store)
+        try await offPool { try lifecycle.setHeld(app, true) }
     }
 
     /// Lets syncs update `app` again.
-    public func unhold(app: String) throws {
-        try Lifecycle(store: store).setHeld(app, false)
+    public func unhold(app: String) async throws {
+        let lifecycle = Lifecycle(store: store)
+        try await offPool { try lifecycle.setHeld(app, false) }
+    }
+
+    /// Runs a lifecycle step (locks, fsync, tree removal) on the blocking pool. It runs
+    /// even when the caller is cancelled: a transition is never left half done.
+    @discardableResult
+    private func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await pool.run(.install, cancellable: false, body)
     }
 
     /// The state, launches, hold, bad versions and history of `app`.

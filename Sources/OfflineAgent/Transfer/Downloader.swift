@@ -77,8 +77,8 @@ struct Downloader: Sendable {
             }
             let validator = response.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : $0 }
                 ?? response.headers.first(name: "Last-Modified")
-            try FileSystem.writeAtomically(
-                JSONEncoder().encode(PartialInfo(url: target.url.absoluteString, validator: validator)), to: infoPath)
+            let record = try JSONEncoder().encode(PartialInfo(url: target.url.absoluteString, validator: validator))
+            try await pool.run(.download) { try FileSystem.writeAtomically(record, to: infoPath) }
             let (count, hash) = try await stream(response, to: part, offset: offset, target: target, progress: progress)
             transferred += count
             digest = hash

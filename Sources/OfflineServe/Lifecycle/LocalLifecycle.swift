@@ -17,10 +17,22 @@ final class LocalLifecycle: Sendable {
     /// Per app: the record file's fingerprint and the record read under it, so a file
     /// response or the launch of a confirmed version costs one `stat` here.
     private let records = Mutex<[String: (FileFingerprint?, VersionLifecycle?)]>([:])
+    /// Where launches are counted and versions marked: those steps lock, fsync and may
+    /// remove a version's tree, which must not hold a thread of the cooperative pool
+    /// that every request of the server runs on.
+    private let pool = BlockingPool(threads: 1)
 
     init(store: Store, maxTrialLaunches: Int?) {
         lifecycle = Lifecycle(store: store)
         self.maxTrialLaunches = maxTrialLaunches
+    }
+
+    deinit { pool.shutdownInBackground() }
+
+    /// Runs a lifecycle step on the pool; it completes even if the request goes away.
+    func run<T: Sendable>(_ body: @escaping @Sendable (Lifecycle) throws -> T) async throws -> T {
+        let lifecycle = self.lifecycle
+        return try await pool.run(.serve, cancellable: false) { try body(lifecycle) }
     }
 
     private func record(_ app: String) -> VersionLifecycle? {
@@ -39,7 +51,7 @@ final class LocalLifecycle: Sendable {
     /// Counts a launch of the app `resolution` names; a trial version out of launches is
     /// rolled back first (and a rollback left unfinished completes), so the caller
     /// resolves again when this returns true.
-    func countLaunch(_ resolution: Resolution, logger: Logger) -> Bool {
+    func countLaunch(_ resolution: Resolution, logger: Logger) async -> Bool {
         let app: String
         switch resolution {
         case .file(let file):
@@ -50,7 +62,8 @@ final class LocalLifecycle: Sendable {
         case .network: return false
         }
         do {
-            switch try lifecycle.recordLaunch(app, limit: maxTrialLaunches) {
+            let limit = maxTrialLaunches
+            switch try await run({ try $0.recordLaunch(app, limit: limit) }) {
             case .rolledBack(let transition):
                 logger.notice("\(app): \(transition.from) rolled back to \(transition.to?.description ?? "none") (not confirmed)")
                 return true

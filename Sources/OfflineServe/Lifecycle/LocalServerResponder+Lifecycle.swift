@@ -7,7 +7,7 @@ extension LocalServerResponder {
     /// `POST /.offline-agent/mark-good?app=NAME` and `/.offline-agent/mark-bad?app=NAME[&reason=TEXT]`:
     /// a JSON answer. Only POST, only with a loopback `Host`, and only from the server's own
     /// origin when the request names one (`Origin`), so another site's page cannot send it.
-    func lifecycleControl(_ request: Request) -> Response {
+    func lifecycleControl(_ request: Request) async -> Response {
         let action = String(request.uri.path.dropFirst(LocalLifecycle.routePrefix.count))
         guard action == "mark-good" || action == "mark-bad" else {
             return Self.json(.notFound, ["error": "unknown control route; POST /.offline-agent/mark-good or /.offline-agent/mark-bad"])
@@ -28,14 +28,13 @@ extension LocalServerResponder {
         }
         do {
             if action == "mark-good" {
-                let wasGood = lifecycle.lifecycle.status(app).state == .good
-                let version = try lifecycle.lifecycle.markGood(app)
+                let (wasGood, version) = try await lifecycle.run { ($0.status(app).state == .good, try $0.markGood(app)) }
                 // Pages confirm on every load; only the first confirmation is news.
                 if !wasGood { logger.notice("\(app): \(version) confirmed good by the page") }
                 return Self.json(.ok, ControlAnswer(app: app, version: version.description, state: VersionState.good.rawValue))
             }
             let reason = request.uri.queryParameters[values: "reason"].last.map(String.init) ?? "reported failing by the page"
-            let transition = try lifecycle.lifecycle.markBad(app, reason: String(reason))
+            let transition = try await lifecycle.run { try $0.markBad(app, reason: String(reason)) }
             logger.notice("\(app): \(transition.from) marked bad by the page")
             return Self.json(.ok, ControlAnswer(
                 app: app, version: transition.from.description, state: VersionState.bad.rawValue,

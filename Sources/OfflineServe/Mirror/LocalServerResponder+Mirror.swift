@@ -61,7 +61,7 @@ extension LocalServerResponder {
     /// lifecycle control (never forwarded); a file the package serves offline comes from
     /// it; everything else goes to the origin.
     func mirror(_ request: Request, origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot) async -> Response {
-        if request.uri.path.hasPrefix(LocalLifecycle.routePrefix) { return lifecycleControl(request) }
+        if request.uri.path.hasPrefix(LocalLifecycle.routePrefix) { return await lifecycleControl(request) }
         // A valid upgrade never gets here (`LocalServerChannel` relays it): forwarded as
         // plain HTTP it would lose `Upgrade` and open nothing.
         if request.headers[.upgrade]?.lowercased() == "websocket" {

@@ -34,7 +34,7 @@ struct LocalServerResponder: HTTPResponder {
         let response: Response
         switch hostRoute(request) {
         case .refused(let refusal): response = refusal
-        case .plain: response = route(request)
+        case .plain: response = await route(request)
         case .mirror(let origin, let snapshot): response = await mirror(request, origin: origin, mirrors: snapshot)
         }
         logger.debug("\(request.method) \(request.uri) \(response.status.code)")
@@ -42,9 +42,9 @@ struct LocalServerResponder: HTTPResponder {
     }
 
     /// The routes of the plain loopback host (`hostRoute` has checked the `Host`).
-    private func route(_ request: Request) -> Response {
+    private func route(_ request: Request) async -> Response {
         let path = request.uri.path
-        if path.hasPrefix(LocalLifecycle.routePrefix) { return lifecycleControl(request) }
+        if path.hasPrefix(LocalLifecycle.routePrefix) { return await lifecycleControl(request) }
         guard request.method == .get || request.method == .head else {
             var response = Self.text(.methodNotAllowed, "only GET and HEAD\n")
             response.headers[.allow] = "GET, HEAD"
@@ -53,12 +53,12 @@ struct LocalServerResponder: HTTPResponder {
         let head = request.method == .head
         switch path {
         case "/open":
-            return open(request, launch: !head)
+            return await open(request, launch: !head)
         case "/session/restore":
-            return restoreSession(request, head: head)
+            return await restoreSession(request, head: head)
         case "/session/item":
             // A restored history entry: the same redirect as /open (not a new launch).
-            return open(request, launch: false)
+            return await open(request, launch: false)
         case "/metrics":
             var response = Self.text(.ok, metrics.prometheusText(), head: head)
             response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
@@ -122,7 +122,7 @@ struct LocalServerResponder: HTTPResponder {
 
     /// Redirects to the local copy of `url` when it is served offline, else to `url` itself.
     /// A `launch` counts one launch of a trial version (and may roll it back first).
-    private func open(_ request: Request, launch: Bool) -> Response {
+    private func open(_ request: Request, launch: Bool) async -> Response {
         guard let raw = request.uri.queryParameters[values: "url"].last, !raw.isEmpty else {
             return Self.text(.badRequest, "missing query parameter 'url' (the percent-encoded URL to open)\n")
         }
@@ -130,7 +130,7 @@ struct LocalServerResponder: HTTPResponder {
             return Self.text(.badRequest, "'url' must be an absolute http or https URL\n")
         }
         var resolution = resolver.resolve(url)
-        if launch, lifecycle.countLaunch(resolution, logger: logger) { resolution = resolver.resolve(url) }
+        if launch, await lifecycle.countLaunch(resolution, logger: logger) { resolution = resolver.resolve(url) }
         metrics.recordOpen(resolution)
         // A mirrored origin keeps its own local origin whatever the kill switch says: the
         // page's storage stays put, and the mirror forwards what it does not serve.
