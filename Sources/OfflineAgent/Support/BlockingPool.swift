@@ -26,6 +26,10 @@ package final class BlockingPool: Sendable {
         self.threads = max(1, threads)
     }
 
+    /// An owner that goes away without `shutdown` (an `Agent` a host app drops) does not
+    /// leave its threads behind: they stop once the work on them ends.
+    deinit { shutdownInBackground() }
+
     /// True once `shutdown` was called.
     package var isShutDown: Bool {
         state.withLock { state in

@@ -27,8 +27,6 @@ final class LocalLifecycle: Sendable {
         self.maxTrialLaunches = maxTrialLaunches
     }
 
-    deinit { pool.shutdownInBackground() }
-
     /// Runs a lifecycle step on the pool; it completes even if the request goes away.
     func run<T: Sendable>(_ body: @escaping @Sendable (Lifecycle) throws -> T) async throws -> T {
         let lifecycle = self.lifecycle

@@ -54,7 +54,7 @@ public final class LocalUsageReporter: Sendable {
             await flush()
         }
         // Not cancelled itself: a cancelled task's requests would fail at once.
-        await Task { await self.flush() }.value
+        _ = await Task { await self.flush() }.value
         await pool.shutdown()
     }
 
