@@ -32,7 +32,7 @@ tail -n 1 "$out/test.log"
 # Each record: "<call> | module+offset ...". Frames of the test bundle are turned into
 # file:line with one addr2line run; the chain of this repository's frames is kept up to
 # and including the first test frame.
-bundle=$(grep -o '[^ ]*PackageTests[^ +]*' "$log" | head -n 1)
+bundle=$(grep -m 1 -o '[^ ]*PackageTests[^ +]*' "$log" | sed -n 1p)
 tr ' ' '\n' <"$log" | grep -F "$bundle+" | sort -u >"$out/frames"
 sed 's/.*+//' "$out/frames" | addr2line -e "$bundle" | paste "$out/frames" - >"$out/symbols"
 summary=$(awk -F'\t' -v root="$PWD/" '
@@ -49,7 +49,7 @@ summary=$(awk -F'\t' -v root="$PWD/" '
 echo "== made by product code on its own (no test frame: a server's request, a sync, a lifecycle call):"
 grep -v 'Tests/' <<<"$summary" || echo "   none"
 echo "== made by product code a test called synchronously, the 20 most frequent:"
-grep -P '\tSources/.*Tests/' <<<"$summary" | head -n 20 || true
+grep -P '\tSources/.*Tests/' <<<"$summary" | sed -n 1,20p
 echo "== made by the tests themselves, the 20 most frequent:"
-grep -P '\tTests/' <<<"$summary" | head -n 20 || true
+grep -P '\tTests/' <<<"$summary" | sed -n 1,20p
 exit "$status"
