@@ -112,7 +112,7 @@ struct OriginProxyTests {
     /// (and `alsoMirrored`).
     static func withScripted(
         _ reply: @escaping ScriptedServer.Handler, alsoMirrored: [MirrorOrigin] = [],
-        configuration: OriginProxy.Configuration = .init(),
+        configuration: OriginProxy.Configuration = H.patient,
         _ body: @Sendable (H.Front, MirrorOrigin, HTTPClient) async throws -> Void
     ) async throws {
         let upstream = try ScriptedServer(reply)

@@ -56,8 +56,11 @@ enum ProxyHarness {
         func base(_ origin: MirrorOrigin) -> String { origin.mirrorBase(servePort: port) }
     }
 
+    /// The proxy's timeouts when a test does not test them: bounds on a hang, not speeds.
+    static let patient = OriginProxy.Configuration(connectTimeout: .seconds(60), readTimeout: .seconds(120))
+
     static func withFront<T: Sendable>(
-        origins: [MirrorOrigin], configuration: OriginProxy.Configuration = .init(),
+        origins: [MirrorOrigin], configuration: OriginProxy.Configuration = patient,
         _ body: @Sendable (Front) async throws -> T
     ) async throws -> T {
         let metrics = LocalServerMetrics()
@@ -272,7 +275,9 @@ enum ProxyHarness {
     /// A client that follows no redirects and decompresses nothing, as a page's fetch
     /// in `redirect: "manual"` mode would see the answer.
     static func withClient<T: Sendable>(_ body: @Sendable (HTTPClient) async throws -> T) async throws -> T {
-        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(5), read: .seconds(30)))
+        // Bounds on a hang, not speeds: on a loaded 2-core machine a loopback connect has
+        // taken over 5 s, and a stalled 100 MB upload sits idle for tens of seconds.
+        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(60), read: .seconds(120)))
         configuration.httpVersion = .http1Only
         let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         do {

@@ -48,7 +48,7 @@ struct ServeHostileClientTests {
               ("one byte", "G"),
           ])
     func flood(label: String, partial: String) async throws {
-        let count = min(1200, HostileSocket.raiseDescriptorLimit(to: 8192) - 200)
+        let count = DescriptorFlood.budget(1200, serverInProcess: true)
         try #require(count > 4 * 64, "descriptor limit too low for the flood")
         let f = try LocalServerTests.mall()
         let server = try await Self.start(f, maxConnections: 64)
@@ -119,7 +119,7 @@ struct ServeHostileClientTests {
 
     @Test("serve under the default descriptor limit survives 1200 half-sent requests (CLI)")
     func cliFlood() async throws {
-        let count = min(1200, HostileSocket.raiseDescriptorLimit(to: 8192) - 200)
+        let count = DescriptorFlood.budget(1200, serverInProcess: false)
         try #require(count >= 1100, "descriptor limit too low for the flood")
         let f = try LocalServerTests.mall()
         // The server gets 1024 descriptors, a common default, and its default settings.
