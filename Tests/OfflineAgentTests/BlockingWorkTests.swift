@@ -105,4 +105,16 @@ struct BlockingWorkTests {
         let late = await #expect(throws: OfflineAgentError.self) { try await pool.run(.extract) { 3 } }
         #expect(late?.cause == .cancelled)
     }
+
+    @Test("a pool dropped without shutdown stops its threads")
+    func droppedPoolStops() async throws {
+        var pool: BlockingPool? = BlockingPool(threads: 1)
+        // The pool's thread, as "/proc/PID/task/TID".
+        let task = try await pool!.run(.install) { "/proc/" + (try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) }
+        #expect(FileManager.default.fileExists(atPath: task))
+        pool = nil
+        // Bounded: a thread left idle for good, not a speed.
+        for _ in 0..<1000 where FileManager.default.fileExists(atPath: task) { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(!FileManager.default.fileExists(atPath: task), "\(task): the dropped pool's thread is still there")
+    }
 }

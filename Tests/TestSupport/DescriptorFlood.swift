@@ -15,7 +15,8 @@ import Synchronization
 ///   and crash the whole test run. A flood waits for the spawns under way and holds new
 ///   ones (`CLI.run`) until it has let its sockets go.
 package enum DescriptorFlood {
-    private static let state = Mutex((floods: 0, spawns: 0))
+    private typealias State = (floods: Int, spawns: Int)
+    private static let state = Mutex<State>((floods: 0, spawns: 0))
     /// Bounds on waiting for the other side: a hang, not a speed (floods take up to a
     /// couple of minutes each on a loaded machine, and there are four).
     private static let patience: Duration = .seconds(900)
@@ -34,17 +35,7 @@ package enum DescriptorFlood {
     /// other flood runs and no process is being spawned.
     package static func during<T>(_ body: () async throws -> T) async rethrows -> T {
         let deadline = ContinuousClock.now + patience
-        while !state.withLock({ state in
-            guard state.floods == 0 else { return false }
-            state.floods = 1
-            return true
-        }) {
-            if ContinuousClock.now >= deadline {
-                state.withLock { $0.floods += 1 }
-                break
-            }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+        await claim(until: deadline, when: { $0.floods == 0 }) { $0.floods += 1 }
         defer { state.withLock { $0.floods -= 1 } }
         while state.withLock({ $0.spawns }) > 0, ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(5))
@@ -55,19 +46,26 @@ package enum DescriptorFlood {
     /// Runs `spawn` (a `Process.run()`) once no flood holds descriptors, waiting without
     /// blocking a thread.
     package static func spawn<T>(_ spawn: () throws -> T) async rethrows -> T {
-        let deadline = ContinuousClock.now + patience
+        await claim(until: ContinuousClock.now + patience, when: { $0.floods == 0 }) { $0.spawns += 1 }
+        defer { state.withLock { $0.spawns -= 1 } }
+        return try spawn()
+    }
+
+    /// Applies `take` to the state once `free` holds (checked and taken under one lock),
+    /// waiting without blocking a thread; at `deadline` takes it anyway (a hang, not a speed).
+    private static func claim(
+        until deadline: ContinuousClock.Instant, when free: (State) -> Bool, _ take: (inout State) -> Void
+    ) async {
         while !state.withLock({ state in
-            guard state.floods == 0 else { return false }
-            state.spawns += 1
+            guard free(state) else { return false }
+            take(&state)
             return true
         }) {
             if ContinuousClock.now >= deadline {
-                state.withLock { $0.spawns += 1 }
-                break
+                state.withLock { take(&$0) }
+                return
             }
             try? await Task.sleep(for: .milliseconds(20))
         }
-        defer { state.withLock { $0.spawns -= 1 } }
-        return try spawn()
     }
 }
