@@ -54,12 +54,8 @@ let package = Package(
             path: "Sources/CBsdiff",
             linkerSettings: [.linkedLibrary("divsufsort"), .linkedLibrary("bz2")]
         ),
-        .systemLibrary(
-            name: "CLibzip",
-            path: "Sources/CLibzip",
-            pkgConfig: "libzip",
-            providers: [.apt(["libzip-dev"])]
-        ),
+        // libzip's entry points, loaded with dlopen on first use (why: include/clibzip.h).
+        .target(name: "CLibzip", path: "Sources/CLibzip"),
         // GNU libc calls that Swift's Glibc module doesn't expose (syncfs, mkostemp).
         .target(name: "CShims", path: "Sources/CShims"),
         .systemLibrary(

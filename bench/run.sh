@@ -560,26 +560,33 @@ section_footprint() {
   summary footprint.noop_sync_rss_mb "$(mb "$M_RSS_KB")"
   check footprint.noop_sync_ms "$(fmt2 "$noop_ms")" '<=' "$T_NOOP_MS" "throttled no-op sync wall time, median"
 
-  # serve: RSS once it listens and has answered one request.
-  : > "$dir/serve.out"
-  "$OURS" serve --root "$dir/root" --port 0 > "$dir/serve.out" 2> "$dir/serve.err" &
-  local serve_pid=$! port="" rss_kb
-  for ((i = 0; i < 100; i++)); do
-    port=$(sed -n 's|^listening on http://127\.0\.0\.1:\([0-9]*\)$|\1|p' "$dir/serve.out")
-    [[ -n $port ]] && break
-    sleep 0.05
+  # serve: RSS once it listens and has answered one request, started the way a device
+  # starts it after boot: with the binary out of the page cache (dd's nocache drops it).
+  # Clean pages come back from disk through readahead then, instead of in whatever
+  # (often larger) pieces the linker's and strip's writes left in the cache, which made
+  # the figure swing by 2-3 MiB from one build to the next. Median of 3 starts.
+  local round port rss_kb anon_kb file_kb threads samples=()
+  for round in 1 2 3; do
+    dd if="$OURS" iflag=nocache count=0 status=none
+    : > "$dir/serve.out"
+    "$OURS" serve --root "$dir/root" --port 0 > "$dir/serve.out" 2> "$dir/serve.err" &
+    local serve_pid=$!
+    port=""
+    for ((i = 0; i < 100; i++)); do
+      port=$(sed -n 's|^listening on http://127\.0\.0\.1:\([0-9]*\)$|\1|p' "$dir/serve.out")
+      [[ -n $port ]] && break
+      sleep 0.05
+    done
+    [[ -n $port ]] || { kill "$serve_pid"; die "footprint: serve did not start: $(cat "$dir/serve.err")"; }
+    curl -sf -o /dev/null "http://127.0.0.1:$port/bench/index.html" || { kill "$serve_pid"; die "footprint: serve did not answer"; }
+    sleep 0.5
+    # Where it goes: heap and stacks (anonymous) vs the binary's own pages (file), and the
+    # threads whose stacks and malloc arenas count in the first.
+    samples+=("$(awk '/^(VmRSS|RssAnon|RssFile|Threads):/ { printf "%s ", $2 }' "/proc/$serve_pid/status")")
+    kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
   done
-  [[ -n $port ]] || { kill "$serve_pid"; die "footprint: serve did not start: $(cat "$dir/serve.err")"; }
-  curl -sf -o /dev/null "http://127.0.0.1:$port/bench/index.html" || { kill "$serve_pid"; die "footprint: serve did not answer"; }
-  sleep 0.5
-  rss_kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$serve_pid/status")
-  # Where it goes: heap and stacks (anonymous) vs the binary's own pages (file), and the
-  # threads whose stacks and malloc arenas count in the first.
-  local anon_kb file_kb threads
-  anon_kb=$(awk '/^RssAnon:/ { print $2 }' "/proc/$serve_pid/status")
-  file_kb=$(awk '/^RssFile:/ { print $2 }' "/proc/$serve_pid/status")
-  threads=$(awk '/^Threads:/ { print $2 }' "/proc/$serve_pid/status")
-  kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+  read -r rss_kb anon_kb file_kb threads < <(printf '%s\n' "${samples[@]}" | sort -n | sed -n 2p)
+  [[ ${VERBOSE:-0} == 1 ]] && printf 'footprint: serve starts (VmRSS RssAnon RssFile Threads, kB): %s\n' "${samples[*]}" >&2
   printf 'footprint: serve idle RSS %s MiB after startup and one request (target <= %s MB): %s MiB anonymous, %s MiB file, %s threads\n' \
     "$(mb "$rss_kb")" "$T_SERVE_RSS_MB" "$(mb "$anon_kb")" "$(mb "$file_kb")" "$threads"
   summary footprint.serve_idle_rss_mb "$(mb "$rss_kb")"

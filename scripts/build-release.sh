@@ -8,6 +8,9 @@
 #   scripts/build-release.sh [--configuration debug] [PRODUCT...]
 #                                            (default: release; offline-agent offline-publish offline-server)
 #   SWIFT_BUILD_FLAGS="..."                  extra `swift build` flags (e.g. --ignore-lock)
+#   KEEP_SYMBOLS=1                           also keep PRODUCT.symbols next to each binary: the
+#                                            same binary with its symbol table (no DWARF), for
+#                                            perf, valgrind and scripts/order-file.sh
 #
 # --configuration debug links the debug objects `swift build --build-tests` already made
 # the same way (a relink, not a second compile): what scripts/test-deb.sh packages in CI.
@@ -33,7 +36,14 @@ fi
 # shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
 bin=$(swift build -c "$configuration" ${SWIFT_BUILD_FLAGS:-} --show-bin-path)
 link_flags=()
+compile_flags=()
 if [[ $configuration == release ]]; then
+    # Each function and datum in a section of its own, so the linker can drop what nothing
+    # references (--gc-sections) and lay out the rest in the order scripts/release/offline-agent.order
+    # lists: what a throttled `sync` and `serve` run, packed together at the front of the
+    # code (scripts/order-file.sh says why and regenerates it). A function missing from the
+    # list keeps its place; a listed one that no longer exists is ignored.
+    compile_flags=(-Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections -Xcc -fdata-sections)
     # What a device loads and pages in at every cron run (bench/run.sh footprint measures it):
     #  - lld, identical code folding and packed relative relocations (DT_RELR): smaller tables;
     #  - no exported dynamic symbols: Swift's static runtime flags ask for --export-dynamic,
@@ -49,6 +59,10 @@ if [[ $configuration == release ]]; then
     printf 'INPUT(%s)\n' "$archive" > "$static_cxx/libstdc++.so"
     link_flags=(-Xswiftc -use-ld=lld -Xlinker --no-export-dynamic -Xlinker -z -Xlinker pack-relative-relocs
         -Xlinker --icf=all -Xswiftc -Xclang-linker -Xswiftc -no-pie -Xswiftc "-L$static_cxx")
+    order_file=$PWD/scripts/release/offline-agent.order
+    if [[ -f $order_file ]]; then
+        link_flags+=(-Xlinker "--symbol-ordering-file=$order_file" -Xlinker --no-warn-symbol-ordering)
+    fi
 fi
 if [[ $configuration == debug ]]; then
     # The debug objects were compiled for the shared Foundation libraries, whose own
@@ -63,7 +77,8 @@ if [[ $configuration == debug ]]; then
 fi
 for product in "$@"; do
     # shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
-    swift build -c "$configuration" --static-swift-stdlib "${link_flags[@]}" ${SWIFT_BUILD_FLAGS:-} --product "$product"
+    swift build -c "$configuration" --static-swift-stdlib "${compile_flags[@]}" "${link_flags[@]}" \
+        ${SWIFT_BUILD_FLAGS:-} --product "$product"
 done
 
 check_no_icu() {  # check_no_icu BINARY (unstripped)
@@ -90,6 +105,7 @@ for product in "$@"; do
     if [[ $product == offline-agent ]]; then
         check_no_icu "$binary" || status=1
     fi
+    if [[ ${KEEP_SYMBOLS:-0} == 1 ]]; then objcopy --strip-debug "$binary" "$binary.symbols"; fi
     strip "$binary"
     if [[ $product == offline-agent ]]; then
         strings -n 6 "$binary" | grep -q 'icudt' && { echo "error: stripped $binary contains 'icudt'" >&2; status=1; }

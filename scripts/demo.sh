@@ -2,16 +2,21 @@
 # The main job, end to end on loopback: build, publish the fixture app, serve it,
 # sync (full), publish the next version, sync again (patch), then status and resolve,
 # the loopback server, a session-restore URL and the cookie jar.
+#
+#   OFFLINE_AGENT=/path/to/offline-agent   run the demo with that binary (e.g. the release
+#                                          build, or a profiling wrapper: scripts/order-file.sh)
+#                                          instead of the debug build
+#   DEMO_DIR=DIR                           work there instead of a new /tmp directory
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 OFFLINE_AGENT_BROWSER_TESTS=0 scripts/install-deps.sh
 
-swift build --product offline-agent
+[[ -n ${OFFLINE_AGENT:-} ]] || swift build --product offline-agent
 swift build --product offline-publish
 swift build --product offline-server
 bin="$(swift build --show-bin-path)"
-agent="$bin/offline-agent"
+agent="${OFFLINE_AGENT:-$bin/offline-agent}"
 publisher="$bin/offline-publish"
 
 work="${DEMO_DIR:-$(mktemp -d /tmp/offline-agent-demo.XXXXXX)}"

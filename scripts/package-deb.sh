@@ -78,13 +78,29 @@ mkdir -p "$out"
 
 # The library packages a binary's NEEDED entries come from, with the minimum version
 # their shlibs file asks for: what dpkg-shlibdeps does, without its source-package setup.
+# offline-agent loads libzip with dlopen when it opens an archive (Sources/CLibzip/include/clibzip.h),
+# so it is no NEEDED entry: it is named here, by the soname this machine's loader finds first.
+dlopened_by() {  # dlopened_by BINARY: the sonames BINARY loads itself, one per line
+    case ${1##*/} in
+        offline-agent)
+            ldconfig -p | awk '$1 == "libzip.so.4" || $1 == "libzip.so.5" { print $1; exit }' | grep . ||
+                fail "offline-agent loads libzip.so.4 (or .5), which ldconfig does not know: apt-get install libzip4"
+            ;;
+    esac
+}
+
 depends_of() {
     local binary=$1 needed soname path package shlibs name soversion dep
     local -a deps=()
-    for needed in $(objdump -p "$binary" | awk '$1 == "NEEDED" { print $2 }'); do
-        # "lib.so.N => /path (0x…)", or "/path/ld-linux….so.N (0x…)" for the loader itself.
+    local dlopened
+    dlopened=$(dlopened_by "$binary")
+    # shellcheck disable=SC2086  # sonames: one word each
+    for needed in $(objdump -p "$binary" | awk '$1 == "NEEDED" { print $2 }') $dlopened; do
+        # "lib.so.N => /path (0x…)", or "/path/ld-linux….so.N (0x…)" for the loader itself;
+        # a dlopen'ed library's path is the loader cache's.
         path=$(ldd "$binary" | awk -v lib="$needed" '$1 == lib && $2 == "=>" { print $3; exit }
             { n = split($1, part, "/") } n > 1 && part[n] == lib { print $1; exit }')
+        [[ -n $path ]] || path=$(ldconfig -p | awk -v lib="$needed" '$1 == lib { print $NF; exit }')
         [[ -n $path && $path == /* ]] || fail "$binary needs $needed, which ldd does not resolve"
         package=""
         # usrmerge: dpkg may know the file under /lib or /usr/lib, or by its real path.

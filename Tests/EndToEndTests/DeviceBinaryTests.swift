@@ -61,6 +61,14 @@ import TestSupport
         }
     }
 
+    /// libzip, and with it the `libcrypto.so.3` Debian's libzip needs, is loaded when an
+    /// archive is opened, not by every process (`Sources/CLibzip/include/clibzip.h`);
+    /// the extraction tests prove the loading works.
+    @Test func offlineAgentDoesNotLinkLibzip() throws {
+        let needed = try Self.neededLibraries(CLI.binary)
+        #expect(!needed.contains { $0.hasPrefix("libzip") || $0.hasPrefix("libcrypto") }, "\(needed)")
+    }
+
     /// The publisher may keep Foundation: this proves the check sees it when it is there.
     @Test func theCheckSeesFoundationInThePublisher() throws {
         let needed = try Self.neededLibraries(CLI.publisher)

@@ -8,26 +8,29 @@ import FoundationEssentials
 final class ZipArchive {
     let handle: OpaquePointer
     let path: String
+    private let zip: c_libzip_api
 
     init(path: String) throws {
+        let zip = try Libzip.load()
         var code: Int32 = 0
-        guard let handle = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) else {
+        guard let handle = zip.zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) else {
             // Duplicate names and overlapping entries are attacks (bombs); the rest is damage.
             let hostile = code == ZIP_ER_EXISTS || code == ZIP_ER_INCONS
-            throw OfflineAgentError(.extract, Self.openFailure(code), cause: hostile ? .hostileArchive : .archiveCorrupt, path: path)
+            throw OfflineAgentError(.extract, Self.openFailure(code, zip), cause: hostile ? .hostileArchive : .archiveCorrupt, path: path)
         }
         self.handle = handle
         self.path = path
+        self.zip = zip
     }
 
-    deinit { zip_discard(handle) }
+    deinit { zip.zip_discard(handle) }
 
-    var entryCount: Int64 { zip_get_num_entries(handle, 0) }
+    var entryCount: Int64 { zip.zip_get_num_entries(handle, 0) }
 
     func stat(_ index: Int64) throws -> zip_stat_t {
         var st = zip_stat_t()
-        zip_stat_init(&st)
-        guard zip_stat_index(handle, zip_uint64_t(index), 0, &st) == 0 else {
+        zip.zip_stat_init(&st)
+        guard zip.zip_stat_index(handle, zip_uint64_t(index), 0, &st) == 0 else {
             throw OfflineAgentError(.extract, "cannot read entry \(index): \(lastError)", path: path)
         }
         return st
@@ -37,35 +40,40 @@ final class ZipArchive {
     func externalAttributes(_ index: Int64) throws -> (opsys: UInt8, attributes: UInt32) {
         var opsys: zip_uint8_t = 0
         var attributes: zip_uint32_t = 0
-        guard zip_file_get_external_attributes(handle, zip_uint64_t(index), 0, &opsys, &attributes) == 0 else {
+        guard zip.zip_file_get_external_attributes(handle, zip_uint64_t(index), 0, &opsys, &attributes) == 0 else {
             throw OfflineAgentError(.extract, "cannot read attributes of entry \(index): \(lastError)", path: path)
         }
         return (opsys, attributes)
     }
 
-    func open(_ index: Int64) throws -> ZipEntryReader {
-        guard let file = zip_fopen_index(handle, zip_uint64_t(index), 0) else {
-            throw OfflineAgentError(.extract, "cannot open entry \(index): \(lastError)", path: path)
-        }
-        return ZipEntryReader(file: file)
+    /// Whether this libzip can decompress `method` (a build may lack bzip2, xz or zstd).
+    func canDecompress(method: UInt16) -> Bool {
+        zip.zip_compression_method_supported(Int32(method), 0) != 0
     }
 
-    var lastError: String { String(cString: zip_error_strerror(zip_get_error(handle))) }
+    func open(_ index: Int64) throws -> ZipEntryReader {
+        guard let file = zip.zip_fopen_index(handle, zip_uint64_t(index), 0) else {
+            throw OfflineAgentError(.extract, "cannot open entry \(index): \(lastError)", path: path)
+        }
+        return ZipEntryReader(file: file, zip: zip)
+    }
+
+    var lastError: String { zip.message(zip.zip_get_error(handle)) }
 
     /// libzip's open errors in the words of the refusal they stand for.
-    private static func openFailure(_ code: Int32) -> String {
+    private static func openFailure(_ code: Int32, _ zip: c_libzip_api) -> String {
         switch code {
         case ZIP_ER_EXISTS: "duplicate entry names"
         case ZIP_ER_INCONS: "inconsistent archive (headers disagree or entries overlap)"
         case ZIP_ER_NOZIP: "not a zip archive"
-        default: "cannot open archive: \(message(forCode: code))"
+        default: "cannot open archive: \(message(forCode: code, zip))"
         }
     }
 
-    static func message(forCode code: Int32) -> String {
+    static func message(forCode code: Int32, _ zip: c_libzip_api) -> String {
         var error = zip_error_t()
-        zip_error_init_with_code(&error, code)
-        defer { zip_error_fini(&error) }
-        return String(cString: zip_error_strerror(&error))
+        zip.zip_error_init_with_code(&error, code)
+        defer { zip.zip_error_fini(&error) }
+        return zip.message(&error)
     }
 }

@@ -5,17 +5,21 @@ import FoundationEssentials
 /// mismatch only after `zip_fread` has returned 0 and through `zip_fclose`'s result.
 final class ZipEntryReader {
     private var file: OpaquePointer?
+    private let zip: c_libzip_api
 
-    init(file: OpaquePointer) { self.file = file }
+    init(file: OpaquePointer, zip: c_libzip_api) {
+        self.file = file
+        self.zip = zip
+    }
 
-    deinit { if let file { zip_fclose(file) } }
+    deinit { if let file { _ = zip.zip_fclose(file) } }
 
     /// Reads up to `count` bytes; 0 at the end of the entry.
     func read(into buffer: UnsafeMutableRawPointer, count: Int) throws -> Int {
         guard let file else { return 0 }
-        let n = zip_fread(file, buffer, zip_uint64_t(count))
+        let n = zip.zip_fread(file, buffer, zip_uint64_t(count))
         if n < 0 {
-            throw OfflineAgentError(.extract, "read failed: \(String(cString: zip_error_strerror(zip_file_get_error(file))))")
+            throw OfflineAgentError(.extract, "read failed: \(zip.message(zip.zip_file_get_error(file)))")
         }
         return Int(n)
     }
@@ -24,9 +28,9 @@ final class ZipEntryReader {
     func close() throws {
         guard let file else { return }
         self.file = nil
-        let code = zip_fclose(file)
+        let code = zip.zip_fclose(file)
         if code != 0 {
-            throw OfflineAgentError(.extract, "entry check failed: \(ZipArchive.message(forCode: code))")
+            throw OfflineAgentError(.extract, "entry check failed: \(ZipArchive.message(forCode: code, zip))")
         }
     }
 }

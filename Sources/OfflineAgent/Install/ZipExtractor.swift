@@ -111,7 +111,7 @@ public enum ZipExtractor {
                 throw hostile("entry '\(quoted(name))' is encrypted", archivePath)
             }
             guard st.valid & UInt64(ZIP_STAT_COMP_METHOD) != 0,
-                  zip_compression_method_supported(Int32(st.comp_method), 0) != 0 else {
+                  archive.canDecompress(method: st.comp_method) else {
                 throw hostile("entry '\(quoted(name))' uses unknown compression method \(st.comp_method)", archivePath)
             }
             guard st.valid & UInt64(ZIP_STAT_SIZE) != 0, st.size <= UInt64(Int64.max) else {
