@@ -24,9 +24,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 command -v valgrind >/dev/null || { echo "error: valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
-# shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
 KEEP_SYMBOLS=1 scripts/build-release.sh offline-agent
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086  # SWIFT_BUILD_FLAGS is a list of flags
 symbols="$(swift build -c release ${SWIFT_BUILD_FLAGS:-} --show-bin-path)/offline-agent.symbols"
 [[ -f $symbols ]] || { echo "error: $symbols was not written" >&2; exit 1; }
 
