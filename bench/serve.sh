@@ -29,6 +29,9 @@ NAME=serve THREADS=${THREADS:-1} CONNECTIONS=${CONNECTIONS:-32}
 # --- an agent root with one active version: the fixture app plus a 1 MiB file ----
 agent_root "https://h5.example.invalid/mall/"
 head -c 1048576 /dev/urandom > "$VERSION_DIR/big.bin"
+# Started as after a boot, with the binary out of the page cache, so the idle RSS below
+# is comparable with `bench/run.sh footprint`'s (bench/README.md says why).
+dd if="$OURS" iflag=nocache count=0 status=none
 start_serve
 
 # --- idle RSS: after startup and one request, before any load ------------------
