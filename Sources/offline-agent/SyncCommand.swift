@@ -57,9 +57,12 @@ struct SyncCommand: AsyncParsableCommand {
     var network: NetworkPolicy?
     @Option(help: "Send fleet reports (updated, failed, deferred, rollbacks, marks) to this collector URL (docs/PROTOCOL.md, \"Fleet reports\").")
     var report: String?
+    // The two defaults below are applied in code, not given to ArgumentParser: a default
+    // value is described for help on every parse, through runtime conformance lookups that
+    // each scan the whole binary, and `sync` mostly runs as a throttled no-op from cron.
     @Option(help: "Seconds a run may spend sending fleet reports (default 3); what is not sent stays queued.")
-    var reportDeadline: Double = 3
-    @Option(help: "The cookie profile whose jar the requests use.") var profile: String = CookieProfile.defaultName
+    var reportDeadline: Double?
+    @Option(help: "The cookie profile whose jar the requests use (default: \(CookieProfile.defaultName)).") var profile: String?
     @Option(help: "Launches a new version may have unconfirmed before it is rolled back (default 3; 0: never).")
     var maxTrialLaunches: Int?
     @Flag(help: "Request the manifest URL as written, without the app and current query parameters (a static manifest behind a CDN).")
@@ -74,8 +77,11 @@ struct SyncCommand: AsyncParsableCommand {
             throw ValidationError("--config cannot be combined with --app or --manifest")
         }
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
-        guard (0.1...600).contains(reportDeadline) else { throw ValidationError("--report-deadline must be between 0.1 and 600 seconds") }
+        guard (0.1...600).contains(reportDeadline ?? Self.defaultReportDeadline) else { throw ValidationError("--report-deadline must be between 0.1 and 600 seconds") }
     }
+
+    /// `--report-deadline` when not given, in seconds.
+    static let defaultReportDeadline = 3.0
 
     /// Apps of one root checked at the same time by `--config`.
     static let concurrency = 4
@@ -98,7 +104,7 @@ struct SyncCommand: AsyncParsableCommand {
             let batch = jobs.filter { $0.root == root }
             var configuration = AgentConfiguration()
             configuration.maxTrialLaunches = batch[0].maxTrialLaunches
-            configuration.reporting.deadline = .milliseconds(Int64(reportDeadline * 1000))
+            configuration.reporting.deadline = .milliseconds(Int64((reportDeadline ?? Self.defaultReportDeadline) * 1000))
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,
@@ -170,7 +176,7 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network ?? .auto, profile: profile,
+            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network ?? .auto, profile: profile ?? CookieProfile.defaultName,
                         maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, manifestQuery: !noManifestQuery,
                         report: try Self.reportURL(report))]
         }
@@ -178,7 +184,7 @@ struct SyncCommand: AsyncParsableCommand {
         let report = try Self.reportURL(report)
         return entries.map { entry in
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
-                network: entry.network ?? network ?? .auto, profile: entry.profile ?? profile,
+                network: entry.network ?? network ?? .auto, profile: entry.profile ?? profile ?? CookieProfile.defaultName,
                 maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches,
                 manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report ?? report)
         }
