@@ -79,14 +79,16 @@ mkdir -p "$out"
 # The library packages a binary's NEEDED entries come from, with the minimum version
 # their shlibs file asks for: what dpkg-shlibdeps does, without its source-package setup.
 # offline-agent loads libzip with dlopen when it opens an archive (Sources/CLibzip/include/clibzip.h),
-# so it is no NEEDED entry: it is named here, by the soname this machine's loader finds first.
+# so it is no NEEDED entry. The sonames it tries are read from the binary itself (the
+# strings clibzip.c passes to dlopen), and the lowest one this machine's loader knows is
+# named, as clibzip.c tries the lowest first.
 dlopened_by() {  # dlopened_by BINARY: the sonames BINARY loads itself, one per line
-    case ${1##*/} in
-        offline-agent)
-            ldconfig -p | awk '$1 == "libzip.so.4" || $1 == "libzip.so.5" { print $1; exit }' | grep . ||
-                fail "offline-agent loads libzip.so.4 (or .5), which ldconfig does not know: apt-get install libzip4"
-            ;;
-    esac
+    local tried known
+    tried=$(strings -n 8 "$1" | grep -xE 'libzip\.so\.[0-9]+' | sort -uV || true)
+    [[ -n $tried ]] || return 0
+    known=$(ldconfig -p | awk '{ print $1 }')
+    grep -xF -m1 -f <(printf '%s\n' "$known") <<<"$tried" ||
+        fail "$1 loads ${tried//$'\n'/ or }, which ldconfig does not know: apt-get install libzip4"
 }
 
 depends_of() {

@@ -77,11 +77,16 @@ struct SyncCommand: AsyncParsableCommand {
             throw ValidationError("--config cannot be combined with --app or --manifest")
         }
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
-        guard (0.1...600).contains(reportDeadline ?? Self.defaultReportDeadline) else { throw ValidationError("--report-deadline must be between 0.1 and 600 seconds") }
+        guard (0.1...600).contains(deadline) else { throw ValidationError("--report-deadline must be between 0.1 and 600 seconds") }
     }
 
     /// `--report-deadline` when not given, in seconds.
     static let defaultReportDeadline = 3.0
+
+    /// `--report-deadline`, or its default.
+    private var deadline: Double { reportDeadline ?? Self.defaultReportDeadline }
+    /// `--profile`, or the default profile (a config file's apps may name their own).
+    private var profileName: String { profile ?? CookieProfile.defaultName }
 
     /// Apps of one root checked at the same time by `--config`.
     static let concurrency = 4
@@ -104,7 +109,7 @@ struct SyncCommand: AsyncParsableCommand {
             let batch = jobs.filter { $0.root == root }
             var configuration = AgentConfiguration()
             configuration.maxTrialLaunches = batch[0].maxTrialLaunches
-            configuration.reporting.deadline = .milliseconds(Int64((reportDeadline ?? Self.defaultReportDeadline) * 1000))
+            configuration.reporting.deadline = .milliseconds(Int64(deadline * 1000))
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,
@@ -176,7 +181,7 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network ?? .auto, profile: profile ?? CookieProfile.defaultName,
+            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network ?? .auto, profile: profileName,
                         maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, manifestQuery: !noManifestQuery,
                         report: try Self.reportURL(report))]
         }
@@ -184,7 +189,7 @@ struct SyncCommand: AsyncParsableCommand {
         let report = try Self.reportURL(report)
         return entries.map { entry in
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
-                network: entry.network ?? network ?? .auto, profile: entry.profile ?? profile ?? CookieProfile.defaultName,
+                network: entry.network ?? network ?? .auto, profile: entry.profile ?? profileName,
                 maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches,
                 manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report ?? report)
         }

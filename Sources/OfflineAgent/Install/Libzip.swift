@@ -21,4 +21,12 @@ extension c_libzip_api {
     func message(_ error: UnsafeMutablePointer<zip_error_t>?) -> String {
         zip_error_strerror(error).map { String(cString: $0) } ?? "unknown libzip error"
     }
+
+    /// libzip's words for an error code (`zip_error_init_with_code`).
+    func message(forCode code: Int32) -> String {
+        var error = zip_error_t()
+        zip_error_init_with_code(&error, code)
+        defer { zip_error_fini(&error) }
+        return message(&error)
+    }
 }

@@ -66,14 +66,7 @@ final class ZipArchive {
         case ZIP_ER_EXISTS: "duplicate entry names"
         case ZIP_ER_INCONS: "inconsistent archive (headers disagree or entries overlap)"
         case ZIP_ER_NOZIP: "not a zip archive"
-        default: "cannot open archive: \(message(forCode: code, zip))"
+        default: "cannot open archive: \(zip.message(forCode: code))"
         }
-    }
-
-    static func message(forCode code: Int32, _ zip: c_libzip_api) -> String {
-        var error = zip_error_t()
-        zip.zip_error_init_with_code(&error, code)
-        defer { zip.zip_error_fini(&error) }
-        return zip.message(&error)
     }
 }

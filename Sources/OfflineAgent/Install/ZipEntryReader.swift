@@ -30,7 +30,7 @@ final class ZipEntryReader {
         self.file = nil
         let code = zip.zip_fclose(file)
         if code != 0 {
-            throw OfflineAgentError(.extract, "entry check failed: \(ZipArchive.message(forCode: code, zip))")
+            throw OfflineAgentError(.extract, "entry check failed: \(zip.message(forCode: code))")
         }
     }
 }
