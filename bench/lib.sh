@@ -133,14 +133,44 @@ wrk_run() {
 # median of the arguments
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+# front_cpu FRONT -> CPU time (clock ticks, user + system) the front's server processes
+# have used so far: ours, or nginx's master and workers.
+front_cpu() {
+    local pids pid total=0 master
+    if [ "$1" = ours ]; then
+        pids=$OURS_PID
+    else
+        master=$(cat "$WORK/nginx/nginx.pid")
+        pids="$master $(pgrep -P "$master" | tr '\n' ' ')"
+    fi
+    for pid in $pids; do
+        total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$total"
+}
+
+# wrk's DURATION in seconds (it takes 10s, 2m, 1h).
+duration_seconds() {
+    case $DURATION in
+        *m) echo $(( ${DURATION%m} * 60 )) ;;
+        *h) echo $(( ${DURATION%h} * 3600 )) ;;
+        *) echo "${DURATION%s}" ;;
+    esac
+}
+
 # measure CASE: warm-up, then ROUNDS rounds alternating `ours` and `nginx` (a load change
 # on the machine hits both alike), through the script's `case_args CASE FRONT`
-# (the wrk arguments after -t/-c) -> RPS[front.case], P99[front.case] medians,
-# ALL[front.case] each round's "req/s/p99".
-declare -A RPS P99 ALL
+# (the wrk arguments after -t/-c) -> RPS[front.case], P99[front.case] and
+# CPU[front.case] medians, ALL[front.case] each round's "req/s/p99". CPU is the server's
+# CPU microseconds per request: what its processes used over the round (`front_cpu`),
+# over the requests wrk counted; on a machine wrk shares, it is the figure that does not
+# depend on how the cores are split between them.
+declare -A RPS P99 ALL CPU
 measure() {
-    local case=$1 front round rps p99 args
-    local -A rounds_rps rounds_p99
+    local case=$1 front round rps p99 args before after
+    local -A rounds_rps rounds_p99 rounds_cpu
+    local ticks seconds
+    ticks=$(getconf CLK_TCK) seconds=$(duration_seconds)
     for front in ours nginx; do
         log "$front $case: warm-up 3s"
         mapfile -t args < <(case_args "$case" "$front")
@@ -150,14 +180,20 @@ measure() {
         for front in ours nginx; do
             log "$front $case: round $round/$ROUNDS, $DURATION, $THREADS thread(s), $CONNECTIONS connections"
             mapfile -t args < <(case_args "$case" "$front")
+            before=$(front_cpu "$front")
             read -r rps p99 < <(wrk_run "$front $case" -d"$DURATION" "${args[@]}")
+            after=$(front_cpu "$front")
             rounds_rps[$front]+="$rps " rounds_p99[$front]+="$p99 "
+            rounds_cpu[$front]+="$(awk -v t="$((after - before))" -v k="$ticks" -v r="$rps" -v s="$seconds" \
+                'BEGIN { printf "%.1f", t / k * 1e6 / (r * s) }') "
             ALL[$front.$case]+="$rps/$p99 "
         done
     done
     for front in ours nginx; do
         # shellcheck disable=SC2086  # word lists
         RPS[$front.$case]=$(median ${rounds_rps[$front]}) P99[$front.$case]=$(median ${rounds_p99[$front]})
+        # shellcheck disable=SC2086
+        CPU[$front.$case]=$(median ${rounds_cpu[$front]})
     done
 }
 
@@ -168,7 +204,7 @@ verdict() {
     ratio=$(awk -v a="${RPS[ours.$case]}" -v b="${RPS[nginx.$case]}" 'BEGIN { printf "%.2f", a / b }')
     p99ratio=$(awk -v a="${P99[ours.$case]}" -v b="${P99[nginx.$case]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
     awk -v r="$ratio" -v t="$TARGET" 'BEGIN { exit !(r >= t) }' || { result=FAIL; STATUS=1; }
-    echo "# $result $label: offline-agent/nginx requests/s = $ratio (target >= $TARGET); p99 ours ${P99[ours.$case]} ms, nginx ${P99[nginx.$case]} ms (ratio $p99ratio)"
+    echo "# $result $label: offline-agent/nginx requests/s = $ratio (target >= $TARGET); p99 ours ${P99[ours.$case]} ms, nginx ${P99[nginx.$case]} ms (ratio $p99ratio); CPU per request ours ${CPU[ours.$case]} us, nginx ${CPU[nginx.$case]} us"
 }
 
 # The closing line of both scripts.

@@ -88,12 +88,12 @@ case_args() {
 measure get
 measure post
 
-printf '\n%-34s %-14s %12s %10s   %s\n' "forwarded request" "front" "requests/s" "p99 ms" "(each round: req/s/p99 ms)"
+printf '\n%-34s %-14s %12s %10s %11s   %s\n' "forwarded request" "front" "requests/s" "p99 ms" "CPU us/req" "(each round: req/s/p99 ms)"
 for case in get post; do
     label="GET /api/small.json ($(stat -c %s "$WORK/www/api/small.json") B)"; [ "$case" = post ] && label="POST /api/echo (31 B body)"
     for front in ours nginx; do
         shown=offline-agent; [ "$front" = nginx ] && shown="nginx $(nginx_version)"
-        printf '%-34s %-14s %12.0f %10.2f   %s\n' "$label" "$shown" "${RPS[$front.$case]}" "${P99[$front.$case]}" "${ALL[$front.$case]}"
+        printf '%-34s %-14s %12.0f %10.2f %11.1f   %s\n' "$label" "$shown" "${RPS[$front.$case]}" "${P99[$front.$case]}" "${CPU[$front.$case]}" "${ALL[$front.$case]}"
     done
 done
 echo

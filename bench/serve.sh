@@ -76,12 +76,12 @@ measure small
 measure large
 
 SIZE_SMALL=$(stat -c %s "$VERSION_DIR/js/app.js")
-printf '\n%-28s %-14s %12s %10s   %s\n' "file" "server" "requests/s" "p99 ms" "(each round: req/s/p99 ms)"
+printf '\n%-28s %-14s %12s %10s %11s   %s\n' "file" "server" "requests/s" "p99 ms" "CPU us/req" "(each round: req/s/p99 ms)"
 for case in small large; do
     label="js/app.js ($SIZE_SMALL B)"; [ "$case" = large ] && label="big.bin (1 MiB)"
     for server in ours nginx; do
         shown=offline-agent; [ "$server" = nginx ] && shown="nginx $(nginx_version)"
-        printf '%-28s %-14s %12.0f %10.2f   %s\n' "$label" "$shown" "${RPS[$server.$case]}" "${P99[$server.$case]}" "${ALL[$server.$case]}"
+        printf '%-28s %-14s %12.0f %10.2f %11.1f   %s\n' "$label" "$shown" "${RPS[$server.$case]}" "${P99[$server.$case]}" "${CPU[$server.$case]}" "${ALL[$server.$case]}"
     done
 done
 echo

@@ -73,6 +73,8 @@ curl -s -o /dev/null -w "GET /open?url=${whitelist}index.html -> %{http_code} %{
 curl -s -o /dev/null -w "GET /open?url=https://elsewhere.example.com/ -> %{http_code} %{redirect_url}\n" \
     "$local_url/open?url=https://elsewhere.example.com/"
 curl -s -D - -o /dev/null "$local_url/mall/index.html" | grep -i -E '^(HTTP|content-type|x-offline-version)'
+# A reload: the page's bytes are kept now, and the event loop answers it from memory.
+curl -s -o /dev/null -w "GET /mall/index.html again -> %{http_code}\n" "$local_url/mall/index.html"
 
 echo "== session-url: restore a web view's back/forward list (the middle page current)"
 local_port="${local_url##*:}"

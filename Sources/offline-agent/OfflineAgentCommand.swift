@@ -33,7 +33,7 @@ struct OfflineAgentCommand: AsyncParsableCommand {
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first == SyncCommand.configuration.commandName,
-           var sync = try? SyncCommand.parse(Array(arguments.dropFirst())) {
+           let sync = try? SyncCommand.parse(Array(arguments.dropFirst())) {
             do {
                 try await sync.run()
             } catch {

@@ -14,7 +14,7 @@ package enum LocalHTTP {
     package struct Response: Sendable {
         package var status: Int
         /// Header names lowercased.
-        var headers: [String: String]
+        package var headers: [String: String]
         package var body: [UInt8]
 
         package func header(_ name: String) -> String? { headers[name.lowercased()] }

@@ -68,6 +68,16 @@ final class LocalFileCache: Sendable {
         return entry
     }
 
+    /// The file and kept bytes of `rest` in `directory`, when both are known and the bytes
+    /// were read under `record`: a request answered from memory alone, no filesystem call.
+    func kept(_ rest: String, in directory: String, record: FileFingerprint) -> (Entry, Content)? {
+        let key = Self.key(directory, rest)
+        return state.withLock { state in
+            guard let entry = state.entries[key], let content = entry.content, content.record == record else { return nil }
+            return (entry, content)
+        }
+    }
+
     /// The kept bytes of `rest` in `directory`, when read under `record`.
     func content(_ rest: String, in directory: String, record: FileFingerprint) -> Content? {
         let key = Self.key(directory, rest)

@@ -57,12 +57,7 @@ final class LocalVersions: Sendable {
             }
             // Fast path: the same link target, record and check state as the kept pin.
             let kept = pins.withLock { $0[app] }
-            if let kept, kept.key.target == target {
-                var st = stat()
-                if stat(kept.pin.record, &st) == 0, Key(target: target, st, check: FileFingerprint(path: kept.checkPath)) == kept.key {
-                    return kept.pin
-                }
-            }
+            if let kept, Self.holds(kept, target: target) { return kept.pin }
             let checkPath = kept?.checkPath ?? resolver.checkStatePath(app: app)
             guard target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))) else {
                 pins.withLock { $0[app] = nil }
@@ -91,6 +86,24 @@ final class LocalVersions: Sendable {
             return pin
         }
         return nil
+    }
+
+    /// The kept pin of `app` while `current`, its record and the check state are those it
+    /// was pinned with; nil when `pin` has work to do (a first request, a change), which
+    /// may wait for a lock. For the event loop (`LocalImmediateResponder`): a `readlink`
+    /// and two `stat`s, never a lock or a read.
+    func keptPin(_ app: String) -> LocalPin? {
+        guard let kept = pins.withLock({ $0[app] }), let target = Self.readLink("\(appsDirectory)/\(app)/current"),
+              Self.holds(kept, target: target)
+        else { return nil }
+        return kept.pin
+    }
+
+    /// True when the kept pin still stands for `current` linking to `target`.
+    private static func holds(_ kept: (key: Key, pin: LocalPin, checkPath: String), target: String) -> Bool {
+        guard kept.key.target == target else { return false }
+        var st = stat()
+        return stat(kept.pin.record, &st) == 0 && Key(target: target, st, check: FileFingerprint(path: kept.checkPath)) == kept.key
     }
 
     /// The target of a symbolic link, nil when `path` is not one.

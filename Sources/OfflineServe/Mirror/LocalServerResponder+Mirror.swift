@@ -20,29 +20,55 @@ extension LocalServerResponder {
     /// Which responses say where they came from: `package` or `origin`.
     static let sourceHeader = HTTPFields.Element.Name("X-Offline-Source")!
 
-    /// Sorts a request by its `Host`: two `Host` lines → 400; a `*.localhost` name → its
-    /// mirror route when it is the mirror host of a mirrored origin, else 403 (whatever
-    /// `checkHost` says: the server never fronts an origin no whitelist names); any other
-    /// non-loopback name → 403 unless the check is off.
-    func hostRoute(_ request: Request) -> HostRoute {
+    /// What a request's `Host` names, before anything is answered or counted.
+    enum HostName {
+        /// A loopback name (any name, with `--allow-remote`): the plain host.
+        case plain
+        /// The mirror host of a mirrored origin.
+        case mirror(MirrorOrigin, LocalMirrors.Snapshot)
+        /// More than one `Host` line.
+        case twoHosts
+        /// A name under `.localhost` that mirrors no origin an active whitelist names.
+        case unmirrored(Substring)
+        /// Any other name, while `checkHost` is on.
+        case notLoopback
+    }
+
+    /// Sorts a request by its `Host`: two `Host` lines; a `*.localhost` name, the mirror
+    /// of a mirrored origin or not (whatever `checkHost` says: the server never fronts an
+    /// origin no whitelist names); a loopback name, or any with the check off.
+    func hostName(_ request: Request) -> HostName {
         // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
         // `authority`; any left among the fields is a second one, maybe naming another host.
-        if request.headers.contains(Self.hostField) {
-            return .refused(Self.text(.badRequest, "bad request: more than one Host header\n"))
-        }
+        if request.headers.contains(Self.hostField) { return .twoHosts }
         if let host = request.head.authority.flatMap({ WebAddress.split(authority: $0)?.host }), Self.isMirrorName(host) {
             let snapshot = mirrors.snapshot()
             if let origin = MirrorOrigin(mirrorHost: host), snapshot.origins.contains(origin) {
                 return .mirror(origin, snapshot)
             }
+            return .unmirrored(host)
+        }
+        if checkHost, !LocalHost.isLoopback(authority: request.head.authority) { return .notLoopback }
+        return .plain
+    }
+
+    /// Where a request goes by its `Host` (`hostName`): two `Host` lines → 400, a name
+    /// under `.localhost` that mirrors nothing or a non-loopback name → 403.
+    func hostRoute(_ request: Request) -> HostRoute {
+        switch hostName(request) {
+        case .plain:
+            return .plain
+        case .mirror(let origin, let snapshot):
+            return .mirror(origin, snapshot)
+        case .twoHosts:
+            return .refused(Self.text(.badRequest, "bad request: more than one Host header\n"))
+        case .unmirrored(let host):
             metrics.recordForbiddenHost()
             return .refused(Self.text(.forbidden, "forbidden: \(host) is not the mirror of a whitelisted origin\n"))
-        }
-        if checkHost, !LocalHost.isLoopback(authority: request.head.authority) {
+        case .notLoopback:
             metrics.recordForbiddenHost()
             return .refused(Self.text(.forbidden, "forbidden: Host is not a loopback name\n"))
         }
-        return .plain
     }
 
     /// A name under `.localhost` other than `localhost` itself: a mirror host or nothing.
@@ -99,14 +125,7 @@ extension LocalServerResponder {
         let head = request.method == .head
         let path = request.uri.path
         guard let app = mirrors.app(origin: origin, path: path), let pinned = versions.pin(app) else { return .forward(nil) }
-        // The rest against the pinned version's own whitelist: the snapshot may predate a swap.
-        let target = ParsedURL(origin: origin, path: path)
-        var best: (rest: String, length: Int)?
-        for entry in pinned.whitelist {
-            guard let prefix = ParsedURL(string: entry), let rest = target.rest(after: prefix) else { continue }
-            if best == nil || prefix.path.count > best!.length { best = (rest, prefix.path.count) }
-        }
-        guard let rest = best?.rest else { return .forward(nil) }
+        guard let rest = Self.rest(of: path, on: origin, in: pinned) else { return .forward(nil) }
         // The kill switch and bad versions: the page keeps its origin and the origin answers.
         if let reason = pinned.fallback ?? (lifecycle.isBad(app, pinned.version) ? .badVersion : nil) {
             metrics.recordFallback(app: app, reason: reason)
@@ -130,6 +149,18 @@ extension LocalServerResponder {
         }
         metrics.recordFallback(app: app, reason: .missingFile)
         return .forward(nil)
+    }
+
+    /// What follows the longest of `pinned`'s own whitelist prefixes that selects `path`
+    /// on `origin` (the mirrors' snapshot may predate a swap); nil when none does.
+    static func rest(of path: String, on origin: MirrorOrigin, in pinned: LocalPin) -> String? {
+        let target = ParsedURL(origin: origin, path: path)
+        var best: (rest: String, length: Int)?
+        for entry in pinned.whitelist {
+            guard let prefix = ParsedURL(string: entry), let rest = target.rest(after: prefix) else { continue }
+            if best == nil || prefix.path.count > best!.length { best = (rest, prefix.path.count) }
+        }
+        return best?.rest
     }
 
     /// A browser navigation: `Sec-Fetch-Mode: navigate`, or an `Accept` naming `text/html`

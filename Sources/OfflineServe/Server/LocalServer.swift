@@ -65,11 +65,13 @@ import ServiceLifecycle
 ///
 /// Each file response pins the version it reads (a shared lock on its record, see
 /// `LocalVersions`) and takes every byte from one source: a descriptor opened once and
-/// kept, with the pin, until the body is written (files over 64 KiB, streamed in 64 KiB
-/// chunks), or the kept bytes of a small file read under that same version record
-/// (`LocalFileCache`, at most 32 MiB). An install or a garbage collection during the
+/// kept, with the pin, until the body is written (files over 2 MiB, streamed in 64 KiB
+/// chunks), or the kept bytes of a file read under that same version record
+/// (`LocalFileCache`, at most 64 MiB). An install or a garbage collection during the
 /// response never mixes versions or cuts a file short, and the next request after a
-/// swap sees the new version (`current` is read on every request).
+/// swap sees the new version (`current` is read on every request). A request for a file
+/// whose bytes are kept is answered on the connection's event loop
+/// (`LocalImmediateResponder`), with the same checks and the same response.
 public struct LocalServer: Sendable {
     /// Where to listen and what to serve.
     public struct Configuration: Sendable {
@@ -222,7 +224,7 @@ public struct LocalServer: Sendable {
         let metrics = self.metrics
         let server = HTTPServerBuilder { respond in
             LocalServerChannel(
-                http1: HTTP1Channel(responder: respond), limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
+                http1: HTTP1Channel(responder: respond), responder: responder, limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
                 metrics: metrics, webSockets: webSockets)
         }
         return Application(

@@ -17,6 +17,9 @@ import Synchronization
 /// A connection beyond the cap is answered `503` with `Connection: close` and closed at
 /// once: it never gets a pipeline or a slot, and its descriptor is released at once.
 ///
+/// A warm package file is answered on the event loop (`LocalImmediateResponder`); every
+/// other request goes to Hummingbird's responder.
+///
 /// A WebSocket upgrade on a mirror host (`MirrorWebSocketUpgrade`) becomes a relay to the
 /// origin's WebSocket (`WebSocketRelay`); one the origin gives no WebSocket for gets a
 /// `502`, an invalid one (no key, a version other than 13) a `400` (`MirrorUpgradeFilter`). Every other request,
@@ -39,6 +42,8 @@ struct LocalServerChannel: ServerChildChannel {
     }
 
     let http1: HTTP1Channel
+    /// Answers warm package files on the event loop (`LocalImmediateResponder`).
+    let responder: LocalServerResponder
     let limiter: LocalConnectionLimiter
     let headerTimeout: TimeAmount
     let idleTimeout: TimeAmount
@@ -68,7 +73,7 @@ struct LocalServerChannel: ServerChildChannel {
             try channel.pipeline.syncOperations.addHandler(
                 LocalConnectionGuard(headerTimeout: headerTimeout, idleTimeout: idleTimeout, metrics: metrics))
             let pending = Pending()
-            let webSockets = self.webSockets
+            let webSockets = self.webSockets, responder = self.responder
             let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(
                 maxFrameSize: webSockets.limits.maxFrameSize,
                 shouldUpgrade: { channel, head in
@@ -103,6 +108,7 @@ struct LocalServerChannel: ServerChildChannel {
                         // As `HTTP1Channel.setup` builds it, after the HTTP/1 codec.
                         try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try channel.pipeline.syncOperations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
+                        try channel.pipeline.syncOperations.addHandler(LocalImmediateResponder(responder: responder))
                         let http = try HTTP1Channel.Value(
                             wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
                         if case .failed(let body) = pending.decision.withLock({ $0 }) { return .failedUpgrade(http, body) }

@@ -1,4 +1,5 @@
 import CoreMetrics
+import Synchronization
 import OfflineAgent
 import OfflineHTTP
 
@@ -68,6 +69,10 @@ public final class LocalServerMetrics: Sendable {
     private let open: Meter
     private let timeouts: [LocalConnectionTimeout: CoreMetrics.Counter]
 
+    /// Requests answered on the event loop (`LocalImmediateResponder`); not exported: how
+    /// a response was made, not what it was, for tests.
+    private let immediate = Atomic<Int>(0)
+
     public init() {
         forbidden = registry.counter(Name.forbidden)
         refused = registry.counter(Name.refused)
@@ -78,6 +83,14 @@ public final class LocalServerMetrics: Sendable {
         }
         self.timeouts = timeouts
     }
+
+    /// Counts one request answered on the event loop.
+    func recordImmediateResponse() {
+        immediate.add(1, ordering: .relaxed)
+    }
+
+    /// Requests answered on the event loop from memory (warm package files), of all those counted above.
+    package var immediateResponses: Int { immediate.load(ordering: .relaxed) }
 
     /// Counts one `/open` resolution.
     public func recordOpen(_ resolution: Resolution) {

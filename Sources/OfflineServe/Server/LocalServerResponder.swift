@@ -51,34 +51,31 @@ struct LocalServerResponder: HTTPResponder {
             return response
         }
         let head = request.method == .head
-        switch path {
-        case "/open":
+        switch Self.controlRoute(path) {
+        case .open:
             return await open(request, launch: !head)
-        case "/session/restore":
+        case .sessionRestore:
             return await restoreSession(request, head: head)
-        case "/session/item":
+        case .sessionItem:
             // A restored history entry: the same redirect as /open (not a new launch).
             return await open(request, launch: false)
-        case "/metrics":
+        case .metrics:
             var response = Self.text(.ok, metrics.prometheusText(), head: head)
             response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
             return response
-        case "/":
+        case .index:
             return Self.text(
                 .notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /session/restore?history=JSON, /session/item?url=URL, /metrics\n",
                 head: head)
-        default:
+        case nil:
             break
         }
-        // /<app>[/<rest>]
-        let afterSlash = path.dropFirst()
-        let slash = afterSlash.firstIndex(of: "/")
-        let app = String(afterSlash[..<(slash ?? afterSlash.endIndex)])
+        let (app, slashRest) = Self.appPath(path)
         guard AppName.isValid(app) else {
             metrics.recordFile(app: "", code: 404)
             return Self.text(.notFound, "not found\n", head: head)
         }
-        let rest = slash.map { String(afterSlash[afterSlash.index(after: $0)...]) } ?? ""
+        let rest = slashRest ?? ""
         // The pin holds the version's directory until the response is fully written.
         guard let pinned = versions.pin(app) else {
             metrics.recordFile(app: "", code: 404)
@@ -94,11 +91,35 @@ struct LocalServerResponder: HTTPResponder {
         if lifecycle.isBad(app, pinned.version) {
             return networkFallback(request, pinned: pinned, rest: rest, reason: .badVersion)
         }
-        guard slash != nil else {
+        guard slashRest != nil else {
             // `/<app>`: the app root is a directory; relative links need the slash.
             return Self.redirect(.movedPermanently, to: "/\(app)/" + Self.query(of: request))
         }
         return file(request, pinned: pinned, rest: rest, head: head)
+    }
+
+    /// The plain host's own routes, which no app's files shadow.
+    enum ControlRoute {
+        case open, sessionRestore, sessionItem, metrics, index
+    }
+
+    /// The control route `path` names, nil for `/<app>[/<rest>]`.
+    static func controlRoute(_ path: String) -> ControlRoute? {
+        switch path {
+        case "/open": .open
+        case "/session/restore": .sessionRestore
+        case "/session/item": .sessionItem
+        case "/metrics": .metrics
+        case "/": .index
+        default: nil
+        }
+    }
+
+    /// `/<app>[/<rest>]` split: the app's name, and what follows its slash (nil when no slash does).
+    static func appPath(_ path: String) -> (app: String, rest: String?) {
+        let afterSlash = path.dropFirst()
+        guard let slash = afterSlash.firstIndex(of: "/") else { return (String(afterSlash), nil) }
+        return (String(afterSlash[..<slash]), String(afterSlash[afterSlash.index(after: slash)...]))
     }
 
     /// A request for a version the kill switch turns off: 302 to the URL it stands for
@@ -152,19 +173,37 @@ struct LocalServerResponder: HTTPResponder {
 
     /// A file of `pinned`, a version the kill switch lets through.
     func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
-        let app = pinned.app
         guard let entry = files.resolve(rest, in: pinned.directory) else {
             return missingFile(request, pinned: pinned, rest: rest, head: head)
         }
-        let source: Source
-        let validators: LocalFileCache.Validators
         switch load(entry.path, pinned: pinned, rest: rest, head: head) {
-        case .ready(let loaded, let loadedValidators): (source, validators) = (loaded, loadedValidators)
-        case .failed(let response): return response
+        case .ready(let source, let validators):
+            switch reply(request, pinned: pinned, contentType: entry.contentType, validators: validators, head: head) {
+            case .complete(let response, _):
+                return response
+            case .bytes(let status, let headers, let bytes):
+                return send(bytes, of: source, path: entry.path, pinned: pinned, status: status, headers: headers)
+            }
+        case .failed(let response):
+            return response
         }
+    }
+
+    /// What a file response is, the bytes of the file aside.
+    enum FileReply {
+        /// A response with its whole body, if it has one, in `body` (304, 416, HEAD, an empty file).
+        case complete(Response, body: ByteBuffer?)
+        /// A `status` response with `headers`, carrying these bytes of the file.
+        case bytes(HTTPResponse.Status, HTTPFields, ClosedRange<Int64>)
+    }
+
+    /// The status and headers of a response with the file `validators` describe
+    /// (conditional and range requests included), counted in the metrics.
+    func reply(_ request: Request, pinned: LocalPin, contentType: String, validators: LocalFileCache.Validators, head: Bool) -> FileReply {
+        let app = pinned.app
         let size = validators.size
         var headers: HTTPFields = [
-            .contentType: entry.contentType,
+            .contentType: contentType,
             .eTag: validators.etag,
             .lastModified: validators.lastModified,
             .acceptRanges: "bytes",
@@ -174,7 +213,7 @@ struct LocalServerResponder: HTTPResponder {
         headers[Self.versionHeader] = pinned.versionText
         if Self.isNotModified(request, validators) {
             metrics.recordFile(app: app, code: 304)
-            return Response(status: .notModified, headers: headers)
+            return .complete(Response(status: .notModified, headers: headers), body: nil)
         }
 
         var range = HTTPRange(header: request.headers[.range], size: size)
@@ -189,9 +228,10 @@ struct LocalServerResponder: HTTPResponder {
             metrics.recordFile(app: app, code: 416)
             headers[.contentRange] = "bytes */\(size)"
             headers[.contentType] = "text/plain; charset=utf-8"
-            let text = "range not satisfiable\n"
-            headers[.contentLength] = String(text.utf8.count)
-            return Response(status: .rangeNotSatisfiable, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: ByteBuffer(string: text)))
+            let text = ByteBuffer(string: "range not satisfiable\n")
+            headers[.contentLength] = String(text.readableBytes)
+            guard !head else { return .complete(Response(status: .rangeNotSatisfiable, headers: headers), body: nil) }
+            return .complete(Response(status: .rangeNotSatisfiable, headers: headers, body: ResponseBody(byteBuffer: text)), body: text)
         case .partial(let partial):
             status = .partialContent
             bytes = partial
@@ -203,8 +243,8 @@ struct LocalServerResponder: HTTPResponder {
         metrics.recordFile(app: app, code: Int(status.code))
         let count = bytes.map { Int($0.upperBound - $0.lowerBound + 1) } ?? 0
         headers[.contentLength] = String(count)
-        guard !head, let bytes, count > 0 else { return Response(status: status, headers: headers) }
-        return send(bytes, of: source, path: entry.path, pinned: pinned, status: status, headers: headers)
+        guard !head, let bytes, count > 0 else { return .complete(Response(status: status, headers: headers), body: nil) }
+        return .bytes(status, headers, bytes)
     }
 
     /// No file at `rest`: a 400 for broken percent-encoding, a redirect for a directory
@@ -269,8 +309,7 @@ struct LocalServerResponder: HTTPResponder {
         switch source {
         case .memory(let buffer):
             // Small files (most of a web app): one write with the headers.
-            let body = count == buffer.readableBytes ? buffer : buffer.getSlice(at: Int(bytes.lowerBound), length: count)!
-            return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: body))
+            return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: Self.slice(bytes, of: buffer)))
         case .open(let open):
             file = open
         }
@@ -305,6 +344,12 @@ struct LocalServerResponder: HTTPResponder {
             try await writer.finish(nil)
         }
         return Response(status: status, headers: headers, body: body)
+    }
+
+    /// `bytes` of a file kept whole in `buffer`, without a copy.
+    static func slice(_ bytes: ClosedRange<Int64>, of buffer: ByteBuffer) -> ByteBuffer {
+        let count = Int(bytes.upperBound - bytes.lowerBound + 1)
+        return count == buffer.readableBytes ? buffer : buffer.getSlice(at: buffer.readerIndex + Int(bytes.lowerBound), length: count)!
     }
 
     static let versionHeader = HTTPFields.Element.Name("X-Offline-Version")!

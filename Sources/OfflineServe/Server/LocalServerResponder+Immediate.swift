@@ -1,0 +1,65 @@
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import OfflineAgent
+
+/// Requests answered on the connection's event loop (`LocalImmediateResponder`): a page's
+/// files, once warm, need no task, no hop to Swift's cooperative pool and back, and no
+/// wait, so they are answered where they were read.
+extension LocalServerResponder {
+    /// A response whose body, if it has one, is already in memory.
+    struct ImmediateResponse {
+        var head: HTTPResponse
+        var body: ByteBuffer?
+    }
+
+    /// The response to `request` when memory alone makes it: a GET or HEAD of a package
+    /// file, on the plain host (`/<app>/<rest>`) or a mirror host, of a version the kill
+    /// switch lets through, whose pin (`LocalVersions.keptPin`) and bytes
+    /// (`LocalFileCache.kept`) an earlier request left. Counted as `respond` counts it, and
+    /// the same response, headers and bytes, that `respond` makes. Nil, with nothing
+    /// counted, for every other request: `respond` answers those (and warms the caches).
+    ///
+    /// Costs a `readlink` and three `stat`s (the pin's and the lifecycle record's, the same
+    /// checks every response makes so a swap is seen at once), and never waits for a lock.
+    func immediateResponse(to request: Request) -> ImmediateResponse? {
+        guard request.method == .get || request.method == .head else { return nil }
+        let path = request.uri.path
+        guard !path.hasPrefix(LocalLifecycle.routePrefix) else { return nil }
+        var response: ImmediateResponse
+        switch hostName(request) {
+        case .plain:
+            guard Self.controlRoute(path) == nil, case (let app, let rest?) = Self.appPath(path), AppName.isValid(app),
+                  let kept = keptFile(app: app, rest: rest, request: request)
+            else { return nil }
+            response = kept
+        case .mirror(let origin, let snapshot):
+            guard request.headers[.upgrade] == nil, let app = snapshot.app(origin: origin, path: path),
+                  let pinned = versions.keptPin(app), let rest = Self.rest(of: path, on: origin, in: pinned),
+                  let kept = keptFile(app: app, rest: rest, request: request, pinned: pinned)
+            else { return nil }
+            metrics.recordMirrorHit(app: app)
+            response = kept
+            response.head.headerFields[Self.sourceHeader] = "package"
+        case .twoHosts, .unmirrored, .notLoopback:
+            return nil
+        }
+        metrics.recordImmediateResponse()
+        logger.debug("\(request.method) \(request.uri) \(response.head.status.code)")
+        return response
+    }
+
+    /// The response with `rest` of `app`'s pinned version, from kept bytes only.
+    private func keptFile(app: String, rest: String, request: Request, pinned: LocalPin? = nil) -> ImmediateResponse? {
+        guard let pinned = pinned ?? versions.keptPin(app), pinned.fallback == nil, !lifecycle.isBad(app, pinned.version),
+              let (entry, content) = files.kept(rest, in: pinned.directory, record: pinned.recordIdentity)
+        else { return nil }
+        let head = request.method == .head
+        switch reply(request, pinned: pinned, contentType: entry.contentType, validators: content.validators, head: head) {
+        case .complete(let response, let body):
+            return ImmediateResponse(head: response.head, body: body)
+        case .bytes(let status, let headers, let bytes):
+            return ImmediateResponse(head: HTTPResponse(status: status, headerFields: headers), body: Self.slice(bytes, of: content.body))
+        }
+    }
+}

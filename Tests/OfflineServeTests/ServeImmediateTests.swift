@@ -1,0 +1,162 @@
+import Foundation
+import Testing
+@testable import OfflineAgent
+@testable import OfflineServe
+#if canImport(Glibc)
+import Glibc
+import TestSupport
+#endif
+
+/// Warm package files are answered on the event loop (`LocalImmediateResponder`): the
+/// same responses as Hummingbird's responder makes, in request order on a connection
+/// that mixes both, with `Connection: close` and request bodies handled as before.
+@Suite("Serve immediate responses")
+struct ServeImmediateTests {
+    typealias F = LocalStoreFixture
+
+    /// Headers as a comparable list, without `Date` (the one that may differ by a second).
+    static func headers(_ response: LocalHTTP.Response) -> [String] {
+        response.headers.filter { $0.key != "date" }.map { "\($0.key): \($0.value)" }.sorted()
+    }
+
+    @Test("a warm file is answered on the event loop with the response its cold request got")
+    func warmMatchesCold() async throws {
+        let f = try LocalServerTests.mall()
+        try await withLocalServer(f) { server in
+            for path in ["index.html", "js/app.js", "big.bin", "empty.txt", "pages/"] {
+                let before = server.metrics.immediateResponses
+                let cold = try await LocalHTTP.request(port: server.port, "/mall/\(path)")
+                #expect(server.metrics.immediateResponses == before, "\(path): the first request has nothing kept to answer from")
+                let warm = try await LocalHTTP.request(port: server.port, "/mall/\(path)")
+                #expect(server.metrics.immediateResponses == before + 1, "\(path): not answered on the event loop")
+                #expect(cold.status == 200 && warm.status == 200, "\(path)")
+                #expect(Self.headers(warm) == Self.headers(cold), "\(path)")
+                #expect(warm.body == cold.body, "\(path)")
+                #expect(warm.header("date")?.hasSuffix(" GMT") == true, "\(path): no Date")
+            }
+            // Conditional, range and HEAD requests of a warm file: answered there too.
+            let etag = try #require(try await LocalHTTP.request(port: server.port, "/mall/js/app.js").header("etag"))
+            let before = server.metrics.immediateResponses
+            let same = try await LocalHTTP.request(port: server.port, "/mall/js/app.js", headers: [("If-None-Match", etag)])
+            #expect(same.status == 304 && same.body.isEmpty)
+            let part = try await LocalHTTP.request(port: server.port, "/mall/js/app.js", headers: [("Range", "bytes=2-5")])
+            #expect(part.status == 206 && part.body == Array(F.fixtureBytes("1.0.0", "js/app.js")[2...5]))
+            #expect(part.header("content-range") == "bytes 2-5/\(F.fixtureBytes("1.0.0", "js/app.js").count)")
+            let head = try await LocalHTTP.request(port: server.port, "/mall/js/app.js", method: "HEAD")
+            #expect(head.status == 200 && head.body.isEmpty)
+            #expect(head.header("content-length") == String(F.fixtureBytes("1.0.0", "js/app.js").count))
+            #expect(server.metrics.immediateResponses == before + 3)
+            #expect(server.metrics.fileResponses(app: "mall", code: 304) == 1)
+            #expect(server.metrics.fileResponses(app: "mall", code: 206) == 1)
+        }
+    }
+
+    @Test("a warm file on a mirror host is answered on the event loop as the package's")
+    func warmMirror() async throws {
+        let f = try MirrorRoutingTests.store()
+        try await withLocalServer(f) { server in
+            let cold = try await MirrorRoutingTests.get(server, "/assets/index.js")
+            let before = server.metrics.immediateResponses
+            let warm = try await MirrorRoutingTests.get(server, "/assets/index.js")
+            #expect(server.metrics.immediateResponses == before + 1)
+            #expect(warm.status == 200 && warm.header("x-offline-source") == "package")
+            #expect(Self.headers(warm) == Self.headers(cold))
+            #expect(warm.text == "console.log('spa')")
+            #expect(server.metrics.offlineHits(app: "spa") == 2)
+        }
+    }
+
+    @Test("a swap and a rollback are seen by the next request to a warm file")
+    func warmSeesChanges() async throws {
+        let f = try LocalServerTests.mall()
+        try await withLocalServer(f) { server in
+            _ = try await LocalHTTP.request(port: server.port, "/mall/index.html")
+            let warm = try await LocalHTTP.request(port: server.port, "/mall/index.html")
+            #expect(warm.header("x-offline-version") == "1.0.0")
+            try f.add(version: "1.1.0", files: ["index.html": Array("<p>1.1.0</p>".utf8)])
+            let swapped = try await LocalHTTP.request(port: server.port, "/mall/index.html")
+            #expect(swapped.header("x-offline-version") == "1.1.0" && swapped.text == "<p>1.1.0</p>")
+            // Warm again, then marked bad: rolled back to 1.0.0, which the next request gets.
+            _ = try await LocalHTTP.request(port: server.port, "/mall/index.html")
+            _ = try Lifecycle(store: f.store).markBad("mall", reason: "test")
+            let back = try await LocalHTTP.request(port: server.port, "/mall/index.html")
+            #expect(back.header("x-offline-version") == "1.0.0" && back.body == F.fixtureBytes("1.0.0", "index.html"))
+        }
+    }
+
+    /// Reads `count` responses with a `Content-Length` each, then whether the server closed the connection.
+    static func responses(_ fd: Int32, count: Int) throws -> (responses: [LocalHTTP.Response], closed: Bool) {
+        var data: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        var responses: [LocalHTTP.Response] = []
+        while responses.count < count {
+            if let end = data.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound {
+                let head = try LocalHTTP.parse(Array(data[..<end]))
+                let length = Int(head.header("content-length") ?? "0") ?? 0
+                if data.count >= end + length {
+                    responses.append(try LocalHTTP.parse(Array(data[..<(end + length)])))
+                    data.removeFirst(end + length)
+                    continue
+                }
+            }
+            let n = recv(fd, &chunk, chunk.count, 0)
+            guard n > 0 else { throw LocalHTTP.Failure(description: "closed after \(responses.count) responses") }
+            data += chunk[0..<n]
+        }
+        let (closed, extra) = HostileSocket.waitForClose(fd, until: .now + .seconds(2))
+        #expect(extra.isEmpty && data.isEmpty, "bytes after the last response")
+        return (responses, closed)
+    }
+
+    @Test("pipelined requests mixing warm files and other routes are answered in order; Connection: close ends it")
+    func pipelined() async throws {
+        let f = try LocalServerTests.mall()
+        try await withLocalServer(f) { server in
+            let port = server.port
+            for path in ["index.html", "js/app.js"] { _ = try await LocalHTTP.request(port: port, "/mall/\(path)") }
+            let host = "Host: 127.0.0.1:\(port)\r\n"
+            let text = "GET /mall/js/app.js HTTP/1.1\r\n\(host)\r\n"
+                + "GET /metrics HTTP/1.1\r\n\(host)\r\n"
+                + "GET /mall/index.html HTTP/1.1\r\n\(host)\r\n"
+                + "GET /mall/css/app.css HTTP/1.1\r\n\(host)\r\n"
+                + "GET /mall/js/app.js HTTP/1.1\r\n\(host)Connection: close\r\n\r\n"
+                + "GET /mall/index.html HTTP/1.1\r\n\(host)\r\n"
+            let (responses, closed) = try await LocalHTTP.onThread { () -> ([LocalHTTP.Response], Bool) in
+                let fd = try LocalHTTP.connect(port: port)
+                defer { close(fd) }
+                try LocalHTTP.send(fd, Array(text.utf8))
+                return try Self.responses(fd, count: 5)
+            }
+            #expect(responses.map(\.status) == [200, 200, 200, 200, 200])
+            #expect(responses[0].body == F.fixtureBytes("1.0.0", "js/app.js"))
+            #expect(responses[1].header("content-type")?.hasPrefix("text/plain; version=0.0.4") == true)
+            #expect(responses[2].body == F.fixtureBytes("1.0.0", "index.html"))
+            #expect(responses[3].body == F.fixtureBytes("1.0.0", "css/app.css"))
+            #expect(responses[4].body == F.fixtureBytes("1.0.0", "js/app.js"))
+            #expect(closed, "the connection stayed open after Connection: close")
+        }
+    }
+
+    @Test("a warm GET with a body: the body is read past and the next request is answered", arguments: [false, true])
+    func bodyReadPast(chunked: Bool) async throws {
+        let f = try LocalServerTests.mall()
+        try await withLocalServer(f) { server in
+            let port = server.port
+            _ = try await LocalHTTP.request(port: port, "/mall/index.html")
+            let before = server.metrics.immediateResponses
+            let body = chunked ? "Transfer-Encoding: chunked\r\n\r\n5\r\nGET /\r\n0\r\n\r\n" : "Content-Length: 5\r\n\r\nGET /"
+            let text = "GET /mall/index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\(body)"
+                + "GET /mall/index.html HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            let (responses, closed) = try await LocalHTTP.onThread { () -> ([LocalHTTP.Response], Bool) in
+                let fd = try LocalHTTP.connect(port: port)
+                defer { close(fd) }
+                try LocalHTTP.send(fd, Array(text.utf8))
+                return try Self.responses(fd, count: 2)
+            }
+            #expect(responses.map(\.status) == [200, 200])
+            #expect(responses.allSatisfy { $0.body == F.fixtureBytes("1.0.0", "index.html") })
+            #expect(closed)
+            #expect(server.metrics.immediateResponses == before + 2)
+        }
+    }
+}
