@@ -108,6 +108,16 @@ struct ServeImmediateTests {
         return (responses, closed)
     }
 
+    /// Sends `text` on one connection and reads `count` responses, then whether it closed.
+    static func exchange(port: Int, _ text: String, count: Int) async throws -> (responses: [LocalHTTP.Response], closed: Bool) {
+        try await LocalHTTP.onThread {
+            let fd = try LocalHTTP.connect(port: port)
+            defer { close(fd) }
+            try LocalHTTP.send(fd, Array(text.utf8))
+            return try responses(fd, count: count)
+        }
+    }
+
     @Test("pipelined requests mixing warm files and other routes are answered in order; Connection: close ends it")
     func pipelined() async throws {
         let f = try LocalServerTests.mall()
@@ -121,12 +131,7 @@ struct ServeImmediateTests {
                 + "GET /mall/css/app.css HTTP/1.1\r\n\(host)\r\n"
                 + "GET /mall/js/app.js HTTP/1.1\r\n\(host)Connection: close\r\n\r\n"
                 + "GET /mall/index.html HTTP/1.1\r\n\(host)\r\n"
-            let (responses, closed) = try await LocalHTTP.onThread { () -> ([LocalHTTP.Response], Bool) in
-                let fd = try LocalHTTP.connect(port: port)
-                defer { close(fd) }
-                try LocalHTTP.send(fd, Array(text.utf8))
-                return try Self.responses(fd, count: 5)
-            }
+            let (responses, closed) = try await Self.exchange(port: port, text, count: 5)
             #expect(responses.map(\.status) == [200, 200, 200, 200, 200])
             #expect(responses[0].body == F.fixtureBytes("1.0.0", "js/app.js"))
             #expect(responses[1].header("content-type")?.hasPrefix("text/plain; version=0.0.4") == true)
@@ -147,12 +152,9 @@ struct ServeImmediateTests {
             let body = chunked ? "Transfer-Encoding: chunked\r\n\r\n5\r\nGET /\r\n0\r\n\r\n" : "Content-Length: 5\r\n\r\nGET /"
             let text = "GET /mall/index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\(body)"
                 + "GET /mall/index.html HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-            let (responses, closed) = try await LocalHTTP.onThread { () -> ([LocalHTTP.Response], Bool) in
-                let fd = try LocalHTTP.connect(port: port)
-                defer { close(fd) }
-                try LocalHTTP.send(fd, Array(text.utf8))
-                return try Self.responses(fd, count: 2)
-            }
+                // After the close: never answered.
+                + "GET /mall/index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            let (responses, closed) = try await Self.exchange(port: port, text, count: 2)
             #expect(responses.map(\.status) == [200, 200])
             #expect(responses.allSatisfy { $0.body == F.fixtureBytes("1.0.0", "index.html") })
             #expect(closed)

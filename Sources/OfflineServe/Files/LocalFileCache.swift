@@ -80,11 +80,7 @@ final class LocalFileCache: Sendable {
 
     /// The kept bytes of `rest` in `directory`, when read under `record`.
     func content(_ rest: String, in directory: String, record: FileFingerprint) -> Content? {
-        let key = Self.key(directory, rest)
-        return state.withLock { state in
-            guard let content = state.entries[key]?.content, content.record == record else { return nil }
-            return content
-        }
+        kept(rest, in: directory, record: record)?.1
     }
 
     /// Keeps the bytes of a small file read under `record`.
