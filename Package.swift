@@ -213,7 +213,10 @@ let package = Package(
         // The three tools run as processes, the way cron, systemd and operators run them.
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["OfflineAgent", "OfflinePublish", "TestSupport"]
+            // offline-agent itself, for SyncCommonFormTests (its cron fast path against ArgumentParser);
+            // NIOCore for the core count serve's event loops follow (StartupCLITests).
+            dependencies: ["OfflineAgent", "OfflinePublish", "TestSupport", "offline-agent",
+                           .product(name: "NIOCore", package: "swift-nio")]
         ),
     ],
     swiftLanguageModes: [.v6]

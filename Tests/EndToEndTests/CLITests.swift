@@ -24,6 +24,9 @@ struct CLITests {
         let throttled = try await CLI.run(sync)
         #expect(throttled.status == 0)
         #expect(CLI.json(throttled.stdout)?["result"] as? String == "throttled")
+        // The no-op reports the installed version (read from the `current` link alone).
+        #expect(CLI.json(throttled.stdout)?["version"] as? String == "1.0.0")
+        #expect(CLI.json(throttled.stdout)?["previousVersion"] as? String == "1.0.0")
 
         h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
         let patched = try await CLI.run(sync + ["--force"])

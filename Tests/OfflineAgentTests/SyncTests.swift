@@ -50,9 +50,26 @@ struct SyncTests {
         let again = await h.sync(force: false)
         #expect(again.result == .throttled)
         #expect(again.version?.description == "1.0.0")
+        #expect(again.previousVersion?.description == "1.0.0")
         #expect(h.origin.requests(for: "/manifest").count == 1)
         #expect(await h.sync(force: true).result == .upToDate)
         #expect(h.origin.requests(for: "/manifest").count == 2)
+    }
+
+    @Test("a failed sync reports the installed version before and after, whether it failed before the throttle or at the server")
+    func failedReportsVersions() async throws {
+        let h = try SyncHarness()
+        h.origin.setManifest(h.full("1.0.0"))
+        #expect(await h.sync().result == .updated)
+        let badKey = await h.sync(publicKey: "not base64")
+        #expect(badKey.result == .failed)
+        #expect(badKey.version?.description == "1.0.0")
+        #expect(badKey.previousVersion?.description == "1.0.0")
+        h.origin.setManifestReply { _ in .status(500) }
+        let serverError = await h.sync()
+        #expect(serverError.result == .failed)
+        #expect(serverError.version?.description == "1.0.0")
+        #expect(serverError.previousVersion?.description == "1.0.0")
     }
 
     @Test("Retry-After is persisted, capped at 24 h; a forced sync asks again")

@@ -170,8 +170,8 @@ public actor Agent {
             progress?(event)
         }
         let started = ContinuousClock.now
-        let before = AppName.isValid(app) ? store.active(app) : nil
-        var report = SyncReport(app: app, result: .failed, version: before?.version, previousVersion: before?.version)
+        // `run` fills in the versions: a throttled no-op reads only the `current` link.
+        var report = SyncReport(app: app, result: .failed, version: nil, previousVersion: nil)
         do {
             try await run(app: app, manifestURL: manifestURL, options: options, session: session, emit: emit, report: &report)
         } catch var error as OfflineAgentError {
@@ -183,6 +183,8 @@ public actor Agent {
             report.result = .failed
             report.error = error
             report.version = AppName.isValid(app) ? store.active(app)?.version : nil
+            // A failed sync changed nothing installed; `run`'s own reading, when it made one, stands.
+            report.previousVersion = report.previousVersion ?? report.version
             // The caller reports the failure (the CLI prints one line); this is detail for --verbose.
             if error.code == .busy || error.cause == .cancelled {
                 logger.info("\(app): \(error)")
@@ -195,6 +197,7 @@ public actor Agent {
                 ? OfflineAgentError(.install, "cancelled: \(error)", cause: .cancelled)
                 : OfflineAgentError(.install, "unexpected failure: \(error)", cause: .unexpected)
             report.version = AppName.isValid(app) ? store.active(app)?.version : nil
+            report.previousVersion = report.previousVersion ?? report.version
         }
         await queueReport(report, options: options, duration: ContinuousClock.now - started)
         emit(ProgressEvent(app: app, phase: .done))
@@ -219,8 +222,7 @@ public actor Agent {
         let policy = configuration.backoff
         let needsRepair = throttle.sanitized(stored, now: now) != stored
         if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force), !needsRepair {
-            report.result = .throttled
-            report.nextCheck = next
+            report.throttled(until: next, version: store.linkedVersion(app))
             return
         }
         // Locking, repairs and housekeeping write, fsync and remove trees: off the cooperative pool.
@@ -229,8 +231,7 @@ public actor Agent {
         }
         guard case .ready(let lock, let check, let failures, let installed) = start else {
             if case .throttled(let next) = start {
-                report.result = .throttled
-                report.nextCheck = next
+                report.throttled(until: next, version: store.linkedVersion(app))
             }
             return
         }

@@ -24,4 +24,13 @@ public struct SyncReport: Sendable {
     public var nextCheck: Date?
     /// Set when the patch could not be used and the full package was fetched instead.
     public var patchFallbackReason: String?
+
+    /// Makes this the report of a sync the throttle (or a backoff) held back until `next`,
+    /// with `version` installed before and after.
+    mutating func throttled(until next: Date, version: Version?) {
+        result = .throttled
+        nextCheck = next
+        self.version = version
+        previousVersion = version
+    }
 }

@@ -57,11 +57,20 @@ public struct Store: Sendable {
     /// The version the `current` link points at, when it and its record agree; nil when
     /// nothing is installed or the disk disagrees with the record (then a full install repairs it).
     public func active(_ app: String) -> InstalledVersion? {
-        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: currentLink(app)),
-              target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))),
-              let installed = metadata(app, version), installed.version.description == version.description,
+        guard let version = linkedVersion(app), let installed = metadata(app, version),
+              installed.version.description == version.description,
               FileSystem.isDirectory(versionDirectory(app, version)) else { return nil }
         return installed
+    }
+
+    /// The version the `current` link names, when its record is there: what a throttled
+    /// no-op reports. It reads no record: decoding one is a tenth of such a run, and
+    /// `active` checks the record against the link on every path that uses it.
+    func linkedVersion(_ app: String) -> Version? {
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: currentLink(app)),
+              target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))),
+              FileSystem.exists(metadataPath(app, version)) else { return nil }
+        return version
     }
 
     /// True when the app has a `current` link that `active` could not trust.
