@@ -30,6 +30,9 @@ struct SyncCommonFormTests {
     ])
     func agrees(_ arguments: [String]) throws {
         let fast = try #require(SyncCommand.parseCommonForm(arguments))
+        // Every property was given a value: reading one left unparsed traps.
+        let unset = Mirror(reflecting: fast).children.filter { "\($0.value)".contains("*definition*") }
+        try #require(unset.isEmpty, "\(unset.map { $0.label ?? "?" })")
         let full = try SyncCommand.parse(arguments)
         #expect(Self.fields(fast) == Self.fields(full))
     }

@@ -59,6 +59,10 @@ struct SyncTests {
     @Test("a failed sync reports the installed version before and after, whether it failed before the throttle or at the server")
     func failedReportsVersions() async throws {
         let h = try SyncHarness()
+        h.origin.setManifestReply { _ in .status(500) }
+        let nothingYet = await h.sync()
+        #expect(nothingYet.result == .failed)
+        #expect(nothingYet.version == nil && nothingYet.previousVersion == nil)
         h.origin.setManifest(h.full("1.0.0"))
         #expect(await h.sync().result == .updated)
         let badKey = await h.sync(publicKey: "not base64")

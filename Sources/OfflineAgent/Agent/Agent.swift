@@ -170,7 +170,8 @@ public actor Agent {
             progress?(event)
         }
         let started = ContinuousClock.now
-        // `run` fills in the versions: a throttled no-op reads only the `current` link.
+        // `run` fills in the versions before it can change anything: a throttled no-op
+        // reads only the `current` link.
         var report = SyncReport(app: app, result: .failed, version: nil, previousVersion: nil)
         do {
             try await run(app: app, manifestURL: manifestURL, options: options, session: session, emit: emit, report: &report)
@@ -183,8 +184,6 @@ public actor Agent {
             report.result = .failed
             report.error = error
             report.version = AppName.isValid(app) ? store.active(app)?.version : nil
-            // A failed sync changed nothing installed; `run`'s own reading, when it made one, stands.
-            report.previousVersion = report.previousVersion ?? report.version
             // The caller reports the failure (the CLI prints one line); this is detail for --verbose.
             if error.code == .busy || error.cause == .cancelled {
                 logger.info("\(app): \(error)")
@@ -197,7 +196,6 @@ public actor Agent {
                 ? OfflineAgentError(.install, "cancelled: \(error)", cause: .cancelled)
                 : OfflineAgentError(.install, "unexpected failure: \(error)", cause: .unexpected)
             report.version = AppName.isValid(app) ? store.active(app)?.version : nil
-            report.previousVersion = report.previousVersion ?? report.version
         }
         await queueReport(report, options: options, duration: ContinuousClock.now - started)
         emit(ProgressEvent(app: app, phase: .done))
@@ -209,10 +207,18 @@ public actor Agent {
         emit: @escaping @Sendable (ProgressEvent) -> Void, report: inout SyncReport
     ) async throws {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'") }
-        let publicKeys = try options.trustedKeys.map(ManifestSignature.publicKey(base64:))
-        let profile = try CookieProfile(root: store.root, name: options.profile)
-        if pool.isShutDown { throw OfflineAgentError(.install, "the agent is shut down", cause: .cancelled) }
-        if Task.isCancelled { throw OfflineAgentError(.install, "cancelled before it started", cause: .cancelled) }
+        let publicKeys: [Curve25519.Signing.PublicKey]
+        let profile: CookieProfile
+        do {
+            publicKeys = try options.trustedKeys.map(ManifestSignature.publicKey(base64:))
+            profile = try CookieProfile(root: store.root, name: options.profile)
+            if pool.isShutDown { throw OfflineAgentError(.install, "the agent is shut down", cause: .cancelled) }
+            if Task.isCancelled { throw OfflineAgentError(.install, "cancelled before it started", cause: .cancelled) }
+        } catch {
+            // Refused before anything was read: the installed version stands.
+            report.previousVersion = store.active(app)?.version
+            throw error
+        }
         let now = configuration.clock()
         let throttle = configuration.throttle
         // Fast path without the lock: a throttled no-op is what cron runs most. State a
@@ -225,13 +231,18 @@ public actor Agent {
             report.throttled(until: next, version: store.linkedVersion(app))
             return
         }
+        // The version before: what a failure reports beside the one it leaves (the same one,
+        // unless a repair under the lock rolled back first).
+        let before = store.active(app)?.version
+        report.previousVersion = before
+        report.version = before
         // Locking, repairs and housekeeping write, fsync and remove trees: off the cooperative pool.
         let start = try await pool.run(.install) {
             try self.start(app: app, now: now, stored: stored, backoff: backoff, needsRepair: needsRepair, force: options.force, session: session)
         }
         guard case .ready(let lock, let check, let failures, let installed) = start else {
             if case .throttled(let next) = start {
-                report.throttled(until: next, version: store.linkedVersion(app))
+                report.throttled(until: next, version: before)
             }
             return
         }

@@ -58,18 +58,19 @@ public struct Store: Sendable {
     /// nothing is installed or the disk disagrees with the record (then a full install repairs it).
     public func active(_ app: String) -> InstalledVersion? {
         guard let version = linkedVersion(app), let installed = metadata(app, version),
-              installed.version.description == version.description,
-              FileSystem.isDirectory(versionDirectory(app, version)) else { return nil }
+              installed.version.description == version.description else { return nil }
         return installed
     }
 
-    /// The version the `current` link names, when its record is there: what a throttled
-    /// no-op reports. It reads no record: decoding one is a tenth of such a run, and
-    /// `active` checks the record against the link on every path that uses it.
+    /// The version the `current` link names, when its record and directory are there: what
+    /// a throttled no-op reports. It reads no record (decoding one is a tenth of such a
+    /// run), so a record that does not match the link goes unseen until the next check,
+    /// whose `active` compares them.
     func linkedVersion(_ app: String) -> Version? {
         guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: currentLink(app)),
               target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))),
-              FileSystem.exists(metadataPath(app, version)) else { return nil }
+              FileSystem.exists(metadataPath(app, version)), FileSystem.isDirectory(versionDirectory(app, version))
+        else { return nil }
         return version
     }
 
