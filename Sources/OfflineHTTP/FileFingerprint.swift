@@ -22,8 +22,18 @@ package struct FileFingerprint: Equatable, Sendable {
 
     /// The fingerprint of a regular file, or nil when `path` is not one.
     package init?(path: String) {
+        self.init(path: path, kind: S_IFREG)
+    }
+
+    /// The fingerprint of a directory, or nil when `path` is not one: its modification
+    /// time moves when an entry is added, removed or renamed.
+    package init?(directory path: String) {
+        self.init(path: path, kind: S_IFDIR)
+    }
+
+    private init?(path: String, kind: mode_t) {
         var st = stat()
-        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
+        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == kind else { return nil }
         self.init(st)
     }
 }

@@ -44,6 +44,26 @@ struct MirrorRoutingTests {
         try await LocalHTTP.request(port: server.port, target, method: method, headers: headers, host: host ?? "\(mirror):\(server.port)")
     }
 
+    // MARK: Mirrored origins
+
+    @Test("a stable store's apps directory is listed once across requests, and again when an app comes")
+    func appsListedOnce() throws {
+        let f = try Self.store()
+        // Older than the second in which a listing may miss an app (LocalMirrors.currentKey).
+        let old = timespec(tv_sec: time(nil) - 10, tv_nsec: 0)
+        var times = [old, old]
+        try #require(utimensat(AT_FDCWD, f.root.path + "/apps", &times, 0) == 0)
+        let mirrors = LocalMirrors(store: f.store)
+        let spa = try #require(MirrorOrigin(url: URL(string: Self.origin)!))
+        for _ in 0..<5 { #expect(mirrors.snapshot().origins.contains(spa)) }
+        #expect(mirrors.listings.load(ordering: .relaxed) == 1)
+        try f.add("shop", version: "1.0.0", fixture: nil, files: ["index.html": Array("<p>shop</p>".utf8)],
+                  whitelist: ["http://127.0.0.1:2/"])
+        let shop = try #require(MirrorOrigin(url: URL(string: "http://127.0.0.1:2")!))
+        #expect(mirrors.snapshot().origins.isSuperset(of: [spa, shop]))
+        #expect(mirrors.listings.load(ordering: .relaxed) >= 2)
+    }
+
     // MARK: Host routing
 
     struct HostCase: CustomTestStringConvertible, Sendable {

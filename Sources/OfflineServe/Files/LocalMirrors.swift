@@ -52,6 +52,8 @@ final class LocalMirrors: Sendable {
 
     private let store: Store
     private let appsDirectory: String
+    /// How many times the apps directory was listed (tests: a stable store is listed once).
+    package let listings = Atomic<Int>(0)
     private let state = Mutex<(names: (FileFingerprint?, [String])?, key: Key?, snapshot: Snapshot)>((nil, nil, Snapshot()))
 
     init(store: Store) {
@@ -82,13 +84,14 @@ final class LocalMirrors: Sendable {
 
     /// What the snapshot depends on, read now (the apps list only when its directory changed).
     private func currentKey() -> Key {
-        let apps = FileFingerprint(path: appsDirectory)
+        let apps = FileFingerprint(directory: appsDirectory)
         let names: [String]
         // The directory's time has whole seconds: a listing made in the second it changed may miss an app.
         if let kept = state.withLock({ $0.names }), let apps, kept.0 == apps, apps.modifiedSeconds < Int(time(nil)) - 1 {
             names = kept.1
         } else {
             names = store.apps()
+            listings.add(1, ordering: .relaxed)
             state.withLock { $0.names = (apps, names) }
         }
         let entries = names.map { app -> AppKey in
