@@ -57,8 +57,9 @@ public struct Store: Sendable {
     /// The version the `current` link points at, when it and its record agree; nil when
     /// nothing is installed or the disk disagrees with the record (then a full install repairs it).
     public func active(_ app: String) -> InstalledVersion? {
-        guard let version = linkedVersion(app), let installed = metadata(app, version),
-              installed.version.description == version.description else { return nil }
+        guard let version = currentTarget(app), let installed = metadata(app, version),
+              installed.version.description == version.description,
+              FileSystem.isDirectory(versionDirectory(app, version)) else { return nil }
         return installed
     }
 
@@ -67,11 +68,16 @@ public struct Store: Sendable {
     /// run), so a record that does not match the link goes unseen until the next check,
     /// whose `active` compares them.
     func linkedVersion(_ app: String) -> Version? {
-        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: currentLink(app)),
-              target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))),
-              FileSystem.exists(metadataPath(app, version)), FileSystem.isDirectory(versionDirectory(app, version))
-        else { return nil }
+        guard let version = currentTarget(app), FileSystem.exists(metadataPath(app, version)),
+              FileSystem.isDirectory(versionDirectory(app, version)) else { return nil }
         return version
+    }
+
+    /// The version the `current` link's target names, read from the link alone.
+    private func currentTarget(_ app: String) -> Version? {
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: currentLink(app)),
+              target.hasPrefix("versions/") else { return nil }
+        return Version(String(target.dropFirst("versions/".count)))
     }
 
     /// True when the app has a `current` link that `active` could not trust.
