@@ -23,15 +23,19 @@ struct OriginProxyTests {
         MirrorOrigin(scheme: "http", host: "127.0.0.1", port: service.port)!
     }
 
-    /// Runs `body` with an echoing upstream, a front mirroring it, and a client.
+    /// Runs `body` with an echoing upstream, a front mirroring it, and a client, once
+    /// for each of `forwarders` (both of `serve`'s by default).
     static func withEcho(
+        via forwarders: [H.Forwarder] = H.Forwarder.allCases,
         _ body: @Sendable (H.Front, MirrorOrigin, HTTPClient) async throws -> Void
     ) async throws {
         let upstream = try await H.startOrigin()
         let origin = origin(upstream)
         do {
-            try await H.withFront(origins: [origin]) { front in
-                try await H.withClient { client in try await body(front, origin, client) }
+            for forwarder in forwarders {
+                try await H.withFront(origins: [origin], via: forwarder) { front in
+                    try await H.withClient { client in try await body(front, origin, client) }
+                }
             }
             await upstream.stop()
         } catch {
@@ -109,7 +113,7 @@ struct OriginProxyTests {
     // MARK: Responses
 
     /// Starts a scripted origin answering every request with `reply`, and a front mirroring it
-    /// (and `alsoMirrored`).
+    /// (and `alsoMirrored`), once for each of `serve`'s forwarders.
     static func withScripted(
         _ reply: @escaping ScriptedServer.Handler, alsoMirrored: [MirrorOrigin] = [],
         configuration: OriginProxy.Configuration = H.patient,
@@ -118,8 +122,10 @@ struct OriginProxyTests {
         let upstream = try ScriptedServer(reply)
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
-        try await H.withFront(origins: [origin] + alsoMirrored, configuration: configuration) { front in
-            try await H.withClient { client in try await body(front, origin, client) }
+        for forwarder in H.Forwarder.allCases {
+            try await H.withFront(origins: [origin] + alsoMirrored, configuration: configuration, via: forwarder) { front in
+                try await H.withClient { client in try await body(front, origin, client) }
+            }
         }
     }
 
@@ -314,13 +320,15 @@ struct OriginProxyTests {
 
     @Test("a 100 MB+ upload is streamed with backpressure: the client stalls while the origin stops reading, then every byte arrives")
     func hundredMegabyteUpload() async throws {
-        try await Self.stallsWithinBound { try await Self.uploadOnce() }
+        for forwarder in H.Forwarder.allCases {
+            try await Self.stallsWithinBound { try await Self.uploadOnce(via: forwarder) }
+        }
     }
 
-    private static func uploadOnce() async throws -> String? {
+    private static func uploadOnce(via forwarder: H.Forwarder) async throws -> String? {
         let size = Self.bigBody, key = "upload-\(UUID())"
         let overshoot = Mutex<String?>(nil)
-        try await Self.withEcho { front, origin, client in
+        try await Self.withEcho(via: [forwarder]) { front, origin, client in
             var upload = H.request(front, origin, "/echo/big?hold=\(key)", method: .PUT)
             upload.body = .stream(H.PatternBody(count: size, track: key + "-sent"), length: .known(Int64(size)))
             async let answer = client.execute(upload, timeout: .seconds(300))
@@ -339,13 +347,15 @@ struct OriginProxyTests {
 
     @Test("a 100 MB+ download is streamed with backpressure: the origin stalls while the page stops reading, then every byte arrives")
     func hundredMegabyteDownload() async throws {
-        try await Self.stallsWithinBound { try await Self.downloadOnce() }
+        for forwarder in H.Forwarder.allCases {
+            try await Self.stallsWithinBound { try await Self.downloadOnce(via: forwarder) }
+        }
     }
 
-    private static func downloadOnce() async throws -> String? {
+    private static func downloadOnce(via forwarder: H.Forwarder) async throws -> String? {
         let size = Self.bigBody, key = "download-\(UUID())"
         let overshoot = Mutex<String?>(nil)
-        try await Self.withEcho { front, origin, client in
+        try await Self.withEcho(via: [forwarder]) { front, origin, client in
             let response = try await client.execute(H.request(front, origin, "/download?bytes=\(size)&track=\(key)"), timeout: .seconds(300))
             #expect(response.headers["content-length"] == [String(size)])
             var body = response.body.makeAsyncIterator()
@@ -370,12 +380,13 @@ struct OriginProxyTests {
 
     // MARK: Failures
 
-    @Test("an origin that refuses connections gets a 502 with a clear body, counted")
-    func refused() async throws {
+    @Test("an origin that refuses connections gets a 502 with a clear body, counted", arguments: H.Forwarder.allCases)
+    func refused(via forwarder: H.Forwarder) async throws {
         // A port held without listening: one closed instead could be another test's by the time the proxy connects.
         try await H.withRefusingPort { port in
             let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: port)!
-            try await H.withFront(origins: [origin], configuration: .init(connectTimeout: .seconds(3), readTimeout: .seconds(5))) { front in
+            let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(3), readTimeout: .seconds(5))
+            try await H.withFront(origins: [origin], configuration: timeouts, via: forwarder) { front in
                 try await H.withClient { client in
                     let response = try await client.execute(H.request(front, origin, "/api/cart", method: .POST), timeout: .seconds(120))
                     #expect(response.status == .badGateway)
@@ -389,12 +400,13 @@ struct OriginProxyTests {
         }
     }
 
-    @Test("an origin that accepts but never answers gets a 502 after the read timeout")
-    func silent() async throws {
+    @Test("an origin that accepts but never answers gets a 502 after the read timeout", arguments: H.Forwarder.allCases)
+    func silent(via forwarder: H.Forwarder) async throws {
         let listener = try LoopbackListener.silent()
         defer { listener.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: listener.port)!
-        try await H.withFront(origins: [origin], configuration: .init(connectTimeout: .seconds(2), readTimeout: .seconds(1))) { front in
+        let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(2), readTimeout: .seconds(1))
+        try await H.withFront(origins: [origin], configuration: timeouts, via: forwarder) { front in
             try await H.withClient { client in
                 let response = try await client.execute(H.request(front, origin, "/api"), timeout: .seconds(120))
                 #expect(response.status == .badGateway)
@@ -433,8 +445,33 @@ struct OriginProxyTests {
         }
     }
 
-    @Test("an origin that answers before the page's body has arrived: the page gets the answer, then the connection closes, and the server keeps serving")
-    func earlyAnswer() async throws {
+    @Test("origin connections are kept between forwards, and not when the origin closes them", arguments: [false, true])
+    func originConnectionReuse(originCloses: Bool) async throws {
+        let upstream = try ScriptedServer { _ in
+            originCloses
+                ? ScriptedServer.Reply(status: 200, headers: [("Connection", "close")], body: Array("ok".utf8), ending: .close(afterBodyBytes: 2))
+                : .ok(Array("ok".utf8))
+        }
+        defer { upstream.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        try await H.withFront(origins: [origin], via: .serve) { front in
+            try await H.withClient { client in
+                // Sequential, on the page's one kept-alive connection: each forward finds the
+                // previous one's origin connection idle, unless the origin closed it.
+                for n in 0..<5 {
+                    let response = try await client.execute(H.request(front, origin, "/api/\(n)"), timeout: .seconds(60))
+                    #expect(response.status == .ok)
+                    #expect(try await H.text(response) == "ok")
+                }
+            }
+        }
+        #expect(upstream.requests.count == 5)
+        #expect(upstream.connections == (originCloses ? 5 : 1))
+    }
+
+    @Test("an origin that answers before the page's body has arrived: the page gets the answer, then the connection closes, and the server keeps serving",
+          arguments: H.Forwarder.allCases)
+    func earlyAnswer(via forwarder: H.Forwarder) async throws {
         // The origin answers without reading the body; the page sends a quarter of what it
         // announced and waits. The upload is still reading the page's request stream when
         // the answer is written, so the server must not read that stream on for a next
@@ -444,7 +481,7 @@ struct OriginProxyTests {
         }
         defer { Task { await upstream.stop() } }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
-        try await H.withFront(origins: [origin]) { front in
+        try await H.withFront(origins: [origin], via: forwarder) { front in
             let port = front.port
             let head = "POST /upload HTTP/1.1\r\nHost: \(front.authority(origin))\r\nContent-Length: \(1 << 20)\r\n\r\n"
             // Blocking socket calls, on a thread of their own rather than the cooperative pool the server runs on.

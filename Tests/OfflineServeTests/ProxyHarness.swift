@@ -13,11 +13,11 @@ import OfflineAgent
 import OfflineHTTP
 @testable import OfflineServe
 import TestSupport
+import Testing
 
-/// Until `serve` routes mirrored hosts, a minimal front server that forwards every
-/// request whose `Host` names a mirror of an allowed origin through `OriginProxy`
-/// (403 otherwise), plus an upstream "origin" that echoes what it received and streams
-/// bodies of any size. Test-only.
+/// A front that forwards every request whose `Host` names a mirror of an allowed origin
+/// (`serve` itself, or `OriginProxy` behind a bare server: `Forwarder`), plus an upstream
+/// "origin" that echoes what it received and streams bodies of any size. Test-only.
 enum ProxyHarness {
     /// Answers every request with one closure.
     struct ClosureResponder: HTTPResponder {
@@ -43,12 +43,21 @@ enum ProxyHarness {
         }
     }
 
+    /// What forwards in a front: `serve` itself, or `OriginProxy` behind a bare server.
+    enum Forwarder: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// `LocalServer`: a request its event loop decides to forward goes to the origin
+        /// there (`OriginExchange`), as nearly every forward in `serve` does.
+        case serve
+        /// `OriginProxy.forward` in a task (AsyncHTTPClient): what `serve` uses for a
+        /// forward its responder decides (a first request, a request pipelined behind one).
+        case task
+        var testDescription: String { rawValue }
+    }
+
     /// A front on 127.0.0.1:0 forwarding requests on the mirror of any of `origins`.
     struct Front: Sendable {
-        let service: BackgroundService
-        let proxy: OriginProxy
+        let port: Int
         let metrics: LocalServerMetrics
-        var port: Int { service.port }
 
         /// The `Host` header a page on `origin`'s mirror sends.
         func authority(_ origin: MirrorOrigin) -> String { "\(origin.mirrorHost):\(port)" }
@@ -59,31 +68,50 @@ enum ProxyHarness {
     /// The proxy's timeouts when a test does not test them: bounds on a hang, not speeds.
     static let patient = OriginProxy.Configuration(connectTimeout: .seconds(60), readTimeout: .seconds(120))
 
+    /// Runs `body` with a front forwarding every request on the mirror of one of `origins`
+    /// (403 for any other name) through `forwarder`. With `.serve`, the front is `serve`
+    /// over a store whose one app whitelists a path on each origin no test requests, so
+    /// the package serves nothing and every request is forwarded.
     static func withFront<T: Sendable>(
-        origins: [MirrorOrigin], configuration: OriginProxy.Configuration = patient,
+        origins: [MirrorOrigin], configuration: OriginProxy.Configuration = patient, via forwarder: Forwarder = .serve,
         _ body: @Sendable (Front) async throws -> T
     ) async throws -> T {
-        let metrics = LocalServerMetrics()
-        let proxy = OriginProxy(configuration: configuration, metrics: metrics)
-        let allowed = Set(origins)
-        let port = PortBox()
-        let service = try await startServer { request in
-            let host = request.head.authority.map { String($0.split(separator: ":").first ?? "") } ?? ""
-            guard let origin = MirrorOrigin(mirrorHost: host), allowed.contains(origin) else {
-                return Response(status: .forbidden, body: .init(byteBuffer: ByteBuffer(string: "not mirrored\n")))
+        let front: Front
+        let stop: @Sendable () async -> Void
+        switch forwarder {
+        case .serve:
+            let fixture = LocalStoreFixture()
+            try fixture.add("proxied", version: "1.0.0", fixture: nil, whitelist: origins.map { "\($0.origin)/never-requested/" })
+            var settings = LocalServer.Configuration(root: fixture.root.path, port: 0, deviceID: "device")
+            settings.origins = configuration
+            let server = try await LocalServer(configuration: settings, logger: quietLogger).start()
+            front = Front(port: server.port, metrics: server.metrics)
+            stop = { await server.stop(); _ = fixture }
+        case .task:
+            let metrics = LocalServerMetrics()
+            let proxy = OriginProxy(configuration: configuration, metrics: metrics)
+            let allowed = Set(origins)
+            let port = PortBox()
+            let service = try await startServer { request in
+                let host = request.head.authority.map { String($0.split(separator: ":").first ?? "") } ?? ""
+                guard let origin = MirrorOrigin(mirrorHost: host), allowed.contains(origin) else {
+                    return Response(status: .forbidden, body: .init(byteBuffer: ByteBuffer(string: "not mirrored\n")))
+                }
+                return await proxy.forward(request, to: origin, servePort: port.value, isMirrored: { allowed.contains($0) })
             }
-            return await proxy.forward(request, to: origin, servePort: port.value, isMirrored: { allowed.contains($0) })
+            port.value = service.port
+            front = Front(port: service.port, metrics: metrics)
+            stop = {
+                await service.stop()
+                await proxy.shutdown()
+            }
         }
-        port.value = service.port
-        let front = Front(service: service, proxy: proxy, metrics: metrics)
         do {
             let result = try await body(front)
-            await service.stop()
-            await proxy.shutdown()
+            await stop()
             return result
         } catch {
-            await service.stop()
-            await proxy.shutdown()
+            await stop()
             throw error
         }
     }

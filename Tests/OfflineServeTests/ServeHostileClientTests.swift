@@ -279,6 +279,50 @@ struct ServeHostileClientTests {
         await server.stop()
     }
 
+    @Test("a request body read for longer than the header timeout is forwarded whole; one that stalls is closed by the idle timeout")
+    func slowBody() async throws {
+        let upstream = try await ProxyHarness.startOrigin()
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        let f = LocalStoreFixture()
+        try f.add(version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never-requested/"])
+        let server = try await Self.start(f, header: .seconds(1), idle: .seconds(2))
+        let port = server.port, host = "\(origin.mirrorHost):\(port)"
+        let pieces = (0..<10).map { String(repeating: Character(UnicodeScalar(UInt8(97 + $0))), count: 4) }
+        // 10 pieces 300 ms apart: 2.7 s of body, each gap inside the idle timeout.
+        let answer = try await LocalHTTP.onThread { () -> String in
+            guard let fd = HostileSocket.connect(port: port) else { return "no connection" }
+            defer { close(fd) }
+            guard HostileSocket.send(fd, "POST /echo/slow HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 40\r\n\r\n") else { return "head not sent" }
+            for piece in pieces {
+                Thread.sleep(forTimeInterval: 0.3)
+                guard HostileSocket.send(fd, piece) else { return "cut after some body" }
+            }
+            guard let (head, extra) = try? LocalHTTP.readHead(fd) else { return "no answer" }
+            var body = extra, chunk = [UInt8](repeating: 0, count: 4096)
+            while body.count < Int(head.header("content-length") ?? "0") ?? 0 {
+                let n = recv(fd, &chunk, chunk.count, 0)
+                guard n > 0 else { break }
+                body += chunk[0..<n]
+            }
+            return "\(head.status)\n" + String(decoding: body, as: UTF8.self)
+        }
+        #expect(answer.hasPrefix("200\n"), "\(answer)")
+        #expect(ProxyHarness.Echo(parsing: answer).bodyLength == 40, "\(answer)")
+        #expect(server.metrics.timedOutConnections(.header) == 0)
+        // Half a body, then nothing: closed once nothing has been read for the idle timeout.
+        let closed = try await LocalHTTP.onThread { () -> Bool in
+            guard let fd = HostileSocket.connect(port: port) else { return false }
+            defer { close(fd) }
+            guard HostileSocket.send(fd, "POST /echo/stall HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 40\r\n\r\n0123456789") else { return false }
+            return HostileSocket.waitForClose(fd, until: .now + .seconds(30)).closed
+        }
+        #expect(closed, "a stalled body kept its connection")
+        #expect(server.metrics.timedOutConnections(.idle) == 1)
+        #expect(server.metrics.timedOutConnections(.header) == 0)
+        await server.stop()
+        await upstream.stop()
+    }
+
     // MARK: Host
 
     @Test("a request with two Host lines gets 400, whatever they say", arguments: [

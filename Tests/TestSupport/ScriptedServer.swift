@@ -67,12 +67,15 @@ package final class ScriptedServer: @unchecked Sendable {
     package let port: Int
     private let listener: LoopbackListener
     private let handler: Handler
-    private let state = Mutex((log: [Request](), stopped: false))
+    private let state = Mutex((log: [Request](), stopped: false, connections: 0))
 
     package var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// Requests seen so far, in order.
     package var requests: [Request] { state.withLock { $0.log } }
+
+    /// Connections accepted so far.
+    package var connections: Int { state.withLock { $0.connections } }
 
     package init(_ handler: @escaping Handler) throws {
         self.handler = handler
@@ -87,6 +90,7 @@ package final class ScriptedServer: @unchecked Sendable {
     deinit { stop() }
 
     private func serve(_ fd: Int32) {
+        state.withLock { $0.connections += 1 }
         var closed = false
         defer { if !closed { close(fd) } }
         var buffer: [UInt8] = []

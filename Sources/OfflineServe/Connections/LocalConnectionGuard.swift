@@ -11,9 +11,14 @@ import OfflineAgent
 ///   is read or written for `idleTimeout` (an idle keep-alive connection, or a response
 ///   the client stopped reading, whose writes then stall).
 ///
-/// Between a complete head and the server's first write no timer runs: a slow answer
+/// - body timeout: while a request's body is read (from its head's empty line until the
+///   HTTP layer says the request ended, `requestRead()`), the connection is closed when
+///   nothing is read for `idleTimeout`: a body may take as long as it needs while bytes
+///   keep coming (a large upload to a slow origin), never stall for good.
+///
+/// Between a request's end and the server's first write no timer runs: a slow answer
 /// is the server's doing, not the client's. Only the end of a head is looked for (an
-/// empty line); `GET` and `HEAD` carry no body, and any other bytes count as a new head.
+/// empty line); bytes after a request's end count as a new head.
 ///
 /// Every request and response only updates a few fields: a timer is rescheduled when
 /// the deadline moves earlier than the pending one, or when that one fires early.
@@ -35,9 +40,13 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
     private var atLineStart = false
     /// A head is complete and the server has not written since.
     private var awaitingResponse = false
+    /// A head is complete and its request has not ended: what is read is its body.
+    private var readingBody = false
     private var headStarted: NIODeadline
     private var lastActivity: NIODeadline
     private var timer: Scheduled<Void>?
+    /// This handler's context while it is in the pipeline (for `requestRead()`).
+    private var context: ChannelHandlerContext?
     private var timerDeadline: NIODeadline?
 
     init(headerTimeout: TimeAmount, idleTimeout: TimeAmount, metrics: LocalServerMetrics) {
@@ -52,6 +61,7 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
     /// The next deadline and what it enforces; nil while the server owes an answer.
     private var deadline: (at: NIODeadline, kind: LocalConnectionTimeout)? {
         if readingHead { return (headStarted + headerTimeout, .header) }
+        if readingBody { return (lastActivity + idleTimeout, .idle) }
         if awaitingResponse { return nil }
         return (lastActivity + idleTimeout, .idle)
     }
@@ -62,10 +72,12 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
         if context.channel.isActive { arm(context) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
         cancel()
     }
 
@@ -79,8 +91,16 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
         lastActivity = now
         let wasReading = readingHead
         scan(unwrapInboundIn(data), now: now)
-        if readingHead != wasReading || readingHead { arm(context) }
+        if readingHead != wasReading || readingHead || readingBody { arm(context) }
         context.fireChannelRead(data)
+    }
+
+    /// The HTTP layer read the current request to its end: no body is read any more, and
+    /// the next bytes begin a head.
+    func requestRead() {
+        guard readingBody else { return }
+        readingBody = false
+        if let context { arm(context) }
     }
 
     /// Follows head boundaries through `bytes`: an empty line (`\r\n` or `\n`) ends a
@@ -88,6 +108,8 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
     private func scan(_ bytes: ByteBuffer, now: NIODeadline) {
         bytes.withUnsafeReadableBytes { raw in
             for byte in raw {
+                // A body's bytes are not a head; the HTTP layer says where the body ends.
+                if readingBody { return }
                 if !readingHead || !headHasBytes {
                     if byte == 13 || byte == 10 { continue }
                     if !readingHead {
@@ -101,6 +123,7 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
                         readingHead = false
                         headHasBytes = false
                         awaitingResponse = true
+                        readingBody = true
                     } else {
                         atLineStart = true
                     }

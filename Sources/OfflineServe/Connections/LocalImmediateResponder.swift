@@ -3,14 +3,16 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 import NIOHTTPTypes
+import OfflineAgent
 import OfflineHTTP
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Answers on the event loop the requests memory alone answers
-/// (`LocalServerResponder.immediateResponse(to:)`: a warm package file), and passes every
-/// other request on, whole, to Hummingbird's responder behind it.
+/// (`LocalServerResponder.immediateAnswer(to:)`: a warm package file), forwards there the
+/// requests a mirror host sends to its origin (`OriginExchange`), and passes every other
+/// request on, whole, to Hummingbird's responder behind it.
 ///
 /// Most of what a page loads is such a file, and each one answered here skips the task,
 /// the two hops between the event loop and Swift's cooperative pool, and the async
@@ -20,7 +22,7 @@ import Glibc
 /// sees every request and response, for keep-alive and graceful shutdown) and before
 /// the async channel. Responses leave in request order: a request is answered here only
 /// while no request passed on is still owed its response (counted down at each response's
-/// `.end`), and only while the channel is writable, so a client that sends without
+/// `.end`) or forwarded, and only while the channel is writable, so a client that sends without
 /// reading meets the async channel's backpressure. After a request with
 /// `Connection: close` the output is shut down, as Hummingbird does, and whatever the
 /// client sends after it is dropped.
@@ -41,48 +43,157 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     private var closing = false
     /// The `Date` value and the second it is for.
     private var date = (second: -1, text: "")
+    /// The request being forwarded to its origin, from its head to its response's end.
+    private var exchange: OriginExchange?
+    /// The forwarded request asked to close the connection after its response.
+    private var closeAfterExchange = false
+    /// Parts of the requests after a forwarded one, read before its response ended (a
+    /// pipelining client): handled, in order, once it has.
+    private var waiting: [HTTPRequestPart] = []
+    /// A read the exchange held back (its origin connection was not taking the body).
+    private var readHeld = false
+    private var pool: OriginConnectionPool?
+    /// Told where each request ends, so a body is never timed as a head.
+    private var connectionGuard: LocalConnectionGuard?
 
     init(responder: LocalServerResponder) {
         self.responder = responder
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        pool = .of(context.eventLoop)
+        connectionGuard = try? context.pipeline.syncOperations.handler(type: LocalConnectionGuard.self)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let part = unwrapInboundIn(data)
+        if case .end = part { connectionGuard?.requestRead() }
+        handle(part, context: context)
+    }
+
+    private func handle(_ part: HTTPRequestPart, context: ChannelHandlerContext) {
         guard !closing else { return }
-        switch unwrapInboundIn(data) {
+        if let exchange {
+            if exchange.requestRead {
+                waiting.append(part)
+            } else {
+                exchange.pageRead(part)
+            }
+            return
+        }
+        switch part {
         case .head(let head):
             if owed == 0, context.channel.isWritable,
-               let response = responder.immediateResponse(to: Request(head: head, body: RequestBody(buffer: ByteBuffer()))) {
+               let answer = responder.immediateAnswer(to: Request(head: head, body: RequestBody(buffer: ByteBuffer()))) {
                 answered = true
-                write(response, context: context)
-                // Hummingbird's own test: the connection ends after this response.
-                if head.headerFields[.connection] == "close" {
-                    closing = true
-                    unflushed = false
-                    context.flush()
-                    context.close(mode: .output, promise: nil)
+                switch answer {
+                case .response(let response):
+                    write(response, context: context)
+                    // Hummingbird's own test: the connection ends after this response.
+                    if head.headerFields[.connection] == "close" { close(context) }
+                case .forward(let origin, let snapshot, let reason):
+                    answered = false
+                    forward(head, to: origin, mirrors: snapshot, reason: reason, context: context)
                 }
                 return
             }
             answered = false
             owed += 1
-            context.fireChannelRead(data)
+            context.fireChannelRead(wrapInboundOut(part))
         case .body:
-            if !answered { context.fireChannelRead(data) }
+            if !answered { context.fireChannelRead(wrapInboundOut(part)) }
         case .end:
             if answered {
                 answered = false
             } else {
-                context.fireChannelRead(data)
+                context.fireChannelRead(wrapInboundOut(part))
             }
         }
     }
 
+    /// Ends the connection after the responses written so far.
+    private func close(_ context: ChannelHandlerContext) {
+        closing = true
+        unflushed = false
+        context.flush()
+        context.close(mode: .output, promise: nil)
+    }
+
+    private func forward(
+        _ head: HTTPRequest, to origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot, reason: FallbackReason?, context: ChannelHandlerContext
+    ) {
+        let origins = mirrors.origins
+        closeAfterExchange = head.headerFields[.connection] == "close"
+        let exchange = OriginExchange(
+            head, to: origin, servePort: LocalServerResponder.servePort(of: Request(head: head, body: RequestBody(buffer: ByteBuffer()))),
+            fallback: reason, isMirrored: { origins.contains($0) }, page: context, pool: pool ?? .of(context.eventLoop),
+            configuration: responder.proxy.configuration, metrics: responder.metrics,
+            onEnd: { [unowned self] ending in exchangeEnded(ending, context: context) },
+            onOriginWritable: { [unowned self] in resumeReading(context) })
+        self.exchange = exchange
+        exchange.start()
+    }
+
+    private func exchangeEnded(_ ending: OriginExchange.Ending, context: ChannelHandlerContext) {
+        exchange = nil
+        if ending == .close {
+            closing = true
+            waiting.removeAll()
+            context.close(promise: nil)
+            return
+        }
+        if closeAfterExchange { return close(context) }
+        // The requests read meanwhile, in order; one of them may start another exchange,
+        // and the parts after it wait again.
+        let parts = waiting
+        waiting.removeAll()
+        for part in parts { handle(part, context: context) }
+        if unflushed {
+            unflushed = false
+            context.flush()
+        }
+        resumeReading(context)
+    }
+
+    private func resumeReading(_ context: ChannelHandlerContext) {
+        guard readHeld, exchange?.mayReadPage ?? true else { return }
+        readHeld = false
+        context.read()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        // While a request is forwarded, its body is read only as fast as its origin takes
+        // it, and nothing after it until its response has ended.
+        if let exchange, !exchange.mayReadPage {
+            readHeld = true
+            return
+        }
+        context.read()
+    }
+
     func channelReadComplete(context: ChannelHandlerContext) {
+        exchange?.pageReadComplete()
         if unflushed {
             unflushed = false
             context.flush()
         }
         context.fireChannelReadComplete()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { exchange?.pageWritable() }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        exchange?.pageClosed()
+        exchange = nil
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        exchange?.pageClosed()
+        exchange = nil
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -26,6 +26,8 @@ final class LocalMirrors: Sendable {
         var origins: Set<MirrorOrigin> = []
         /// The whitelist prefixes on each origin.
         var prefixes: [MirrorOrigin: [Prefix]] = [:]
+        /// Each origin by its mirror host (`MirrorOrigin.mirrorHost`), the name a request's `Host` carries.
+        var byMirrorHost: [String: MirrorOrigin] = [:]
 
         /// The app whose whitelist selects `path` (percent-encoded) on `origin`: the
         /// longest matching prefix wins, as in `Resolver.resolve`.
@@ -72,6 +74,7 @@ final class LocalMirrors: Sendable {
                 guard let url = ParsedURL(string: prefix), let origin = MirrorOrigin(scheme: url.scheme, host: url.host, port: url.port)
                 else { continue }
                 snapshot.origins.insert(origin)
+                snapshot.byMirrorHost[origin.mirrorHost] = origin
                 snapshot.prefixes[origin, default: []].append(Prefix(app: entry.app, url: url))
             }
         }

@@ -41,11 +41,11 @@ extension LocalServerResponder {
         // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
         // `authority`; any left among the fields is a second one, maybe naming another host.
         if request.headers.contains(Self.hostField) { return .twoHosts }
-        if let host = request.head.authority.flatMap({ WebAddress.split(authority: $0)?.host }), Self.isMirrorName(host) {
+        if let host = request.head.authority.flatMap({ WebAddress.split(authority: $0)?.host }), let name = Self.mirrorName(host) {
+            // A mirror host names its origin in one spelling only (`MirrorOrigin(mirrorHost:)`),
+            // so the snapshot's table of those spellings answers without parsing the name.
             let snapshot = mirrors.snapshot()
-            if let origin = MirrorOrigin(mirrorHost: host), snapshot.origins.contains(origin) {
-                return .mirror(origin, snapshot)
-            }
+            if let origin = snapshot.byMirrorHost[name] { return .mirror(origin, snapshot) }
             return .unmirrored(host)
         }
         if checkHost, !LocalHost.isLoopback(authority: request.head.authority) { return .notLoopback }
@@ -71,11 +71,12 @@ extension LocalServerResponder {
         }
     }
 
-    /// A name under `.localhost` other than `localhost` itself: a mirror host or nothing.
-    static func isMirrorName(_ host: Substring) -> Bool {
+    /// A name under `.localhost` other than `localhost` itself (a mirror host or nothing),
+    /// lowercased and without a trailing dot; nil for any other name.
+    static func mirrorName(_ host: Substring) -> String? {
         var name = host.lowercased()
         if name.hasSuffix(".") { name.removeLast() }
-        return name.hasSuffix("." + MirrorOrigin.suffix)
+        return name.hasSuffix("." + MirrorOrigin.suffix) ? name : nil
     }
 
     /// The port the client reached this server on, from its `Host` (80 when it names none).

@@ -21,6 +21,9 @@ enum ForwardedHeaders {
         "proxy-authenticate", "proxy-authorization",
     ]
 
+    /// What a request never carries to its origin, whatever its `Connection` lists.
+    private static let requestDropped = hopByHop.union(["host", "expect"])
+
     /// The names a `Connection` header lists, lowercased (each is hop-by-hop too).
     static func connectionOptions<S: Sequence<String>>(_ connectionValues: S) -> Set<String> {
         var names: Set<String> = []
@@ -44,7 +47,8 @@ enum ForwardedHeaders {
     /// - No `X-Forwarded-*` or `Forwarded` header is added: for the origin, the request
     ///   comes from the device as the page would have sent it.
     static func request(_ fields: HTTPFields, servePort: Int) -> HTTPHeaders {
-        let drop = hopByHop.union(connectionOptions(fields[values: .connection])).union(["host", "expect"])
+        let listed = fields[values: .connection]
+        let drop = listed.isEmpty ? requestDropped : requestDropped.union(connectionOptions(listed))
         var headers = HTTPHeaders()
         headers.reserveCapacity(fields.count)
         let cookies = fields[values: .cookie]
@@ -72,7 +76,8 @@ enum ForwardedHeaders {
     static func response(
         _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
     ) -> HTTPFields {
-        let drop = hopByHop.union(connectionOptions(headers["connection"]))
+        let listed = headers["connection"]
+        let drop = listed.isEmpty ? hopByHop : hopByHop.union(connectionOptions(listed))
         var fields = HTTPFields()
         fields.reserveCapacity(headers.count)
         for (name, value) in headers {

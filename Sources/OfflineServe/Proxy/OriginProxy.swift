@@ -5,6 +5,7 @@ import Glibc
 import Hummingbird
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import OfflineAgent
 import OfflineHTTP
 
@@ -27,7 +28,7 @@ import OfflineHTTP
 /// the proxy decides *how*.
 package struct OriginProxy: Sendable {
     /// Timeouts and pool size for the connections to origins.
-    package struct Configuration: Sendable {
+    package struct Configuration: Sendable, Equatable {
         /// A connection to the origin must be made within this time (refused fails at once).
         package var connectTimeout: Duration
         /// The origin must send something within this time whenever the proxy waits for it.
@@ -42,6 +43,8 @@ package struct OriginProxy: Sendable {
         }
     }
 
+    /// The timeouts, also those of forwards made on the event loop (`OriginExchange`).
+    package let configuration: Configuration
     private let client: HTTPClient
     private let ownsClient: Bool
     private let metrics: LocalServerMetrics?
@@ -49,6 +52,7 @@ package struct OriginProxy: Sendable {
     /// A proxy over the process's shared client (default configuration), which lives as
     /// long as the process: nothing to shut down.
     package init(metrics: LocalServerMetrics? = nil) {
+        self.configuration = Configuration()
         self.client = Self.shared
         self.ownsClient = false
         self.metrics = metrics
@@ -56,6 +60,7 @@ package struct OriginProxy: Sendable {
 
     /// A proxy with a client of its own; call ``shutdown()`` when the server stops.
     package init(configuration: Configuration, metrics: LocalServerMetrics? = nil) {
+        self.configuration = configuration
         self.client = Self.makeClient(configuration)
         self.ownsClient = true
         self.metrics = metrics
@@ -155,6 +160,12 @@ package struct OriginProxy: Sendable {
             case .remoteConnectionClosed: return ("unreachable", "the origin closed the connection before answering")
             default: break
             }
+        }
+        if let error = error as? ChannelError, case .connectTimeout = error {
+            return ("timeout", "no connection within the connect timeout")
+        }
+        if let error = error as? NIOConnectionError, error.connectionErrors.isEmpty, error.dnsAError != nil || error.dnsAAAAError != nil {
+            return ("unreachable", "cannot resolve the origin's host")
         }
         if let errno = SocketErrno.code(in: error) {
             return ("unreachable", String(cString: strerror(errno)).lowercased())

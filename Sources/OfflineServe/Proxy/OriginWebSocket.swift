@@ -1,7 +1,6 @@
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import NIOSSL
 import NIOWebSocket
 import OfflineAgent
 import Synchronization
@@ -39,7 +38,6 @@ package struct OriginWebSocket: Sendable {
         to origin: MirrorOrigin, target: String, headers: HTTPHeaders, limits: WebSocketRelay.Limits,
         group: any EventLoopGroup
     ) async throws -> OriginWebSocket {
-        let tls = origin.scheme == "https" ? try tlsContext() : nil
         let host = WebAddress.unbracketed(origin.host)
         var headers = headers
         if !headers.contains(name: "Host") {
@@ -52,12 +50,7 @@ package struct OriginWebSocket: Sendable {
             .connectTimeout(.init(limits.handshakeTimeout))
             .connect(host: host, port: origin.port) { channel -> EventLoopFuture<(any Channel, EventLoopFuture<Outcome>)> in
                 channel.eventLoop.makeCompletedFuture {
-                    if let tls {
-                        // No SNI for an address literal (RFC 6066 §3).
-                        let literal = host.contains(":") || host.split(separator: ".").allSatisfy { UInt8($0) != nil }
-                        let name = literal ? nil : host
-                        try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: tls, serverHostname: name))
-                    }
+                    try OriginTLS.addHandler(for: origin, to: channel)
                     let upgrader = NIOTypedWebSocketClientUpgrader<Outcome>(
                         maxFrameSize: maxFrameSize,
                         upgradePipelineHandler: { channel, response in
@@ -104,11 +97,4 @@ package struct OriginWebSocket: Sendable {
     private final class TimedOut: Sendable {
         let flag = Atomic(false)
     }
-
-    /// One TLS client context for the process (system trust roots), made on first use.
-    private static func tlsContext() throws -> NIOSSLContext {
-        try sharedTLS.get()
-    }
-
-    private static let sharedTLS = Result { try NIOSSLContext(configuration: .makeClientConfiguration()) }
 }

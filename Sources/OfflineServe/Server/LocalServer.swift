@@ -45,7 +45,8 @@ import ServiceLifecycle
 /// `h5.example.com.localhost`) with the origin's paths: whitelisted files from the
 /// package (`X-Offline-Source: package`), navigations to single-page routes with the
 /// manifest's `fallback` page, and everything else forwarded to the origin
-/// (`OriginProxy`, `X-Offline-Source: origin`), the kill switch included; a WebSocket
+/// (`OriginExchange` on the event loop, or `OriginProxy`; `X-Offline-Source: origin`),
+/// the kill switch included; a WebSocket
 /// upgrade there is relayed to the origin's WebSocket (`WebSocketRelay`). `/open` and
 /// `/session/item` redirect URLs on a mirrored origin to their mirror URL. Any other
 /// name under `.localhost` gets 403.
@@ -96,9 +97,12 @@ public struct LocalServer: Sendable {
         /// request head within this time (10 s by default), or it is closed.
         public var headerTimeout: Duration
         /// A connection on which nothing is read or written for this long after a
-        /// response has started is closed (60 s by default): an idle keep-alive
-        /// connection, or a client that stopped reading its response.
+        /// response has started, or nothing read while a request body is read, is
+        /// closed (60 s by default): an idle keep-alive connection, a client that
+        /// stopped reading its response, or one that stopped sending its body.
         public var idleTimeout: Duration
+        /// Timeouts and pool size for forwarded requests (the defaults of `OriginProxy.Configuration`).
+        package var origins = OriginProxy.Configuration()
 
         /// A configuration; the defaults listen on 127.0.0.1:8421.
         public init(
@@ -170,9 +174,12 @@ public struct LocalServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
+        let proxy = makeProxy()
         do {
-            try await ServiceRunner.run(makeApplication(onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
+            try await ServiceRunner.run(makeApplication(proxy: proxy, onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
+            await proxy.shutdown()
         } catch {
+            await proxy.shutdown()
             throw listenFailure(error)
         }
     }
@@ -183,10 +190,12 @@ public struct LocalServer: Sendable {
     /// - Throws: `OfflineAgentError(.serve, cause: .listenFailed)` when the address
     ///   cannot be bound (in use, not on this machine, not permitted).
     public func start() async throws -> RunningLocalServer {
+        let proxy = makeProxy()
         do {
-            let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
-            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service, resolver: resolver)
+            let service = try await ServiceRunner.start(logger: logger) { makeApplication(proxy: proxy, onListening: $0) }
+            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service, resolver: resolver, proxy: proxy)
         } catch {
+            await proxy.shutdown()
             throw listenFailure(error)
         }
     }
@@ -211,13 +220,19 @@ public struct LocalServer: Sendable {
         return OfflineAgentError(.serve, "cannot serve on \(address): \(why)", cause: .listenFailed)
     }
 
-    private func makeApplication(onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
+    /// The process's shared proxy, or one of its own for other timeouts (shut down with the server).
+    private func makeProxy() -> OriginProxy {
+        configuration.origins == OriginProxy.Configuration()
+            ? OriginProxy(metrics: metrics) : OriginProxy(configuration: configuration.origins, metrics: metrics)
+    }
+
+    private func makeApplication(proxy: OriginProxy, onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
         let mirrors = LocalMirrors(store: resolver.store)
         let responder = LocalServerResponder(
             versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
             logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
-            mirrors: mirrors, proxy: OriginProxy(metrics: metrics))
+            mirrors: mirrors, proxy: proxy)
         let webSockets = MirrorWebSocketUpgrade(mirrors: mirrors, metrics: metrics, limits: WebSocketRelay.Limits())
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = Self.timeAmount(configuration.headerTimeout), idleTimeout = Self.timeAmount(configuration.idleTimeout)

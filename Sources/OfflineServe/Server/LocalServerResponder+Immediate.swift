@@ -4,8 +4,8 @@ import NIOCore
 import OfflineAgent
 
 /// Requests answered on the connection's event loop (`LocalImmediateResponder`): a page's
-/// files, once warm, need no task, no hop to Swift's cooperative pool and back, and no
-/// wait, so they are answered where they were read.
+/// files, once warm, and the requests a mirror forwards need no task, no hop to Swift's
+/// cooperative pool and back, and no wait, so they are answered where they were read.
 extension LocalServerResponder {
     /// A response whose body, if it has one, is already in memory.
     struct ImmediateResponse {
@@ -13,31 +13,54 @@ extension LocalServerResponder {
         var body: ByteBuffer?
     }
 
-    /// The response to `request` when memory alone makes it: a GET or HEAD of a package
-    /// file, on the plain host (`/<app>/<rest>`) or a mirror host, of a version the kill
-    /// switch lets through, whose pin (`LocalVersions.keptPin`) and bytes
-    /// (`LocalFileCache.kept`) an earlier request left. Counted as `respond` counts it, and
-    /// the same response, headers and bytes, that `respond` makes. Nil, with nothing
-    /// counted, for every other request: `respond` answers those (and warms the caches).
+    /// What the event loop does with a request (`LocalImmediateResponder`).
+    enum ImmediateAnswer {
+        /// Answered from memory.
+        case response(ImmediateResponse)
+        /// Forwarded to the origin of its mirror host (`OriginExchange`); the kill switch's
+        /// reason when it is what sent the request there.
+        case forward(MirrorOrigin, LocalMirrors.Snapshot, FallbackReason?)
+    }
+
+    /// What the event loop does with `request`, when it needs nothing but memory and the
+    /// checks below:
+    ///
+    /// - a GET or HEAD of a package file, on the plain host (`/<app>/<rest>`) or a mirror
+    ///   host, of a version the kill switch lets through, whose pin
+    ///   (`LocalVersions.keptPin`) and bytes (`LocalFileCache.kept`) an earlier request
+    ///   left, is answered: counted as `respond` counts it, with the same response,
+    ///   headers and bytes, that `respond` makes;
+    /// - a request on a mirror host that `mirror` would forward, decided from the mirrors'
+    ///   snapshot and the kept pin alone (any method but GET and HEAD; a path no whitelist
+    ///   selects; the kill switch), is forwarded, counted as `mirror` counts it.
+    ///
+    /// Nil, with nothing counted, for every other request: `respond` answers those (and
+    /// warms the caches).
     ///
     /// Costs a `readlink` and three `stat`s (the pin's and the lifecycle record's, the same
     /// checks every response makes so a swap is seen at once), and never waits for a lock.
-    func immediateResponse(to request: Request) -> ImmediateResponse? {
-        guard request.method == .get || request.method == .head else { return nil }
+    func immediateAnswer(to request: Request) -> ImmediateAnswer? {
         let path = request.uri.path
         guard !path.hasPrefix(LocalLifecycle.routePrefix) else { return nil }
+        let fileRequest = request.method == .get || request.method == .head
         var response: ImmediateResponse
         switch hostName(request) {
         case .plain:
-            guard Self.controlRoute(path) == nil, case (let app, let rest?) = Self.appPath(path), AppName.isValid(app),
+            guard fileRequest, Self.controlRoute(path) == nil, case (let app, let rest?) = Self.appPath(path), AppName.isValid(app),
                   let kept = keptFile(app: app, rest: rest, request: request)
             else { return nil }
             response = kept
         case .mirror(let origin, let snapshot):
-            guard request.headers[.upgrade] == nil, let app = snapshot.app(origin: origin, path: path),
-                  let pinned = versions.keptPin(app), let rest = Self.rest(of: path, on: origin, in: pinned),
-                  let kept = keptFile(app: app, rest: rest, request: request, pinned: pinned)
-            else { return nil }
+            // Upgrades go to `respond`, which refuses the invalid ones `mirror` sees.
+            guard request.headers[.upgrade] == nil else { return nil }
+            guard fileRequest, let app = snapshot.app(origin: origin, path: path) else { return .forward(origin, snapshot, nil) }
+            guard let pinned = versions.keptPin(app) else { return nil }
+            guard let rest = Self.rest(of: path, on: origin, in: pinned) else { return .forward(origin, snapshot, nil) }
+            if let reason = pinned.fallback ?? (lifecycle.isBad(app, pinned.version) ? .badVersion : nil) {
+                metrics.recordFallback(app: app, reason: reason)
+                return .forward(origin, snapshot, reason)
+            }
+            guard let kept = keptFile(app: app, rest: rest, request: request, pinned: pinned) else { return nil }
             metrics.recordMirrorHit(app: app)
             response = kept
             response.head.headerFields[Self.sourceHeader] = "package"
@@ -46,7 +69,7 @@ extension LocalServerResponder {
         }
         metrics.recordImmediateResponse()
         logger.debug("\(request.method) \(request.uri) \(response.head.status.code)")
-        return response
+        return .response(response)
     }
 
     /// The response with `rest` of `app`'s pinned version, from kept bytes only.

@@ -15,12 +15,14 @@ public final class RunningLocalServer: Sendable {
     public let metrics: LocalServerMetrics
     private let service: BackgroundService
     private let resolver: Resolver
+    private let proxy: OriginProxy
 
-    init(host: String, metrics: LocalServerMetrics, service: BackgroundService, resolver: Resolver) {
+    init(host: String, metrics: LocalServerMetrics, service: BackgroundService, resolver: Resolver, proxy: OriginProxy) {
         self.host = host
         self.metrics = metrics
         self.service = service
         self.resolver = resolver
+        self.proxy = proxy
     }
 
     /// The port it listens on (the one picked, when configured with 0).
@@ -37,5 +39,8 @@ public final class RunningLocalServer: Sendable {
     }
 
     /// Shuts the server down gracefully and waits until it has stopped.
-    public func stop() async { await service.stop() }
+    public func stop() async {
+        await service.stop()
+        await proxy.shutdown()
+    }
 }

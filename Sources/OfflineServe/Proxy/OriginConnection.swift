@@ -1,0 +1,132 @@
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import OfflineAgent
+
+/// One HTTP/1.1 connection to an origin, used by one `OriginExchange` at a time and kept
+/// in its event loop's `OriginConnectionPool` between them.
+///
+/// The last handler of the connection's pipeline (after TLS for `https` and NIO's HTTP
+/// client codec): it hands the origin's response parts to the exchange that owns the
+/// connection, and holds the connection's reads while that exchange's page is not
+/// reading (backpressure from the page to the origin).
+final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundIn = HTTPClientRequestPart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    let origin: MirrorOrigin
+    /// The exchange using the connection; nil while it waits in the pool.
+    var exchange: OriginExchange?
+    /// Told when a pooled connection closes, so the pool lets it go.
+    var onIdleClose: (() -> Void)?
+    private(set) var channel: (any Channel)?
+    private var context: ChannelHandlerContext?
+    /// Reads are held (the page is not reading); `readHeld` is a read owed once they resume.
+    private var paused = false
+    private var readHeld = false
+
+    init(origin: MirrorOrigin) {
+        self.origin = origin
+    }
+
+    /// Opens a connection to `origin` on `eventLoop`, within `timeout`.
+    static func connect(to origin: MirrorOrigin, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<OriginConnection> {
+        ClientBootstrap(group: eventLoop)
+            .connectTimeout(timeout)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try OriginTLS.addHandler(for: origin, to: channel)
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers(leftOverBytesStrategy: .dropBytes)
+                    try channel.pipeline.syncOperations.addHandler(OriginConnection(origin: origin))
+                }
+            }
+            .connect(host: WebAddress.unbracketed(origin.host), port: origin.port)
+            .flatMapThrowing { channel in try channel.pipeline.syncOperations.handler(type: OriginConnection.self) }
+    }
+
+    var isWritable: Bool { channel?.isWritable ?? false }
+    var isActive: Bool { channel?.isActive ?? false }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        channel = context.channel
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if let exchange {
+            exchange.originRead(unwrapInboundIn(data))
+        } else {
+            // An idle connection has nothing to say: whatever it sends, it is not reused.
+            context.close(promise: nil)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        exchange?.originReadComplete()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { exchange?.originWritable() }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if let exchange {
+            self.exchange = nil
+            exchange.originClosed(nil)
+        } else {
+            onIdleClose?()
+            onIdleClose = nil
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let exchange {
+            self.exchange = nil
+            exchange.originClosed(error)
+        }
+        context.close(promise: nil)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if paused {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    /// Stops reading from the origin until `resume()`.
+    func pause() {
+        paused = true
+    }
+
+    /// Reads from the origin again, with the read held while paused.
+    func resume() {
+        guard paused else { return }
+        paused = false
+        if readHeld, let context {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    func write(_ part: HTTPClientRequestPart) {
+        context?.write(wrapOutboundOut(part), promise: nil)
+    }
+
+    func flush() {
+        context?.flush()
+    }
+
+    func close() {
+        exchange = nil
+        onIdleClose = nil
+        channel?.close(promise: nil)
+    }
+}

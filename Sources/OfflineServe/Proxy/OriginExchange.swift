@@ -1,0 +1,292 @@
+import HTTPTypes
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOPosix
+import OfflineAgent
+
+/// One request on a mirror host forwarded to its origin on the page connection's event
+/// loop (`LocalImmediateResponder`), with the same rules as `OriginProxy` (headers by
+/// `ForwardedHeaders`, bodies streamed with backpressure both ways, a 502 with a one-line
+/// reason when the origin cannot be reached, a cut-off answer cut off for the page too)
+/// but no task, no async sequence and no hop off the loop: the page's parts go to the
+/// origin as they are read, and the origin's to the page.
+///
+/// The origin connection comes from the loop's `OriginConnectionPool` and goes back to it
+/// once both messages ended on a connection the origin keeps alive. A request without a
+/// body that meets a pooled connection the origin had closed is sent once more, on a new
+/// connection (the origin cannot have acted on it).
+final class OriginExchange {
+    /// How the page connection goes on once the exchange is over.
+    enum Ending {
+        /// Both messages complete: the next request may follow.
+        case complete
+        /// The page's request was not read to its end, or the answer was cut off: close it.
+        case close
+    }
+
+    let origin: MirrorOrigin
+    private let page: ChannelHandlerContext
+    private let pool: OriginConnectionPool
+    private let configuration: OriginProxy.Configuration
+    private let metrics: LocalServerMetrics?
+    private let head: HTTPRequestHead
+    private let servePort: Int
+    private let isMirrored: (MirrorOrigin) -> Bool
+    private let fallback: FallbackReason?
+    /// The request has a body (its head says so): never sent twice.
+    private let hasBody: Bool
+    private let onEnd: (Ending) -> Void
+    /// Told when the page may be read again (the origin connection took what was sent).
+    private let onOriginWritable: () -> Void
+
+    private var connection: OriginConnection?
+    private var reused = false
+    private var retried = false
+    /// The page's parts read before a connection was there.
+    private var early: [HTTPClientRequestPart] = []
+    /// The page's request was read to its end.
+    private(set) var requestRead = false
+    /// Skipping an informational (1xx) answer up to its end.
+    private var informational = false
+    private var responseStarted = false
+    /// The origin's answer leaves its connection open for another request.
+    private var originKeepsAlive = false
+    private var ended = false
+    private var timer: Scheduled<Void>?
+    private var lastOriginByte = NIODeadline.now()
+
+    init(
+        _ request: HTTPRequest, to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason?,
+        isMirrored: @escaping (MirrorOrigin) -> Bool, page: ChannelHandlerContext, pool: OriginConnectionPool,
+        configuration: OriginProxy.Configuration, metrics: LocalServerMetrics?,
+        onEnd: @escaping (Ending) -> Void, onOriginWritable: @escaping () -> Void
+    ) {
+        var headers = ForwardedHeaders.request(request.headerFields, servePort: servePort)
+        // `scheme://` off the origin: its host, and its port when not the default.
+        headers.replaceOrAdd(name: "Host", value: String(origin.origin.dropFirst(origin.scheme.count + 3)))
+        let length = request.headerFields[.contentLength]
+        let chunked = request.headerFields[.transferEncoding] != nil
+        hasBody = chunked || (length.map { $0 != "0" } ?? false)
+        if chunked, length == nil {
+            headers.add(name: "Transfer-Encoding", value: "chunked")
+        } else if length == nil, !Self.bodilessMethods.contains(request.method) {
+            // A POST without a body is sent framed as empty, as AsyncHTTPClient frames it
+            // (RFC 9110 §8.6: methods that expect no body get no `Content-Length`).
+            headers.add(name: "Content-Length", value: "0")
+        }
+        head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue), uri: request.path ?? "/", headers: headers)
+        self.origin = origin
+        self.servePort = servePort
+        self.fallback = fallback
+        self.isMirrored = isMirrored
+        self.page = page
+        self.pool = pool
+        self.configuration = configuration
+        self.metrics = metrics
+        self.onEnd = onEnd
+        self.onOriginWritable = onOriginWritable
+    }
+
+    private static let bodilessMethods: Set<HTTPRequest.Method> = [.get, .head, .delete, .connect, .trace]
+
+    /// Whether the page connection may be read now: the request's body goes on to an
+    /// origin connection that takes it.
+    var mayReadPage: Bool {
+        !ended && !requestRead && connection?.isWritable == true
+    }
+
+    /// Takes a pooled connection or opens one, and sends the request head.
+    func start() {
+        if let pooled = pool.take(origin) {
+            reused = true
+            attach(pooled)
+            return
+        }
+        reused = false
+        OriginConnection.connect(to: origin, on: page.eventLoop, timeout: Self.timeAmount(configuration.connectTimeout)).assumeIsolated().whenComplete { [self] result in
+            switch result {
+            case .success(let connection):
+                guard !ended else { return connection.close() }
+                attach(connection)
+            case .failure(let error):
+                guard !ended else { return }
+                fail(OriginProxy.describe(error))
+            }
+        }
+    }
+
+    private func attach(_ connection: OriginConnection) {
+        self.connection = connection
+        connection.exchange = self
+        connection.write(.head(head))
+        for part in early { connection.write(part) }
+        early.removeAll()
+        connection.flush()
+        if requestRead { armTimer() }
+        if connection.isWritable { onOriginWritable() }
+    }
+
+    /// A body part or the end of the page's request.
+    func pageRead(_ part: HTTPRequestPart) {
+        let forwarded: HTTPClientRequestPart
+        switch part {
+        case .head: return
+        case .body(let bytes): forwarded = .body(.byteBuffer(bytes))
+        case .end: forwarded = .end(nil)
+        }
+        if case .end = forwarded { requestRead = true }
+        guard !ended else { return }
+        guard let connection else { return early.append(forwarded) }
+        connection.write(forwarded)
+        if requestRead {
+            connection.flush()
+            armTimer()
+        }
+    }
+
+    func pageReadComplete() {
+        connection?.flush()
+    }
+
+    /// The page connection can take writes again: read the origin again.
+    func pageWritable() {
+        connection?.resume()
+    }
+
+    /// The page connection closed: the origin connection goes too (its exchange is unfinished).
+    func pageClosed() {
+        guard !ended else { return }
+        ended = true
+        timer?.cancel()
+        connection?.close()
+        connection = nil
+    }
+
+    // MARK: The origin's side (`OriginConnection`)
+
+    func originRead(_ part: HTTPClientResponsePart) {
+        guard !ended else { return }
+        lastOriginByte = .now()
+        switch part {
+        case .head(let answer):
+            if answer.status.code < 200, answer.status != .switchingProtocols {
+                informational = true
+                return
+            }
+            informational = false
+            responseStarted = true
+            originKeepsAlive = answer.isKeepAlive
+            metrics?.recordForwarded(origin: origin.origin, status: Int(answer.status.code))
+            var fields = ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
+            fields[LocalServerResponder.sourceHeader] = "origin"
+            if let fallback { fields[LocalServerResponder.fallbackHeader] = fallback.rawValue }
+            let status = HTTPResponse.Status(code: Int(answer.status.code), reasonPhrase: answer.status.reasonPhrase)
+            page.write(NIOAny(HTTPResponsePart.head(HTTPResponse(status: status, headerFields: fields))), promise: nil)
+        case .body(let bytes):
+            guard !informational else { return }
+            page.write(NIOAny(HTTPResponsePart.body(bytes)), promise: nil)
+            if !page.channel.isWritable { connection?.pause() }
+        case .end:
+            if informational {
+                informational = false
+                return
+            }
+            page.writeAndFlush(NIOAny(HTTPResponsePart.end(nil)), promise: nil)
+            finish(keepOrigin: requestRead && originKeepsAlive)
+        }
+    }
+
+    func originReadComplete() {
+        guard !ended else { return }
+        page.flush()
+    }
+
+    func originWritable() {
+        guard !ended else { return }
+        onOriginWritable()
+    }
+
+    /// The origin connection closed (`error` nil) or failed.
+    func originClosed(_ error: (any Error)?) {
+        guard !ended else { return }
+        connection = nil
+        if responseStarted {
+            // Cut off after it began: the page sees a broken response, not a short one.
+            metrics?.recordOriginFailure(origin: origin.origin, reason: "broken")
+            end(.close)
+            return
+        }
+        if reused, !retried, !hasBody {
+            // A kept connection the origin had closed: it never saw this request.
+            retried = true
+            start()
+            return
+        }
+        fail(error.map(OriginProxy.describe) ?? ("unreachable", "the origin closed the connection before answering"))
+    }
+
+    // MARK: Endings
+
+    /// Answers 502 with `why` when nothing of the answer was sent yet.
+    private func fail(_ failure: (reason: String, why: String)) {
+        metrics?.recordOriginFailure(origin: origin.origin, reason: failure.reason)
+        guard !responseStarted else { return end(.close) }
+        let text = ByteBuffer(string: "offline-agent: cannot reach \(origin.origin): \(failure.why)\n")
+        var fields: HTTPFields = [
+            .contentType: "text/plain; charset=utf-8", .contentLength: String(text.readableBytes), .cacheControl: "no-store",
+            LocalServerResponder.sourceHeader: "origin",
+        ]
+        if let fallback { fields[LocalServerResponder.fallbackHeader] = fallback.rawValue }
+        page.write(NIOAny(HTTPResponsePart.head(HTTPResponse(status: .badGateway, headerFields: fields))), promise: nil)
+        if head.method != .HEAD { page.write(NIOAny(HTTPResponsePart.body(text)), promise: nil) }
+        page.writeAndFlush(NIOAny(HTTPResponsePart.end(nil)), promise: nil)
+        connection?.close()
+        connection = nil
+        end(requestRead ? .complete : .close)
+    }
+
+    /// The answer ended: the origin connection is kept when its request was sent whole
+    /// and the origin did not say it closes it.
+    private func finish(keepOrigin: Bool) {
+        if let connection {
+            self.connection = nil
+            if keepOrigin { pool.park(connection) } else { connection.close() }
+        }
+        end(requestRead ? .complete : .close)
+    }
+
+    private func end(_ ending: Ending) {
+        guard !ended else { return }
+        ended = true
+        timer?.cancel()
+        connection?.close()
+        connection = nil
+        onEnd(ending)
+    }
+
+    /// The read timeout, from the request's end: the origin must send something within
+    /// it whenever the page is reading (a page that stops reading holds the origin too).
+    private func armTimer() {
+        guard timer == nil, !ended else { return }
+        lastOriginByte = .now()
+        schedule(at: lastOriginByte + Self.timeAmount(configuration.readTimeout))
+    }
+
+    private func schedule(at deadline: NIODeadline) {
+        timer = page.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            timer = nil
+            guard !ended else { return }
+            let due = lastOriginByte + Self.timeAmount(configuration.readTimeout)
+            if NIODeadline.now() < due || !page.channel.isWritable {
+                return schedule(at: max(due, .now() + .milliseconds(100)))
+            }
+            fail(("timeout", "no answer within the read timeout"))
+        }
+    }
+
+    static func timeAmount(_ duration: Duration) -> TimeAmount {
+        let (seconds, attoseconds) = duration.components
+        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+}
