@@ -445,6 +445,77 @@ struct OriginProxyTests {
         }
     }
 
+    /// Sends `bytes` on a new connection to the front (then ends the client's side when
+    /// `halfClose`) and returns everything the server sends until it closes (bounded by
+    /// the socket's 60 s timeout).
+    static func raw(port: Int, _ bytes: String, halfClose: Bool = false) async throws -> String {
+        try await LocalHTTP.onThread { () -> String in
+            let fd = try LoopbackSocket.connect(port: port, timeout: 60)
+            defer { close(fd) }
+            guard LoopbackSocket.sendAll(fd, Array(bytes.utf8)) else { return "not sent" }
+            if halfClose { shutdown(fd, Int32(SHUT_WR)) }
+            var received: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = recv(fd, &chunk, chunk.count, 0)
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { break }
+                received += chunk[..<n]
+            }
+            return String(decoding: received, as: UTF8.self)
+        }
+    }
+
+    @Test("a request pipelined behind a forwarded one is answered, by the forwarder or the responder")
+    func pipelinedBehindForward() async throws {
+        let upstream = try await H.startOrigin()
+        let origin = Self.origin(upstream)
+        try await H.withFront(origins: [origin], via: .serve) { front in
+            let host = front.authority(origin)
+            // Forwarded, forwarded, then a route the responder answers (the page's own control), in one write.
+            let text = try await Self.raw(port: front.port, "GET /echo/1 HTTP/1.1\r\nHost: \(host)\r\n\r\n"
+                + "GET /echo/2 HTTP/1.1\r\nHost: \(host)\r\n\r\n"
+                + "GET /.offline-agent/none HTTP/1.1\r\nHost: \(host)\r\nConnection: close\r\n\r\n")
+            let statuses = text.components(separatedBy: "HTTP/1.1 ").dropFirst().map { $0.prefix(3) }
+            #expect(statuses.count == 3, "\(text.prefix(600))")
+            #expect(statuses.prefix(2) == ["200", "200"], "\(text.prefix(600))")
+            #expect(text.contains("target: /echo/1") && text.contains("target: /echo/2"))
+            #expect(text.range(of: "target: /echo/1")!.lowerBound < text.range(of: "target: /echo/2")!.lowerBound)
+        }
+        await upstream.stop()
+    }
+
+    @Test("a client that ends its side after a forwarded request still gets the answer")
+    func halfClosedAfterForward() async throws {
+        let upstream = try await H.startOrigin()
+        let origin = Self.origin(upstream)
+        try await H.withFront(origins: [origin], via: .serve) { front in
+            let text = try await Self.raw(
+                port: front.port, "POST /echo/half HTTP/1.1\r\nHost: \(front.authority(origin))\r\nContent-Length: 5\r\n\r\nhello",
+                halfClose: true)
+            #expect(text.hasPrefix("HTTP/1.1 200"), "\(text.prefix(300))")
+            #expect(H.Echo(parsing: text).bodyLength == 5, "\(text.prefix(600))")
+        }
+        await upstream.stop()
+    }
+
+    @Test("an https origin that accepts but never completes the TLS handshake: 502 within the connect timeout, nothing sent")
+    func stalledHandshake() async throws {
+        let listener = try LoopbackListener.silent()
+        defer { listener.stop() }
+        let origin = MirrorOrigin(scheme: "https", host: "127.0.0.1", port: listener.port)!
+        let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(1), readTimeout: .seconds(60))
+        try await H.withFront(origins: [origin], configuration: timeouts, via: .serve) { front in
+            try await H.withClient { client in
+                var request = H.request(front, origin, "/api/upload", method: .POST)
+                request.body = .bytes(ByteBuffer(bytes: H.pattern(offset: 0, count: 60_000)))
+                let response = try await client.execute(request, timeout: .seconds(120))
+                #expect(response.status == .badGateway)
+                #expect(try await H.text(response).hasSuffix(": no TLS handshake within the connect timeout\n"))
+                #expect(front.metrics.originFailures(origin: origin.origin, reason: "timeout") == 1)
+            }
+        }
+    }
+
     @Test("origin connections are kept between forwards, and not when the origin closes them", arguments: [false, true])
     func originConnectionReuse(originCloses: Bool) async throws {
         let upstream = try ScriptedServer { _ in

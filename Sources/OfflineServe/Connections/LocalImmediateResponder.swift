@@ -52,6 +52,10 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     private var waiting: [HTTPRequestPart] = []
     /// A read the exchange held back (its origin connection was not taking the body).
     private var readHeld = false
+    /// The client ended its side (half-close) while a forwarded request or requests read
+    /// behind it were unanswered: passed on once they are, or the server would close the
+    /// connection before answering them.
+    private var inputClosedHeld = false
     private var pool: OriginConnectionPool?
     /// Told where each request ends, so a body is never timed as a head.
     private var connectionGuard: LocalConnectionGuard?
@@ -89,8 +93,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
                 switch answer {
                 case .response(let response):
                     write(response, context: context)
-                    // Hummingbird's own test: the connection ends after this response.
-                    if head.headerFields[.connection] == "close" { close(context) }
+                    if Self.asksToClose(head) { close(context) }
                 case .forward(let origin, let snapshot, let reason):
                     answered = false
                     forward(head, to: origin, mirrors: snapshot, reason: reason, context: context)
@@ -123,7 +126,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
         _ head: HTTPRequest, to origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot, reason: FallbackReason?, context: ChannelHandlerContext
     ) {
         let origins = mirrors.origins
-        closeAfterExchange = head.headerFields[.connection] == "close"
+        closeAfterExchange = Self.asksToClose(head)
         let exchange = OriginExchange(
             head, to: origin, servePort: LocalServerResponder.servePort(of: Request(head: head, body: RequestBody(buffer: ByteBuffer()))),
             fallback: reason, isMirrored: { origins.contains($0) }, page: context, pool: pool ?? .of(context.eventLoop),
@@ -131,28 +134,57 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
             onEnd: { [unowned self] ending in exchangeEnded(ending, context: context) },
             onOriginWritable: { [unowned self] in resumeReading(context) })
         self.exchange = exchange
-        exchange.start()
+        exchange.start(duringRead: true)
     }
 
     private func exchangeEnded(_ ending: OriginExchange.Ending, context: ChannelHandlerContext) {
         exchange = nil
-        if ending == .close {
+        switch ending {
+        case .broken:
             closing = true
             waiting.removeAll()
             context.close(promise: nil)
             return
+        case .unreadBody:
+            // The rest of the body is still on its way: dropped, the answer written, then the end.
+            waiting.removeAll()
+            return close(context)
+        case .complete:
+            if closeAfterExchange { return close(context) }
         }
-        if closeAfterExchange { return close(context) }
         // The requests read meanwhile, in order; one of them may start another exchange,
-        // and the parts after it wait again.
+        // and the parts after it wait again. Then what a read burst's end does: the async
+        // channel hands what it buffered to Hummingbird only then.
         let parts = waiting
         waiting.removeAll()
-        for part in parts { handle(part, context: context) }
-        if unflushed {
+        if !parts.isEmpty {
+            for part in parts { handle(part, context: context) }
+            channelReadComplete(context: context)
+        } else if unflushed {
             unflushed = false
             context.flush()
         }
+        if inputClosedHeld, exchange == nil, waiting.isEmpty, !closing {
+            inputClosedHeld = false
+            context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        }
         resumeReading(context)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, case .inputClosed = event, exchange != nil || !waiting.isEmpty {
+            inputClosedHeld = true
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// Whether the request asks to end the connection after its response (a `close`
+    /// token in `Connection`, any case).
+    static func asksToClose(_ head: HTTPRequest) -> Bool {
+        head.headerFields[values: .connection].contains { value in
+            value.split(separator: ",").contains { $0.trimmingWhitespace().lowercased() == "close" }
+        }
     }
 
     private func resumeReading(_ context: ChannelHandlerContext) {

@@ -54,19 +54,45 @@ final class LocalMirrors: Sendable {
 
     private let store: Store
     private let appsDirectory: String
+    private let watch: LocalStoreWatch
     /// How many times the apps directory was listed (tests: a stable store is listed once).
     package let listings = Atomic<Int>(0)
-    private let state = Mutex<(names: (FileFingerprint?, [String])?, key: Key?, snapshot: Snapshot)>((nil, nil, Snapshot()))
+    /// The apps list and its directory's identity, the key and snapshot made from them,
+    /// and the watch generation the snapshot holds for (nil: checked on every request).
+    private let state = Mutex<(names: (FileFingerprint?, [String])?, key: Key?, snapshot: Snapshot, generation: UInt64?)>(
+        (nil, nil, Snapshot(), nil))
 
-    init(store: Store) {
+    init(store: Store, watch: LocalStoreWatch) {
         self.store = store
+        self.watch = watch
         appsDirectory = "\(store.root)/apps"
     }
 
     /// The mirrored origins of the store as it is now.
+    ///
+    /// While the store's watched directories have no event (`LocalStoreWatch`), the kept
+    /// snapshot is returned after one non-blocking `read`; after one, the key is read
+    /// again as below, with the apps known so far watched first, so a change from then on
+    /// is an event. An app listed for the first time is watched only after its key was
+    /// read: that snapshot is checked again on the next request, by then with it watched.
     func snapshot() -> Snapshot {
+        let (keptGeneration, known) = state.withLock { ($0.generation, $0.names?.1 ?? []) }
+        if let keptGeneration, keptGeneration == watch.generation() { return state.withLock { $0.snapshot } }
+        var watched = watch.watch([appsDirectory] + known.flatMap(appDirectories))
+        let generation = watch.generation()
         let key = currentKey()
-        if let kept = state.withLock({ $0.key == key ? $0.snapshot : nil }) { return kept }
+        let added = key.entries.map(\.app).filter { !known.contains($0) }
+        if !added.isEmpty {
+            _ = watch.watch(added.flatMap(appDirectories))
+            watched = false
+        }
+        if let kept = state.withLock({ state -> Snapshot? in
+            guard state.key == key else { return nil }
+            state.generation = watched ? generation : nil
+            return state.snapshot
+        }) {
+            return kept
+        }
         var snapshot = Snapshot()
         for entry in key.entries {
             guard let installed = store.active(entry.app) else { continue }
@@ -81,8 +107,14 @@ final class LocalMirrors: Sendable {
         state.withLock {
             $0.key = key
             $0.snapshot = snapshot
+            $0.generation = watched ? generation : nil
         }
         return snapshot
+    }
+
+    /// The directories an app's part of the key is read from: its own (`current`) and its versions' (records).
+    private func appDirectories(_ app: String) -> [String] {
+        ["\(appsDirectory)/\(app)", "\(appsDirectory)/\(app)/versions"]
     }
 
     /// What the snapshot depends on, read now (the apps list only when its directory changed).

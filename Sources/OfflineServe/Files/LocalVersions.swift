@@ -16,6 +16,8 @@ import Glibc
 /// rewritten record (new rollout) or a new check state (new known miniVersion) is seen
 /// by the very next request, and each response holds its pin until its body is written.
 /// Identities are taken before the files are read: a change after that is a new triple.
+/// While the store's watched directories have no event (`LocalStoreWatch`), those
+/// `readlink` and `stat`s are skipped: the kept pin still stands.
 ///
 /// The kept pin is replaced by the first request after a swap: until then (an idle
 /// server) the version that was active at the last request stays locked, and the next
@@ -34,30 +36,50 @@ final class LocalVersions: Sendable {
         }
     }
 
+    /// A kept pin: what it was validated against, the path of its check state (made
+    /// once), and the watch generation it holds for (nil: checked on every request).
+    private struct Kept {
+        var key: Key
+        var pin: LocalPin
+        var checkPath: String
+        var generation: UInt64?
+    }
+
     let resolver: Resolver
     var store: Store { resolver.store }
     private let appsDirectory: String
-    /// The kept pin of each app, with the path of its check state (made once).
-    private let pins = Mutex<[String: (key: Key, pin: LocalPin, checkPath: String)]>([:])
+    private let watch: LocalStoreWatch
+    private let pins = Mutex<[String: Kept]>([:])
+    /// How many times a kept pin was checked against the files (tests: none while the store is unchanged).
+    package let checks = Atomic<Int>(0)
 
-    init(resolver: Resolver) {
+    init(resolver: Resolver, watch: LocalStoreWatch) {
         self.resolver = resolver
+        self.watch = watch
         appsDirectory = "\(resolver.store.root)/apps"
+    }
+
+    /// The directories whose entries a pin of `app` depends on: the apps directory (an
+    /// app replaced), the app's (`current`, the check state) and its versions' (records).
+    private func watchedDirectories(_ app: String) -> [String] {
+        [appsDirectory, "\(appsDirectory)/\(app)", "\(appsDirectory)/\(app)/versions"]
     }
 
     /// Pins the active version of `app`, or nil when none is usable (no active version, or its record or directory gone).
     func pin(_ app: String) -> LocalPin? {
         guard AppName.isValid(app) else { return nil }
+        if let pin = keptPin(app) { return pin }
         let appDirectory = "\(appsDirectory)/\(app)"
         // Two tries: a swap plus collection may land between reading the link and locking.
         for _ in 0..<2 {
+            // Watched before anything is read: a change from here on is an event.
+            let watched = watch.watch(watchedDirectories(app))
+            let generation = watch.generation()
             guard let target = Self.readLink("\(appDirectory)/current") else {
                 pins.withLock { $0[app] = nil }
                 return nil
             }
-            // Fast path: the same link target, record and check state as the kept pin.
             let kept = pins.withLock { $0[app] }
-            if let kept, Self.holds(kept, target: target) { return kept.pin }
             let checkPath = kept?.checkPath ?? resolver.checkStatePath(app: app)
             guard target.hasPrefix("versions/"), let version = Version(String(target.dropFirst("versions/".count))) else {
                 pins.withLock { $0[app] = nil }
@@ -82,7 +104,9 @@ final class LocalVersions: Sendable {
             let pin = LocalPin(
                 app: app, installed: active, directory: directory, record: record, recordIdentity: FileFingerprint(st),
                 fallback: resolver.fallbackReason(app: app, installed: active), lock: readerLock)
-            pins.withLock { $0[app] = (Key(target: target, st, check: check), pin, checkPath) }
+            pins.withLock {
+                $0[app] = Kept(key: Key(target: target, st, check: check), pin: pin, checkPath: checkPath, generation: watched ? generation : nil)
+            }
             return pin
         }
         return nil
@@ -92,15 +116,28 @@ final class LocalVersions: Sendable {
     /// was pinned with; nil when `pin` has work to do (a first request, a change), which
     /// may wait for a lock. For the event loop (`LocalImmediateResponder`): a `readlink`
     /// and two `stat`s, never a lock or a read.
+    ///
+    /// While nothing in the app's directories changed (`LocalStoreWatch`), the kept pin
+    /// is returned after one non-blocking `read` instead. After a change anywhere in the
+    /// store, the pin is checked once the old way and, when it holds, kept for the new
+    /// generation.
     func keptPin(_ app: String) -> LocalPin? {
-        guard let kept = pins.withLock({ $0[app] }), let target = Self.readLink("\(appsDirectory)/\(app)/current"),
-              Self.holds(kept, target: target)
-        else { return nil }
+        guard let kept = pins.withLock({ $0[app] }) else { return nil }
+        if let generation = kept.generation, generation == watch.generation() { return kept.pin }
+        checks.add(1, ordering: .relaxed)
+        let watched = watch.watch(watchedDirectories(app))
+        let generation = watch.generation()
+        guard let target = Self.readLink("\(appsDirectory)/\(app)/current"), Self.holds(kept, target: target) else { return nil }
+        if watched {
+            pins.withLock { pins in
+                if pins[app]?.pin === kept.pin { pins[app]?.generation = generation }
+            }
+        }
         return kept.pin
     }
 
     /// True when the kept pin still stands for `current` linking to `target`.
-    private static func holds(_ kept: (key: Key, pin: LocalPin, checkPath: String), target: String) -> Bool {
+    private static func holds(_ kept: Kept, target: String) -> Bool {
         guard kept.key.target == target else { return false }
         var st = stat()
         return stat(kept.pin.record, &st) == 0 && Key(target: target, st, check: FileFingerprint(path: kept.checkPath)) == kept.key

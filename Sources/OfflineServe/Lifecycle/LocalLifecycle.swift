@@ -14,17 +14,20 @@ final class LocalLifecycle: Sendable {
     let lifecycle: Lifecycle
     /// `serve --max-trial-launches`; nil uses the limit the installing sync recorded.
     let maxTrialLaunches: Int?
-    /// Per app: the record file's fingerprint and the record read under it, so a file
-    /// response or the launch of a confirmed version costs one `stat` here.
-    private let records = Mutex<[String: (FileFingerprint?, VersionLifecycle?)]>([:])
+    /// Per app: the record file's fingerprint, the record read under it, and the watch
+    /// generation it holds for, so a file response or the launch of a confirmed version
+    /// costs one `stat` here, or none while nothing changed.
+    private let records = Mutex<[String: (fingerprint: FileFingerprint?, record: VersionLifecycle?, generation: UInt64?)]>([:])
+    private let watch: LocalStoreWatch
     /// Where launches are counted and versions marked: those steps lock, fsync and may
     /// remove a version's tree, which must not hold a thread of the cooperative pool
     /// that every request of the server runs on.
     private let pool = BlockingPool(threads: 1)
 
-    init(store: Store, maxTrialLaunches: Int?) {
+    init(store: Store, maxTrialLaunches: Int?, watch: LocalStoreWatch) {
         lifecycle = Lifecycle(store: store)
         self.maxTrialLaunches = maxTrialLaunches
+        self.watch = watch
     }
 
     /// Runs a lifecycle step on the pool; it completes even if the request goes away.
@@ -33,11 +36,18 @@ final class LocalLifecycle: Sendable {
         return try await pool.run(.serve, cancellable: false) { try body(lifecycle) }
     }
 
+    /// The app's lifecycle record, read again when its file changed; while the app's
+    /// directory has no event (`LocalStoreWatch`), the kept one without a `stat`.
     private func record(_ app: String) -> VersionLifecycle? {
+        let kept = records.withLock { $0[app] }
+        if let kept, let generation = kept.generation, generation == watch.generation() { return kept.record }
+        // Watched before the file is looked at: a change from here on is an event.
+        let apps = "\(lifecycle.store.root)/apps"
+        let watched = watch.watch([apps, "\(apps)/\(app)"])
+        let generation = watch.generation()
         let fingerprint = FileFingerprint(path: lifecycle.recordPath(app))
-        if let kept = records.withLock({ $0[app] }), kept.0 == fingerprint { return kept.1 }
-        let record = fingerprint == nil ? nil : lifecycle.record(app)
-        records.withLock { $0[app] = (fingerprint, record) }
+        let record = kept.flatMap { $0.fingerprint == fingerprint ? $0.record : nil } ?? (fingerprint == nil ? nil : lifecycle.record(app))
+        records.withLock { $0[app] = (fingerprint, record, watched ? generation : nil) }
         return record
     }
 

@@ -1,6 +1,7 @@
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOTLS
 import OfflineAgent
 
 /// One HTTP/1.1 connection to an origin, used by one `OriginExchange` at a time and kept
@@ -25,14 +26,23 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
     /// Reads are held (the page is not reading); `readHeld` is a read owed once they resume.
     private var paused = false
     private var readHeld = false
+    /// The TLS handshake ended; `handshake` is waited on until it has.
+    private var handshaken = false
+    private var handshake: EventLoopPromise<Void>?
 
     init(origin: MirrorOrigin) {
         self.origin = origin
     }
 
-    /// Opens a connection to `origin` on `eventLoop`, within `timeout`.
+    /// No TLS handshake with an `https` origin within the connect timeout.
+    struct HandshakeTimeout: Error {}
+
+    /// Opens a connection to `origin` on `eventLoop` and, for `https`, completes the TLS
+    /// handshake, both within `timeout`. Nothing is sent before the handshake ends: TLS
+    /// would hold what is written meanwhile outside the channel's backpressure.
     static func connect(to origin: MirrorOrigin, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<OriginConnection> {
-        ClientBootstrap(group: eventLoop)
+        let deadline = NIODeadline.now() + timeout
+        return ClientBootstrap(group: eventLoop)
             .connectTimeout(timeout)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
@@ -44,6 +54,36 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
             }
             .connect(host: WebAddress.unbracketed(origin.host), port: origin.port)
             .flatMapThrowing { channel in try channel.pipeline.syncOperations.handler(type: OriginConnection.self) }
+            .flatMap { connection in connection.ready(by: deadline).map { connection } }
+    }
+
+    /// Succeeds once the connection can take the request: at once for `http`, after the
+    /// TLS handshake for `https`; fails (and closes the connection) at `deadline`.
+    private func ready(by deadline: NIODeadline) -> EventLoopFuture<Void> {
+        guard let context else { return channel!.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
+        guard origin.scheme == "https", !handshaken else { return context.eventLoop.makeSucceededVoidFuture() }
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        handshake = promise
+        let timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            failHandshake(HandshakeTimeout())
+            close()
+        }
+        promise.futureResult.whenComplete { _ in timer.cancel() }
+        return promise.futureResult
+    }
+
+    private func failHandshake(_ error: any Error) {
+        handshake?.fail(error)
+        handshake = nil
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? TLSUserEvent, case .handshakeCompleted = event {
+            handshaken = true
+            handshake?.succeed()
+            handshake = nil
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     var isWritable: Bool { channel?.isWritable ?? false }
@@ -76,6 +116,7 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        failHandshake(ChannelError.eof)
         if let exchange {
             self.exchange = nil
             exchange.originClosed(nil)
@@ -86,6 +127,7 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        failHandshake(error)
         if let exchange {
             self.exchange = nil
             exchange.originClosed(error)

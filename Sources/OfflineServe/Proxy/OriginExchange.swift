@@ -21,8 +21,12 @@ final class OriginExchange {
     enum Ending {
         /// Both messages complete: the next request may follow.
         case complete
-        /// The page's request was not read to its end, or the answer was cut off: close it.
-        case close
+        /// The answer is complete but the page's request was not read to its end (the
+        /// origin answered first): end the page connection once the answer is written.
+        case unreadBody
+        /// The answer was cut off after it began: close the page connection at once, so
+        /// the page sees a broken response, never a short one.
+        case broken
     }
 
     let origin: MirrorOrigin
@@ -34,8 +38,9 @@ final class OriginExchange {
     private let servePort: Int
     private let isMirrored: (MirrorOrigin) -> Bool
     private let fallback: FallbackReason?
-    /// The request has a body (its head says so): never sent twice.
-    private let hasBody: Bool
+    /// The request may be sent again on a new connection when a kept one turns out
+    /// closed: no body, and an idempotent method (RFC 9110 §9.2.2).
+    private let retriable: Bool
     private let onEnd: (Ending) -> Void
     /// Told when the page may be read again (the origin connection took what was sent).
     private let onOriginWritable: () -> Void
@@ -67,7 +72,8 @@ final class OriginExchange {
         headers.replaceOrAdd(name: "Host", value: String(origin.origin.dropFirst(origin.scheme.count + 3)))
         let length = request.headerFields[.contentLength]
         let chunked = request.headerFields[.transferEncoding] != nil
-        hasBody = chunked || (length.map { $0 != "0" } ?? false)
+        let hasBody = chunked || (length.map { $0 != "0" } ?? false)
+        retriable = !hasBody && Self.idempotentMethods.contains(request.method)
         if chunked, length == nil {
             headers.add(name: "Transfer-Encoding", value: "chunked")
         } else if length == nil, !Self.bodilessMethods.contains(request.method) {
@@ -89,6 +95,7 @@ final class OriginExchange {
     }
 
     private static let bodilessMethods: Set<HTTPRequest.Method> = [.get, .head, .delete, .connect, .trace]
+    private static let idempotentMethods: Set<HTTPRequest.Method> = [.get, .head, .options, .trace, .put, .delete]
 
     /// Whether the page connection may be read now: the request's body goes on to an
     /// origin connection that takes it.
@@ -96,11 +103,13 @@ final class OriginExchange {
         !ended && !requestRead && connection?.isWritable == true
     }
 
-    /// Takes a pooled connection or opens one, and sends the request head.
-    func start() {
+    /// Takes a pooled connection or opens one, and sends the request head. `duringRead`:
+    /// called while the page's read burst is handled, whose end (`pageReadComplete`)
+    /// flushes, so a head and the body after it in the same burst leave in one write.
+    func start(duringRead: Bool = false) {
         if let pooled = pool.take(origin) {
             reused = true
-            attach(pooled)
+            attach(pooled, flush: !duringRead)
             return
         }
         reused = false
@@ -108,7 +117,7 @@ final class OriginExchange {
             switch result {
             case .success(let connection):
                 guard !ended else { return connection.close() }
-                attach(connection)
+                attach(connection, flush: true)
             case .failure(let error):
                 guard !ended else { return }
                 fail(OriginProxy.describe(error))
@@ -116,13 +125,13 @@ final class OriginExchange {
         }
     }
 
-    private func attach(_ connection: OriginConnection) {
+    private func attach(_ connection: OriginConnection, flush: Bool) {
         self.connection = connection
         connection.exchange = self
         connection.write(.head(head))
         for part in early { connection.write(part) }
         early.removeAll()
-        connection.flush()
+        if flush { connection.flush() }
         if requestRead { armTimer() }
         if connection.isWritable { onOriginWritable() }
     }
@@ -214,11 +223,12 @@ final class OriginExchange {
         if responseStarted {
             // Cut off after it began: the page sees a broken response, not a short one.
             metrics?.recordOriginFailure(origin: origin.origin, reason: "broken")
-            end(.close)
+            end(.broken)
             return
         }
-        if reused, !retried, !hasBody {
-            // A kept connection the origin had closed: it never saw this request.
+        if reused, !retried, retriable {
+            // A kept connection the origin had closed, most likely before it saw this
+            // request; sent again only when doing so twice is harmless.
             retried = true
             start()
             return
@@ -231,7 +241,7 @@ final class OriginExchange {
     /// Answers 502 with `why` when nothing of the answer was sent yet.
     private func fail(_ failure: (reason: String, why: String)) {
         metrics?.recordOriginFailure(origin: origin.origin, reason: failure.reason)
-        guard !responseStarted else { return end(.close) }
+        guard !responseStarted else { return end(.broken) }
         let text = ByteBuffer(string: "offline-agent: cannot reach \(origin.origin): \(failure.why)\n")
         var fields: HTTPFields = [
             .contentType: "text/plain; charset=utf-8", .contentLength: String(text.readableBytes), .cacheControl: "no-store",
@@ -243,7 +253,7 @@ final class OriginExchange {
         page.writeAndFlush(NIOAny(HTTPResponsePart.end(nil)), promise: nil)
         connection?.close()
         connection = nil
-        end(requestRead ? .complete : .close)
+        end(requestRead ? .complete : .unreadBody)
     }
 
     /// The answer ended: the origin connection is kept when its request was sent whole
@@ -253,7 +263,7 @@ final class OriginExchange {
             self.connection = nil
             if keepOrigin { pool.park(connection) } else { connection.close() }
         }
-        end(requestRead ? .complete : .close)
+        end(requestRead ? .complete : .unreadBody)
     }
 
     private func end(_ ending: Ending) {

@@ -161,6 +161,9 @@ package struct OriginProxy: Sendable {
             default: break
             }
         }
+        if error is OriginConnection.HandshakeTimeout {
+            return ("timeout", "no TLS handshake within the connect timeout")
+        }
         if let error = error as? ChannelError, case .connectTimeout = error {
             return ("timeout", "no connection within the connect timeout")
         }

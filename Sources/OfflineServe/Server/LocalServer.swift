@@ -228,10 +228,12 @@ public struct LocalServer: Sendable {
 
     private func makeApplication(proxy: OriginProxy, onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
-        let mirrors = LocalMirrors(store: resolver.store)
+        let watch = LocalStoreWatch.shared
+        let mirrors = LocalMirrors(store: resolver.store, watch: watch)
         let responder = LocalServerResponder(
-            versions: LocalVersions(resolver: resolver), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
-            logger: logger, lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
+            versions: LocalVersions(resolver: resolver, watch: watch), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
+            logger: logger,
+            lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches, watch: watch),
             mirrors: mirrors, proxy: proxy)
         let webSockets = MirrorWebSocketUpgrade(mirrors: mirrors, metrics: metrics, limits: WebSocketRelay.Limits())
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))

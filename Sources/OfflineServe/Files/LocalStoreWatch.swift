@@ -1,0 +1,88 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+
+/// Tells `serve` whether anything in the store's watched directories may have changed
+/// since it last looked, at the cost of one non-blocking `read` (inotify, `inotify(7)`).
+///
+/// Every response checks that the version it serves is still the active one, so a swap,
+/// a rewritten record or a new check state is seen by the very next request. Those
+/// checks (`LocalVersions`, `LocalMirrors`: a `readlink` and a few `stat`s per request)
+/// are skipped while the generation a result was validated at is still current. The
+/// kernel queues an event as part of the `rename` or write that makes a change, so a
+/// request that arrives after the change finds it queued: the guarantee is unchanged.
+///
+/// Any event (or a queue overflow) starts a new generation: results made before are
+/// checked again once, the old way, and kept for the new generation when they still hold.
+/// Watches are added before a result is validated, so a change that lands between the
+/// two is an event, never missed. Where inotify is not available (or out of watches),
+/// `watch` fails and callers check every time, as before.
+final class LocalStoreWatch: Sendable {
+    /// The inotify descriptor; -1 when there is none (every check is made).
+    private let descriptor: Int32
+    private let current = Mutex<UInt64>(0)
+    /// How many times a drained descriptor started a new generation (tests).
+    package let generations = Atomic<Int>(0)
+
+    /// What a change to the store makes in a watched directory: a file or link created,
+    /// renamed into or out of it, removed, written or its metadata changed; the directory
+    /// itself removed or moved.
+    private static let mask = UInt32(
+        IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_ATTRIB | IN_CLOSE_WRITE | IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF)
+
+    /// The process's watch, shared by its servers: inotify instances are few per user
+    /// (`fs.inotify.max_user_instances`, 128 by default), and an event in one store only
+    /// costs the others one check.
+    static let shared = LocalStoreWatch()
+
+    /// Whether there is an inotify descriptor to read.
+    var isActive: Bool { descriptor >= 0 }
+
+    /// A watch of its own; `enabled: false` makes one that never watches (callers check every time).
+    init(enabled: Bool = true) {
+        descriptor = enabled ? inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC)) : -1
+    }
+
+    deinit {
+        if descriptor >= 0 { close(descriptor) }
+    }
+
+    /// Watches `directories` (again: a watch on a directory that is already watched is
+    /// kept, one on a directory that was replaced follows the new one). False when one
+    /// of them cannot be watched: results that depend on it must not rely on the generation.
+    func watch(_ directories: [String]) -> Bool {
+        guard descriptor >= 0 else { return false }
+        for directory in directories where inotify_add_watch(descriptor, directory, Self.mask) < 0 {
+            return false
+        }
+        return true
+    }
+
+    /// The current generation: a new one when events were queued since the last call.
+    /// Never blocks; reads at most 64 KiB of events (a larger backlog starts a new
+    /// generation all the same, and the rest is read by the next call).
+    func generation() -> UInt64 {
+        guard descriptor >= 0 else { return 0 }
+        return current.withLock { generation in
+            var drained = false
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer in
+                for _ in 0..<16 {
+                    let n = read(descriptor, buffer.baseAddress!, buffer.count)
+                    if n > 0 {
+                        drained = true
+                    } else if n < 0 && errno == EINTR {
+                        continue
+                    } else {
+                        break
+                    }
+                }
+            }
+            if drained {
+                generation &+= 1
+                generations.add(1, ordering: .relaxed)
+            }
+            return generation
+        }
+    }
+}

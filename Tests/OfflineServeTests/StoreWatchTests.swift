@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+@testable import OfflineAgent
+@testable import OfflineServe
+import TestSupport
+
+/// `LocalStoreWatch`: while the store is unchanged, `serve`'s kept pins and mirror
+/// snapshots are not checked against the files; any change is seen by the very next
+/// request, watched or not.
+@Suite("LocalStoreWatch")
+struct StoreWatchTests {
+    /// Versions over a watch of their own (the servers' shared one sees other tests' stores).
+    static func versions(_ f: LocalStoreFixture, watched: Bool) throws -> LocalVersions {
+        let watch = LocalStoreWatch(enabled: watched)
+        try #require(watch.isActive == watched, "no inotify instance")
+        return LocalVersions(resolver: Resolver(store: f.store, deviceID: "device"), watch: watch)
+    }
+
+    @Test("a kept pin costs no check while the store is unchanged; a swap is seen at once; after another change it is checked once",
+          arguments: [true, false])
+    func keptPin(watched: Bool) throws {
+        let f = LocalStoreFixture()
+        try f.add(version: "1.0.0")
+        let versions = try Self.versions(f, watched: watched)
+        let first = try #require(versions.pin("mall"))
+        #expect(first.version.description == "1.0.0")
+        for _ in 0..<5 { #expect(versions.keptPin("mall") === first) }
+        #expect(versions.checks.load(ordering: .relaxed) == (watched ? 0 : 5))
+
+        // A swap: the very next look sees it, without waiting for anything.
+        try f.add(version: "2.0.0")
+        #expect(versions.keptPin("mall") == nil)
+        let second = try #require(versions.pin("mall"))
+        #expect(second.version.description == "2.0.0")
+
+        // A change that leaves the pin standing (a file written in the app's directory):
+        // checked once, then kept for the new generation.
+        let before = versions.checks.load(ordering: .relaxed)
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: f.root.path + "/apps/mall/backoff.json"))
+        for _ in 0..<5 { #expect(versions.keptPin("mall") === second) }
+        #expect(versions.checks.load(ordering: .relaxed) - before == (watched ? 1 : 5))
+
+        // A record rewritten in place (a new rollout) is a change too.
+        let record = try #require(f.store.active("mall"))
+        var rewritten = record
+        rewritten.rollout = 0
+        try f.store.updateRecord(rewritten, app: "mall")
+        #expect(versions.keptPin("mall") == nil)
+        #expect(versions.pin("mall")?.fallback != nil)
+    }
+
+    @Test("an app's directory replaced while watched: the new one is watched and its swap seen")
+    func replacedApp() throws {
+        let f = LocalStoreFixture()
+        try f.add(version: "1.0.0")
+        let versions = try Self.versions(f, watched: true)
+        #expect(versions.pin("mall")?.version.description == "1.0.0")
+        try FileManager.default.removeItem(atPath: f.root.path + "/apps/mall")
+        #expect(versions.keptPin("mall") == nil)
+        #expect(versions.pin("mall") == nil)
+        try f.add(version: "3.0.0")
+        #expect(versions.pin("mall")?.version.description == "3.0.0")
+        try f.add(version: "4.0.0")
+        #expect(versions.keptPin("mall") == nil, "a swap in the new directory went unseen")
+        #expect(versions.pin("mall")?.version.description == "4.0.0")
+    }
+}
