@@ -448,11 +448,18 @@ struct OriginProxyTests {
     /// Sends `bytes` on a new connection to the front (then ends the client's side when
     /// `halfClose`) and returns everything the server sends until it closes (bounded by
     /// the socket's 60 s timeout).
-    static func raw(port: Int, _ bytes: String, halfClose: Bool = false) async throws -> String {
-        try await LocalHTTP.onThread { () -> String in
+    static func raw(port: Int, _ text: String, halfClose: Bool = false) async throws -> String {
+        let (sent, received) = try await raw(port: port, bytes: Array(text.utf8), halfClose: halfClose)
+        return sent ? received : "not sent"
+    }
+
+    /// `raw` for bytes: whether all were sent, and what came back. Blocking socket calls,
+    /// on a thread of their own rather than the cooperative pool the server runs on.
+    static func raw(port: Int, bytes: [UInt8], halfClose: Bool = false) async throws -> (sent: Bool, received: String) {
+        try await LocalHTTP.onThread { () -> (Bool, String) in
             let fd = try LoopbackSocket.connect(port: port, timeout: 60)
             defer { close(fd) }
-            guard LoopbackSocket.sendAll(fd, Array(bytes.utf8)) else { return "not sent" }
+            let sent = LoopbackSocket.sendAll(fd, bytes)
             if halfClose { shutdown(fd, Int32(SHUT_WR)) }
             var received: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 4096)
             while true {
@@ -461,7 +468,7 @@ struct OriginProxyTests {
                 guard n > 0 else { break }
                 received += chunk[..<n]
             }
-            return String(decoding: received, as: UTF8.self)
+            return (sent, String(decoding: received, as: UTF8.self))
         }
     }
 
@@ -555,23 +562,9 @@ struct OriginProxyTests {
         try await H.withFront(origins: [origin], via: forwarder) { front in
             let port = front.port
             let head = "POST /upload HTTP/1.1\r\nHost: \(front.authority(origin))\r\nContent-Length: \(1 << 20)\r\n\r\n"
-            // Blocking socket calls, on a thread of their own rather than the cooperative pool the server runs on.
-            let (sent, received) = try await LocalHTTP.onThread { () -> (Bool, [UInt8]) in
-                let fd = try LoopbackSocket.connect(port: port, timeout: 60)
-                defer { close(fd) }
-                let sent = LoopbackSocket.sendAll(fd, Array(head.utf8) + [UInt8](repeating: 7, count: 1 << 18))
-                // Everything until the server closes (bounded by the socket's 60 s timeout).
-                var received: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 4096)
-                while true {
-                    let n = recv(fd, &chunk, chunk.count, 0)
-                    if n < 0 && errno == EINTR { continue }
-                    guard n > 0 else { break }
-                    received += chunk[..<n]
-                }
-                return (sent, received)
-            }
+            // Everything until the server closes (bounded by the socket's 60 s timeout).
+            let (sent, text) = try await Self.raw(port: port, bytes: Array(head.utf8) + [UInt8](repeating: 7, count: 1 << 18))
             #expect(sent)
-            let text = String(decoding: received, as: UTF8.self)
             #expect(text.hasPrefix("HTTP/1.1 201"), "\(text.prefix(300))")
             #expect(text.hasSuffix("\r\n\r\nearly"), "the whole answer, then the close: \(text.prefix(300))")
             // The server lives on: the next page request is answered.

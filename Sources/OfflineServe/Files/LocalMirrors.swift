@@ -75,9 +75,11 @@ final class LocalMirrors: Sendable {
     /// again as below, with the apps known so far watched first, so a change from then on
     /// is an event. An app listed for the first time is watched only after its key was
     /// read: that snapshot is checked again on the next request, by then with it watched.
-    func snapshot() -> Snapshot {
+    ///
+    /// `generation`: the watch's, read earlier in the same request.
+    func snapshot(generation now: UInt64? = nil) -> Snapshot {
         let (keptGeneration, known) = state.withLock { ($0.generation, $0.names?.1 ?? []) }
-        if let keptGeneration, keptGeneration == watch.generation() { return state.withLock { $0.snapshot } }
+        if let keptGeneration, keptGeneration == now ?? watch.generation() { return state.withLock { $0.snapshot } }
         var watched = watch.watch([appsDirectory] + known.flatMap(appDirectories))
         let generation = watch.generation()
         let key = currentKey()

@@ -48,7 +48,7 @@ final class LocalVersions: Sendable {
     let resolver: Resolver
     var store: Store { resolver.store }
     private let appsDirectory: String
-    private let watch: LocalStoreWatch
+    let watch: LocalStoreWatch
     private let pins = Mutex<[String: Kept]>([:])
     /// How many times a kept pin was checked against the files (tests: none while the store is unchanged).
     package let checks = Atomic<Int>(0)
@@ -121,9 +121,11 @@ final class LocalVersions: Sendable {
     /// is returned after one non-blocking `read` instead. After a change anywhere in the
     /// store, the pin is checked once the old way and, when it holds, kept for the new
     /// generation.
-    func keptPin(_ app: String) -> LocalPin? {
+    ///
+    /// `generation`: the watch's, read earlier in the same request (one `read` per request).
+    func keptPin(_ app: String, generation now: UInt64? = nil) -> LocalPin? {
         guard let kept = pins.withLock({ $0[app] }) else { return nil }
-        if let generation = kept.generation, generation == watch.generation() { return kept.pin }
+        if let generation = kept.generation, generation == now ?? watch.generation() { return kept.pin }
         checks.add(1, ordering: .relaxed)
         let watched = watch.watch(watchedDirectories(app))
         let generation = watch.generation()

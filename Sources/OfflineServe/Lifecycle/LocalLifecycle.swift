@@ -38,9 +38,9 @@ final class LocalLifecycle: Sendable {
 
     /// The app's lifecycle record, read again when its file changed; while the app's
     /// directory has no event (`LocalStoreWatch`), the kept one without a `stat`.
-    private func record(_ app: String) -> VersionLifecycle? {
+    private func record(_ app: String, generation now: UInt64? = nil) -> VersionLifecycle? {
         let kept = records.withLock { $0[app] }
-        if let kept, let generation = kept.generation, generation == watch.generation() { return kept.record }
+        if let kept, let generation = kept.generation, generation == now ?? watch.generation() { return kept.record }
         // Watched before the file is looked at: a change from here on is an event.
         let apps = "\(lifecycle.store.root)/apps"
         let watched = watch.watch([apps, "\(apps)/\(app)"])
@@ -52,8 +52,9 @@ final class LocalLifecycle: Sendable {
     }
 
     /// True when `version` of `app` is marked bad (then its files are not served).
-    func isBad(_ app: String, _ version: Version) -> Bool {
-        record(app)?.isBad(version) ?? false
+    /// `generation`: the watch's, read earlier in the same request.
+    func isBad(_ app: String, _ version: Version, generation: UInt64? = nil) -> Bool {
+        record(app, generation: generation)?.isBad(version) ?? false
     }
 
     /// Counts a launch of the app `resolution` names; a trial version out of launches is

@@ -37,14 +37,14 @@ extension LocalServerResponder {
     /// Sorts a request by its `Host`: two `Host` lines; a `*.localhost` name, the mirror
     /// of a mirrored origin or not (whatever `checkHost` says: the server never fronts an
     /// origin no whitelist names); a loopback name, or any with the check off.
-    func hostName(_ request: Request) -> HostName {
+    func hostName(_ request: Request, generation: UInt64? = nil) -> HostName {
         // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
         // `authority`; any left among the fields is a second one, maybe naming another host.
         if request.headers.contains(Self.hostField) { return .twoHosts }
         if let host = request.head.authority.flatMap({ WebAddress.split(authority: $0)?.host }), let name = Self.mirrorName(host) {
             // A mirror host names its origin in one spelling only (`MirrorOrigin(mirrorHost:)`),
             // so the snapshot's table of those spellings answers without parsing the name.
-            let snapshot = mirrors.snapshot()
+            let snapshot = mirrors.snapshot(generation: generation)
             if let origin = snapshot.byMirrorHost[name] { return .mirror(origin, snapshot) }
             return .unmirrored(host)
         }

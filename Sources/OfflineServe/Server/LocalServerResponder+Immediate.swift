@@ -44,23 +44,25 @@ extension LocalServerResponder {
         guard !path.hasPrefix(LocalLifecycle.routePrefix) else { return nil }
         let fileRequest = request.method == .get || request.method == .head
         var response: ImmediateResponse
-        switch hostName(request) {
+        // One look at the store's watch for the whole request (`LocalStoreWatch`).
+        let generation = versions.watch.generation()
+        switch hostName(request, generation: generation) {
         case .plain:
             guard fileRequest, Self.controlRoute(path) == nil, case (let app, let rest?) = Self.appPath(path), AppName.isValid(app),
-                  let kept = keptFile(app: app, rest: rest, request: request)
+                  let kept = keptFile(app: app, rest: rest, request: request, generation: generation)
             else { return nil }
             response = kept
         case .mirror(let origin, let snapshot):
             // Upgrades go to `respond`, which refuses the invalid ones `mirror` sees.
             guard request.headers[.upgrade] == nil else { return nil }
             guard fileRequest, let app = snapshot.app(origin: origin, path: path) else { return .forward(origin, snapshot, nil) }
-            guard let pinned = versions.keptPin(app) else { return nil }
+            guard let pinned = versions.keptPin(app, generation: generation) else { return nil }
             guard let rest = Self.rest(of: path, on: origin, in: pinned) else { return .forward(origin, snapshot, nil) }
-            if let reason = pinned.fallback ?? (lifecycle.isBad(app, pinned.version) ? .badVersion : nil) {
+            if let reason = pinned.fallback ?? (lifecycle.isBad(app, pinned.version, generation: generation) ? .badVersion : nil) {
                 metrics.recordFallback(app: app, reason: reason)
                 return .forward(origin, snapshot, reason)
             }
-            guard let kept = keptFile(app: app, rest: rest, request: request, pinned: pinned) else { return nil }
+            guard let kept = keptFile(app: app, rest: rest, request: request, pinned: pinned, generation: generation) else { return nil }
             metrics.recordMirrorHit(app: app)
             response = kept
             response.head.headerFields[Self.sourceHeader] = "package"
@@ -73,8 +75,9 @@ extension LocalServerResponder {
     }
 
     /// The response with `rest` of `app`'s pinned version, from kept bytes only.
-    private func keptFile(app: String, rest: String, request: Request, pinned: LocalPin? = nil) -> ImmediateResponse? {
-        guard let pinned = pinned ?? versions.keptPin(app), pinned.fallback == nil, !lifecycle.isBad(app, pinned.version),
+    private func keptFile(app: String, rest: String, request: Request, pinned: LocalPin? = nil, generation: UInt64) -> ImmediateResponse? {
+        guard let pinned = pinned ?? versions.keptPin(app, generation: generation), pinned.fallback == nil,
+              !lifecycle.isBad(app, pinned.version, generation: generation),
               let (entry, content) = files.kept(rest, in: pinned.directory, record: pinned.recordIdentity)
         else { return nil }
         let head = request.method == .head
