@@ -449,26 +449,33 @@ struct OriginProxyTests {
     /// `halfClose`) and returns everything the server sends until it closes (bounded by
     /// the socket's 60 s timeout).
     static func raw(port: Int, _ text: String, halfClose: Bool = false) async throws -> String {
-        let (sent, received) = try await raw(port: port, bytes: Array(text.utf8), halfClose: halfClose)
+        let (sent, received, _) = try await raw(port: port, bytes: Array(text.utf8), halfClose: halfClose)
         return sent ? received : "not sent"
     }
 
-    /// `raw` for bytes: whether all were sent, and what came back. Blocking socket calls,
-    /// on a thread of their own rather than the cooperative pool the server runs on.
-    static func raw(port: Int, bytes: [UInt8], halfClose: Bool = false) async throws -> (sent: Bool, received: String) {
-        try await LocalHTTP.onThread { () -> (Bool, String) in
-            let fd = try LoopbackSocket.connect(port: port, timeout: 60)
+    /// `raw` for bytes: whether all were sent, what came back, and whether the server
+    /// closed (rather than the receive timing out). Blocking socket calls, on a thread of
+    /// their own rather than the cooperative pool the server runs on.
+    static func raw(
+        port: Int, bytes: [UInt8], halfClose: Bool = false, timeout: Int = 60
+    ) async throws -> (sent: Bool, received: String, closed: Bool) {
+        try await LocalHTTP.onThread { () -> (Bool, String, Bool) in
+            let fd = try LoopbackSocket.connect(port: port, timeout: timeout)
             defer { close(fd) }
             let sent = LoopbackSocket.sendAll(fd, bytes)
             if halfClose { shutdown(fd, Int32(SHUT_WR)) }
             var received: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 4096)
+            var closed = false
             while true {
                 let n = recv(fd, &chunk, chunk.count, 0)
                 if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { break }
+                guard n > 0 else {
+                    closed = n == 0
+                    break
+                }
                 received += chunk[..<n]
             }
-            return (sent, String(decoding: received, as: UTF8.self))
+            return (sent, String(decoding: received, as: UTF8.self), closed)
         }
     }
 
@@ -523,19 +530,16 @@ struct OriginProxyTests {
         }
     }
 
-    @Test("origin connections are kept between forwards, and not when the origin closes them", arguments: [false, true])
-    func originConnectionReuse(originCloses: Bool) async throws {
-        let upstream = try ScriptedServer { _ in
-            originCloses
-                ? ScriptedServer.Reply(status: 200, headers: [("Connection", "close")], body: Array("ok".utf8), ending: .close(afterBodyBytes: 2))
-                : .ok(Array("ok".utf8))
-        }
+    @Test("origin connections are kept between forwards, and not when the origin says it closes them", arguments: [false, true])
+    func originConnectionReuse(originSaysClose: Bool) async throws {
+        // The origin keeps every connection open; `Connection: close` alone must stop the pool from reusing one.
+        let upstream = try ScriptedServer { _ in .ok(Array("ok".utf8), headers: originSaysClose ? [("Connection", "close")] : []) }
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
         try await H.withFront(origins: [origin], via: .serve) { front in
             try await H.withClient { client in
                 // Sequential, on the page's one kept-alive connection: each forward finds the
-                // previous one's origin connection idle, unless the origin closed it.
+                // previous one's origin connection idle, unless the origin said it closes it.
                 for n in 0..<5 {
                     let response = try await client.execute(H.request(front, origin, "/api/\(n)"), timeout: .seconds(60))
                     #expect(response.status == .ok)
@@ -544,7 +548,46 @@ struct OriginProxyTests {
             }
         }
         #expect(upstream.requests.count == 5)
-        #expect(upstream.connections == (originCloses ? 5 : 1))
+        #expect(upstream.connections == (originSaysClose ? 5 : 1))
+    }
+
+    @Test("a kept origin connection dropped unanswered: an idempotent request without a body is sent again, a POST gets the 502",
+          arguments: ["GET", "POST"])
+    func droppedKeptConnection(method: String) async throws {
+        // The second request the origin sees is dropped without an answer, on the kept connection.
+        let upstream = try ScriptedServer { request in
+            request.path == "/second" ? ScriptedServer.Reply(status: 200, ending: .drop) : .ok(Array("ok".utf8))
+        }
+        defer { upstream.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        try await H.withFront(origins: [origin], via: .serve) { front in
+            try await H.withClient { client in
+                let first = try await client.execute(H.request(front, origin, "/first"), timeout: .seconds(60))
+                #expect(try await H.text(first) == "ok")
+                let request = H.request(front, origin, "/second", method: HTTPMethod(rawValue: method))
+                let second = try await client.execute(request, timeout: .seconds(60))
+                // GET: sent again on a new connection and dropped again (one retry only); POST: not sent again.
+                #expect(second.status == .badGateway)
+                #expect(try await H.text(second).hasSuffix(": the origin closed the connection before answering\n"))
+            }
+        }
+        // GET: /first, /second, /second again on a second connection; POST: never sent twice.
+        #expect(upstream.requests.map(\.path) == (method == "GET" ? ["/first", "/second", "/second"] : ["/first", "/second"]))
+        #expect(upstream.connections == (method == "GET" ? 2 : 1))
+    }
+
+    @Test("a close token anywhere in the page's Connection header ends the connection after a forwarded answer")
+    func connectionCloseToken() async throws {
+        let upstream = try await H.startOrigin()
+        let origin = Self.origin(upstream)
+        try await H.withFront(origins: [origin], via: .serve) { front in
+            let head = "GET /echo/c HTTP/1.1\r\nHost: \(front.authority(origin))\r\nConnection: keep-alive, Close\r\n\r\n"
+            // A receive timeout well inside the server's 60 s idle timeout, so only the close token can end it.
+            let (_, text, closed) = try await Self.raw(port: front.port, bytes: Array(head.utf8), timeout: 10)
+            #expect(text.hasPrefix("HTTP/1.1 200"), "\(text.prefix(300))")
+            #expect(closed, "the server kept the connection open")
+        }
+        await upstream.stop()
     }
 
     @Test("an origin that answers before the page's body has arrived: the page gets the answer, then the connection closes, and the server keeps serving",
@@ -563,7 +606,7 @@ struct OriginProxyTests {
             let port = front.port
             let head = "POST /upload HTTP/1.1\r\nHost: \(front.authority(origin))\r\nContent-Length: \(1 << 20)\r\n\r\n"
             // Everything until the server closes (bounded by the socket's 60 s timeout).
-            let (sent, text) = try await Self.raw(port: port, bytes: Array(head.utf8) + [UInt8](repeating: 7, count: 1 << 18))
+            let (sent, text, _) = try await Self.raw(port: port, bytes: Array(head.utf8) + [UInt8](repeating: 7, count: 1 << 18))
             #expect(sent)
             #expect(text.hasPrefix("HTTP/1.1 201"), "\(text.prefix(300))")
             #expect(text.hasSuffix("\r\n\r\nearly"), "the whole answer, then the close: \(text.prefix(300))")

@@ -33,6 +33,8 @@ package final class ScriptedServer: @unchecked Sendable {
             case stall(seconds: Double)
             /// Send the body in small pieces with pauses (a slow link).
             case drip(chunk: Int, pause: Double)
+            /// Close the connection without answering (a kept connection the server dropped).
+            case drop
         }
 
         package var status: Int
@@ -98,6 +100,7 @@ package final class ScriptedServer: @unchecked Sendable {
             guard let request = readRequest(fd, &buffer) else { return }
             state.withLock { $0.log.append(request) }
             let reply = handler(request)
+            if case .drop = reply.ending { return }
             var head = "HTTP/1.1 \(reply.status) X\r\n"
             var hasLength = false
             var chunked = false
@@ -143,6 +146,8 @@ package final class ScriptedServer: @unchecked Sendable {
                     offset += chunk
                     Thread.sleep(forTimeInterval: pause)
                 }
+            case .drop:
+                return
             }
         }
     }

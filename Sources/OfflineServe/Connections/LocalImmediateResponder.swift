@@ -87,8 +87,8 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
         }
         switch part {
         case .head(let head):
-            if owed == 0, context.channel.isWritable,
-               let answer = responder.immediateAnswer(to: Request(head: head, body: RequestBody(buffer: ByteBuffer()))) {
+            let request = Request(head: head, body: RequestBody(buffer: ByteBuffer()))
+            if owed == 0, context.channel.isWritable, let answer = responder.immediateAnswer(to: request) {
                 answered = true
                 switch answer {
                 case .response(let response):
@@ -96,7 +96,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
                     if Self.asksToClose(head) { close(context) }
                 case .forward(let origin, let snapshot, let reason):
                     answered = false
-                    forward(head, to: origin, mirrors: snapshot, reason: reason, context: context)
+                    forward(request, to: origin, mirrors: snapshot, reason: reason, context: context)
                 }
                 return
             }
@@ -123,12 +123,12 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     }
 
     private func forward(
-        _ head: HTTPRequest, to origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot, reason: FallbackReason?, context: ChannelHandlerContext
+        _ request: Request, to origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot, reason: FallbackReason?, context: ChannelHandlerContext
     ) {
         let origins = mirrors.origins
-        closeAfterExchange = Self.asksToClose(head)
+        closeAfterExchange = Self.asksToClose(request.head)
         let exchange = OriginExchange(
-            head, to: origin, servePort: LocalServerResponder.servePort(of: Request(head: head, body: RequestBody(buffer: ByteBuffer()))),
+            request.head, to: origin, servePort: LocalServerResponder.servePort(of: request),
             fallback: reason, isMirrored: { origins.contains($0) }, page: context, pool: pool ?? .of(context.eventLoop),
             configuration: responder.proxy.configuration, metrics: responder.metrics,
             onEnd: { [unowned self] ending in exchangeEnded(ending, context: context) },

@@ -80,12 +80,12 @@ final class LocalMirrors: Sendable {
     func snapshot(generation now: UInt64? = nil) -> Snapshot {
         let (keptGeneration, known) = state.withLock { ($0.generation, $0.names?.1 ?? []) }
         if let keptGeneration, keptGeneration == now ?? watch.generation() { return state.withLock { $0.snapshot } }
-        var watched = watch.watch([appsDirectory] + known.flatMap(appDirectories))
+        var watched = watch.watch(appsDirectory: appsDirectory, apps: known)
         let generation = watch.generation()
         let key = currentKey()
         let added = key.entries.map(\.app).filter { !known.contains($0) }
         if !added.isEmpty {
-            _ = watch.watch(added.flatMap(appDirectories))
+            _ = watch.watch(appsDirectory: appsDirectory, apps: added)
             watched = false
         }
         if let kept = state.withLock({ state -> Snapshot? in
@@ -112,11 +112,6 @@ final class LocalMirrors: Sendable {
             $0.generation = watched ? generation : nil
         }
         return snapshot
-    }
-
-    /// The directories an app's part of the key is read from: its own (`current`) and its versions' (records).
-    private func appDirectories(_ app: String) -> [String] {
-        ["\(appsDirectory)/\(app)", "\(appsDirectory)/\(app)/versions"]
     }
 
     /// What the snapshot depends on, read now (the apps list only when its directory changed).

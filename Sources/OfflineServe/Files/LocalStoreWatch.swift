@@ -48,11 +48,16 @@ final class LocalStoreWatch: Sendable {
         if descriptor >= 0 { close(descriptor) }
     }
 
-    /// Watches `directories` (again: a watch on a directory that is already watched is
-    /// kept, one on a directory that was replaced follows the new one). False when one
-    /// of them cannot be watched: results that depend on it must not rely on the generation.
-    func watch(_ directories: [String]) -> Bool {
+    /// Watches what `serve`'s checks of `apps` read: the apps directory (an app added or
+    /// replaced), each app's directory (`current`, the check state, the lifecycle record)
+    /// and its versions' (records). Again and again: a watch on a directory that is
+    /// already watched is kept, one on a directory that was replaced follows the new one.
+    /// False when one of them cannot be watched: results that depend on it must not rely
+    /// on the generation.
+    func watch(appsDirectory: String, apps: [String]) -> Bool {
         guard descriptor >= 0 else { return false }
+        var directories = [appsDirectory]
+        for app in apps { directories += ["\(appsDirectory)/\(app)", "\(appsDirectory)/\(app)/versions"] }
         for directory in directories where inotify_add_watch(descriptor, directory, Self.mask) < 0 {
             return false
         }

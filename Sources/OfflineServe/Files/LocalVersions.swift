@@ -59,12 +59,6 @@ final class LocalVersions: Sendable {
         appsDirectory = "\(resolver.store.root)/apps"
     }
 
-    /// The directories whose entries a pin of `app` depends on: the apps directory (an
-    /// app replaced), the app's (`current`, the check state) and its versions' (records).
-    private func watchedDirectories(_ app: String) -> [String] {
-        [appsDirectory, "\(appsDirectory)/\(app)", "\(appsDirectory)/\(app)/versions"]
-    }
-
     /// Pins the active version of `app`, or nil when none is usable (no active version, or its record or directory gone).
     func pin(_ app: String) -> LocalPin? {
         guard AppName.isValid(app) else { return nil }
@@ -73,7 +67,7 @@ final class LocalVersions: Sendable {
         // Two tries: a swap plus collection may land between reading the link and locking.
         for _ in 0..<2 {
             // Watched before anything is read: a change from here on is an event.
-            let watched = watch.watch(watchedDirectories(app))
+            let watched = watch.watch(appsDirectory: appsDirectory, apps: [app])
             let generation = watch.generation()
             guard let target = Self.readLink("\(appDirectory)/current") else {
                 pins.withLock { $0[app] = nil }
@@ -127,7 +121,7 @@ final class LocalVersions: Sendable {
         guard let kept = pins.withLock({ $0[app] }) else { return nil }
         if let generation = kept.generation, generation == now ?? watch.generation() { return kept.pin }
         checks.add(1, ordering: .relaxed)
-        let watched = watch.watch(watchedDirectories(app))
+        let watched = watch.watch(appsDirectory: appsDirectory, apps: [app])
         let generation = watch.generation()
         guard let target = Self.readLink("\(appsDirectory)/\(app)/current"), Self.holds(kept, target: target) else { return nil }
         if watched {

@@ -42,8 +42,7 @@ final class LocalLifecycle: Sendable {
         let kept = records.withLock { $0[app] }
         if let kept, let generation = kept.generation, generation == now ?? watch.generation() { return kept.record }
         // Watched before the file is looked at: a change from here on is an event.
-        let apps = "\(lifecycle.store.root)/apps"
-        let watched = watch.watch([apps, "\(apps)/\(app)"])
+        let watched = watch.watch(appsDirectory: "\(lifecycle.store.root)/apps", apps: [app])
         let generation = watch.generation()
         let fingerprint = FileFingerprint(path: lifecycle.recordPath(app))
         let record = kept.flatMap { $0.fingerprint == fingerprint ? $0.record : nil } ?? (fingerprint == nil ? nil : lifecycle.record(app))

@@ -14,8 +14,8 @@ import OfflineAgent
 ///
 /// The origin connection comes from the loop's `OriginConnectionPool` and goes back to it
 /// once both messages ended on a connection the origin keeps alive. A request without a
-/// body that meets a pooled connection the origin had closed is sent once more, on a new
-/// connection (the origin cannot have acted on it).
+/// body and with an idempotent method that meets a pooled connection the origin had
+/// closed is sent once more, on a new connection (sending it twice is harmless).
 final class OriginExchange {
     /// How the page connection goes on once the exchange is over.
     enum Ending {
@@ -113,7 +113,7 @@ final class OriginExchange {
             return
         }
         reused = false
-        OriginConnection.connect(to: origin, on: page.eventLoop, timeout: Self.timeAmount(configuration.connectTimeout)).assumeIsolated().whenComplete { [self] result in
+        OriginConnection.connect(to: origin, on: page.eventLoop, timeout: TimeAmount(configuration.connectTimeout)).assumeIsolated().whenComplete { [self] result in
             switch result {
             case .success(let connection):
                 guard !ended else { return connection.close() }
@@ -280,23 +280,18 @@ final class OriginExchange {
     private func armTimer() {
         guard timer == nil, !ended else { return }
         lastOriginByte = .now()
-        schedule(at: lastOriginByte + Self.timeAmount(configuration.readTimeout))
+        schedule(at: lastOriginByte + TimeAmount(configuration.readTimeout))
     }
 
     private func schedule(at deadline: NIODeadline) {
         timer = page.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
             timer = nil
             guard !ended else { return }
-            let due = lastOriginByte + Self.timeAmount(configuration.readTimeout)
+            let due = lastOriginByte + TimeAmount(configuration.readTimeout)
             if NIODeadline.now() < due || !page.channel.isWritable {
                 return schedule(at: max(due, .now() + .milliseconds(100)))
             }
             fail(("timeout", "no answer within the read timeout"))
         }
-    }
-
-    static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }
