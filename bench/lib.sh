@@ -86,27 +86,31 @@ start_serve() {
     [ -n "$OURS_PORT" ] || die "offline-agent serve did not start: $(cat "$WORK/ours.err")"
 }
 
-# start_nginx: nginx, not daemonized, with $WORK/nginx/nginx.conf; waits for URL to answer.
+# start_nginx URL [INSTANCE]: nginx, not daemonized, with $WORK/INSTANCE/nginx.conf
+# (INSTANCE: `nginx`, the front measured, unless named); waits for URL to answer.
 start_nginx() {
-    "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2> "$WORK/nginx/stderr" &
+    local dir=$WORK/${2:-nginx}
+    "$NGINX" -c "$dir/nginx.conf" -p "$dir" 2> "$dir/stderr" &
     PIDS+=($!)
     for _ in $(seq 1 100); do
         curl -sf -o /dev/null "$1" && return 0
         sleep 0.1
     done
-    die "nginx did not answer $1: $(cat "$WORK/nginx/stderr" "$WORK/nginx/error.log" 2>/dev/null)"
+    die "nginx did not answer $1: $(cat "$dir/stderr" "$dir/error.log" 2>/dev/null)"
 }
 
-# nginx_conf < HTTP_BLOCK_BODY: $WORK/nginx/nginx.conf, one process tree in $WORK/nginx,
-# no access log, long keep-alive; the script's servers are read from standard input.
+# nginx_conf [INSTANCE] < HTTP_BLOCK_BODY: $WORK/INSTANCE/nginx.conf (default `nginx`),
+# one process tree in that directory, no access log, long keep-alive; the script's
+# servers are read from standard input.
 nginx_conf() {
-    mkdir -p "$WORK/nginx"
+    local dir=$WORK/${1:-nginx}
+    mkdir -p "$dir"
     {
         cat <<CONF
 daemon off;
 worker_processes auto;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
 events { worker_connections 4096; }
 http {
     access_log off;
@@ -114,11 +118,11 @@ http {
 CONF
         local kind
         for kind in client_body:body proxy fastcgi uwsgi scgi; do
-            printf '    %s_temp_path %s;\n' "${kind%%:*}" "$WORK/nginx/${kind#*:}"
+            printf '    %s_temp_path %s;\n' "${kind%%:*}" "$dir/${kind#*:}"
         done
         cat
         echo "}"
-    } > "$WORK/nginx/nginx.conf"
+    } > "$dir/nginx.conf"
 }
 
 # wrk_run LABEL WRK_ARGS... -> "req/s p99_ms"; any error in the run ends the script.

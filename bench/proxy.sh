@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Forwarding on a mirrored origin: `offline-agent serve` vs nginx `proxy_pass`, side by
-# side in one run, both in front of the same upstream (a second nginx on loopback that
-# answers GET /api/small.json from a file and POST /api/echo with a fixed JSON body).
+# side in one run, both in front of the same upstream (a second nginx, in processes of its
+# own, that answers GET /api/small.json from a file and POST /api/echo with a fixed JSON
+# body).
 # Requests/s and p99 latency (wrk --latency). Target: ours >= 0.5x nginx's requests/s.
 # Run as `bench/run.sh proxy` or standalone.
 #
@@ -30,19 +31,24 @@ NAME=proxy THREADS=${THREADS:-2} CONNECTIONS=${CONNECTIONS:-50}
 UP_PORT=$(free_port) NGINX_PORT=$(free_port)
 MIRROR="127.0.0.1.http-$UP_PORT.localhost"
 
-# --- one nginx: the upstream origin, and the proxy_pass front -------------------
+# --- the upstream origin: an nginx of its own ------------------------------------
+# Its own processes, so the front nginx's CPU (and its scheduling) is the front's alone,
+# as ours is, and neither front shares a process with the origin it forwards to.
 mkdir -p "$WORK/www/api"
 python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item %d" % i, "price": i * 1.5} for i in range(12)]}))' \
     > "$WORK/www/api/small.json"
-nginx_conf <<CONF
+nginx_conf origin <<CONF
     default_type application/json;
-    # The origin.
     server {
         listen 127.0.0.1:$UP_PORT;
         root $WORK/www;
         location = /api/echo { client_body_buffer_size 64k; return 200 '{"ok":true}'; }
     }
-    # nginx in front of it, kept-alive upstream connections as serve keeps them.
+CONF
+start_nginx "http://127.0.0.1:$UP_PORT/api/small.json" origin
+
+# --- nginx in front of it, kept-alive upstream connections as serve keeps them ----
+nginx_conf <<CONF
     upstream origin { server 127.0.0.1:$UP_PORT; keepalive 64; }
     server {
         listen 127.0.0.1:$NGINX_PORT;
@@ -54,7 +60,7 @@ nginx_conf <<CONF
         }
     }
 CONF
-start_nginx "http://127.0.0.1:$UP_PORT/api/small.json"
+start_nginx "http://127.0.0.1:$NGINX_PORT/api/small.json"
 
 # --- an agent root whose active version whitelists a path on the origin ---------
 agent_root "http://127.0.0.1:$UP_PORT/mall/"

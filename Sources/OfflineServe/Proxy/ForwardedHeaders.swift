@@ -24,16 +24,29 @@ enum ForwardedHeaders {
     /// What a request never carries to its origin, whatever its `Connection` lists.
     private static let requestDropped = hopByHop.union(["host", "expect"])
 
-    /// The names a `Connection` header lists, lowercased (each is hop-by-hop too).
+    /// The names a `Connection` header lists, lowercased (each is hop-by-hop too), other
+    /// than `keep-alive`, which `hopByHop` already has: most origins list only that one,
+    /// so most answers make no set here.
     static func connectionOptions<S: Sequence<String>>(_ connectionValues: S) -> Set<String> {
         var names: Set<String> = []
-        for value in connectionValues {
+        for value in connectionValues where !isKeepAlive(value[...]) {
             for token in value.split(separator: ",") {
-                let name = token.trimmingWhitespace().lowercased()
-                if !name.isEmpty { names.insert(name) }
+                let name = token.trimmingWhitespace()
+                if name.isEmpty || isKeepAlive(name) { continue }
+                names.insert(name.lowercased())
             }
         }
         return names
+    }
+
+    /// Whether `token` is `keep-alive`, in any case.
+    private static func isKeepAlive(_ token: Substring) -> Bool {
+        token.utf8.elementsEqual("keep-alive".utf8, by: { asciiLowercased($0) == $1 })
+    }
+
+    /// `byte`, lowercased when it is an ASCII capital letter.
+    private static func asciiLowercased(_ byte: UInt8) -> UInt8 {
+        (0x41...0x5A).contains(byte) ? byte | 0x20 : byte
     }
 
     /// The request's headers as sent to `origin`.
@@ -47,8 +60,8 @@ enum ForwardedHeaders {
     /// - No `X-Forwarded-*` or `Forwarded` header is added: for the origin, the request
     ///   comes from the device as the page would have sent it.
     static func request(_ fields: HTTPFields, servePort: Int) -> HTTPHeaders {
-        let listed = fields[values: .connection]
-        let drop = listed.isEmpty ? requestDropped : requestDropped.union(connectionOptions(listed))
+        let listed = connectionOptions(fields[values: .connection])
+        let drop = listed.isEmpty ? requestDropped : requestDropped.union(listed)
         var headers = HTTPHeaders()
         headers.reserveCapacity(fields.count)
         let cookies = fields[values: .cookie]
@@ -76,15 +89,15 @@ enum ForwardedHeaders {
     static func response(
         _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
     ) -> HTTPFields {
-        let listed = headers["connection"]
-        let drop = listed.isEmpty ? hopByHop : hopByHop.union(connectionOptions(listed))
+        let listed = connectionOptions(headers["connection"])
+        let drop = listed.isEmpty ? hopByHop : hopByHop.union(listed)
         var fields = HTTPFields()
         fields.reserveCapacity(headers.count)
         for (name, value) in headers {
-            let lowered = name.lowercased()
-            guard !drop.contains(lowered), let fieldName = HTTPField.Name(name) else { continue }
+            // The field name lowercases once; its canonical name is the lowercased one.
+            guard let fieldName = HTTPField.Name(name), !drop.contains(fieldName.canonicalName) else { continue }
             let out: String
-            switch lowered {
+            switch fieldName.canonicalName {
             case "location", "content-location":
                 out = LocationRewriter.toMirror(value, servePort: servePort, isMirrored: { $0 == origin || isMirrored($0) }) ?? value
             case "set-cookie":

@@ -19,8 +19,15 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
     let origin: MirrorOrigin
     /// The exchange using the connection; nil while it waits in the pool.
     var exchange: OriginExchange?
-    /// Told when a pooled connection closes, so the pool lets it go.
-    var onIdleClose: (() -> Void)?
+    /// The pool the connection waits in, from when it is first parked (one per event loop,
+    /// living as long as the process).
+    weak var pool: OriginConnectionPool?
+    /// When the connection was parked in `pool`; nil while it is in use.
+    var idleSince: NIODeadline?
+    /// The connection's one timer, for its exchange's read timeout and the pool's idle
+    /// timeout, and the deadline it is scheduled at.
+    private var timer: Scheduled<Void>?
+    private var timerDeadline = NIODeadline.distantFuture
     private(set) var channel: (any Channel)?
     private var context: ChannelHandlerContext?
     /// Reads are held (the page is not reading); `readHeld` is a read owed once they resume.
@@ -117,13 +124,44 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         failHandshake(ChannelError.eof)
+        cancelTimer()
         if let exchange {
             self.exchange = nil
             exchange.originClosed(nil)
-        } else {
-            onIdleClose?()
-            onIdleClose = nil
+        } else if idleSince != nil {
+            pool?.remove(self)
         }
+    }
+
+    /// Makes the timer fire by `deadline`. Re-armed lazily: a deadline no earlier than the
+    /// one scheduled waits for that one, which then asks again (`timerFired`), so a
+    /// connection kept busy schedules about once per timeout, not once per request.
+    func wake(by deadline: NIODeadline) {
+        guard let context, deadline < timerDeadline else { return }
+        timer?.cancel()
+        timerDeadline = deadline
+        timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            timer = nil
+            timerDeadline = .distantFuture
+            timerFired()
+        }
+    }
+
+    private func timerFired() {
+        if let exchange {
+            exchange.timerFired()
+        } else if let idleSince {
+            let expiry = idleSince + OriginConnectionPool.idleTimeout
+            guard NIODeadline.now() >= expiry else { return wake(by: expiry) }
+            pool?.remove(self)
+            close()
+        }
+    }
+
+    private func cancelTimer() {
+        timer?.cancel()
+        timer = nil
+        timerDeadline = .distantFuture
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -168,7 +206,7 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
 
     func close() {
         exchange = nil
-        onIdleClose = nil
+        cancelTimer()
         channel?.close(promise: nil)
     }
 }

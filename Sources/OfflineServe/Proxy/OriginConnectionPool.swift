@@ -13,12 +13,9 @@ final class OriginConnectionPool {
     static let idleTimeout = TimeAmount.seconds(60)
     static let maxIdlePerOrigin = 64
 
-    private let eventLoop: any EventLoop
-    private var idle: [MirrorOrigin: [(connection: OriginConnection, expiry: Scheduled<Void>)]] = [:]
+    private var idle: [MirrorOrigin: [OriginConnection]] = [:]
 
-    private init(eventLoop: any EventLoop) {
-        self.eventLoop = eventLoop
-    }
+    private init() {}
 
     /// The pool of `eventLoop` (made on first use; it lasts as long as the process).
     static func of(_ eventLoop: any EventLoop) -> OriginConnectionPool {
@@ -26,7 +23,7 @@ final class OriginConnectionPool {
         let key = ObjectIdentifier(eventLoop)
         let bound = pools.withLock { pools in
             if let pool = pools[key] { return pool }
-            let pool = NIOLoopBound(OriginConnectionPool(eventLoop: eventLoop), eventLoop: eventLoop)
+            let pool = NIOLoopBound(OriginConnectionPool(), eventLoop: eventLoop)
             pools[key] = pool
             return pool
         }
@@ -37,16 +34,17 @@ final class OriginConnectionPool {
 
     /// An open idle connection to `origin`, taken out of the pool; nil when none waits.
     func take(_ origin: MirrorOrigin) -> OriginConnection? {
-        while let (connection, expiry) = idle[origin]?.popLast() {
-            expiry.cancel()
-            connection.onIdleClose = nil
+        while let connection = idle[origin]?.popLast() {
+            connection.idleSince = nil
             if connection.isActive { return connection }
         }
         return nil
     }
 
     /// Keeps `connection` for the next request to its origin, or closes it when its
-    /// origin already has `maxIdlePerOrigin` waiting.
+    /// origin already has `maxIdlePerOrigin` waiting. It leaves once idle for
+    /// `idleTimeout` (the connection's own timer, `OriginConnection.wake(by:)`, so a
+    /// busy connection schedules nothing per request) or once its origin closes it.
     func park(_ connection: OriginConnection) {
         let origin = connection.origin
         guard connection.isActive, (idle[origin]?.count ?? 0) < Self.maxIdlePerOrigin else {
@@ -55,17 +53,17 @@ final class OriginConnectionPool {
         }
         connection.exchange = nil
         connection.resume()
-        let expiry = eventLoop.assumeIsolated().scheduleTask(in: Self.idleTimeout) { [self] in
-            remove(connection)
-            connection.close()
-        }
-        connection.onIdleClose = { [self] in remove(connection) }
-        idle[origin, default: []].append((connection, expiry))
+        connection.pool = self
+        let now = NIODeadline.now()
+        connection.idleSince = now
+        connection.wake(by: now + Self.idleTimeout)
+        idle[origin, default: []].append(connection)
     }
 
-    private func remove(_ connection: OriginConnection) {
-        guard var waiting = idle[connection.origin], let index = waiting.firstIndex(where: { $0.connection === connection }) else { return }
-        waiting[index].expiry.cancel()
+    /// Lets go of an idle `connection` that closed or waited too long.
+    func remove(_ connection: OriginConnection) {
+        connection.idleSince = nil
+        guard var waiting = idle[connection.origin], let index = waiting.firstIndex(where: { $0 === connection }) else { return }
         waiting.remove(at: index)
         idle[connection.origin] = waiting.isEmpty ? nil : waiting
     }

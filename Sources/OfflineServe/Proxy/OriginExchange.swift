@@ -58,7 +58,8 @@ final class OriginExchange {
     /// The origin's answer leaves its connection open for another request.
     private var originKeepsAlive = false
     private var ended = false
-    private var timer: Scheduled<Void>?
+    /// The read timeout runs (from the request's end), on the connection's timer.
+    private var timing = false
     private var lastOriginByte = NIODeadline.now()
 
     init(
@@ -97,10 +98,11 @@ final class OriginExchange {
     private static let bodilessMethods: Set<HTTPRequest.Method> = [.get, .head, .delete, .connect, .trace]
     private static let idempotentMethods: Set<HTTPRequest.Method> = [.get, .head, .options, .trace, .put, .delete]
 
-    /// Whether the page connection may be read now: the request's body goes on to an
+    /// Whether the page connection may be read now: the request was read to its end (what
+    /// follows is the next request, the responder's to hold), or its body goes on to an
     /// origin connection that takes it.
     var mayReadPage: Bool {
-        !ended && !requestRead && connection?.isWritable == true
+        ended || requestRead || connection?.isWritable == true
     }
 
     /// Takes a pooled connection or opens one, and sends the request head. `duringRead`:
@@ -167,7 +169,6 @@ final class OriginExchange {
     func pageClosed() {
         guard !ended else { return }
         ended = true
-        timer?.cancel()
         connection?.close()
         connection = nil
     }
@@ -220,6 +221,8 @@ final class OriginExchange {
     func originClosed(_ error: (any Error)?) {
         guard !ended else { return }
         connection = nil
+        // The timer went with the connection; a retry's connection gets its own.
+        timing = false
         if responseStarted {
             // Cut off after it began: the page sees a broken response, not a short one.
             metrics?.recordOriginFailure(origin: origin.origin, reason: "broken")
@@ -269,7 +272,6 @@ final class OriginExchange {
     private func end(_ ending: Ending) {
         guard !ended else { return }
         ended = true
-        timer?.cancel()
         connection?.close()
         connection = nil
         onEnd(ending)
@@ -278,20 +280,21 @@ final class OriginExchange {
     /// The read timeout, from the request's end: the origin must send something within
     /// it whenever the page is reading (a page that stops reading holds the origin too).
     private func armTimer() {
-        guard timer == nil, !ended else { return }
+        guard !timing, !ended, let connection else { return }
+        timing = true
         lastOriginByte = .now()
-        schedule(at: lastOriginByte + TimeAmount(configuration.readTimeout))
+        connection.wake(by: lastOriginByte + TimeAmount(configuration.readTimeout))
     }
 
-    private func schedule(at deadline: NIODeadline) {
-        timer = page.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
-            timer = nil
-            guard !ended else { return }
-            let due = lastOriginByte + TimeAmount(configuration.readTimeout)
-            if NIODeadline.now() < due || !page.channel.isWritable {
-                return schedule(at: max(due, .now() + .milliseconds(100)))
-            }
-            fail(("timeout", "no answer within the read timeout"))
+    /// The connection's timer fired while this exchange used it.
+    func timerFired() {
+        guard timing, !ended else { return }
+        let due = lastOriginByte + TimeAmount(configuration.readTimeout)
+        let now = NIODeadline.now()
+        if now < due || !page.channel.isWritable {
+            connection?.wake(by: max(due, now + .milliseconds(100)))
+            return
         }
+        fail(("timeout", "no answer within the read timeout"))
     }
 }

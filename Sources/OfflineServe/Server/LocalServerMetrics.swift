@@ -69,6 +69,24 @@ public final class LocalServerMetrics: Sendable {
     private let open: Meter
     private let timeouts: [LocalConnectionTimeout: CoreMetrics.Counter]
 
+    /// The labelled series a request touches most (a file's response, a mirror's hit, a
+    /// forward's answer), by a key of their label values: one lookup per request instead
+    /// of the label arrays and strings the registry's own key is built from.
+    private struct Series: Hashable {
+        enum Family: Hashable { case hits, files, forwarded }
+        var family: Family
+        var label: String
+        var code = 0
+    }
+    private let series = Mutex<[Series: CoreMetrics.Counter]>([:])
+
+    private func counter(_ key: Series, _ make: () -> CoreMetrics.Counter) -> CoreMetrics.Counter {
+        if let counter = series.withLock({ $0[key] }) { return counter }
+        let counter = make()
+        series.withLock { $0[key] = counter }
+        return counter
+    }
+
     /// Requests answered on the event loop (`LocalImmediateResponder`); not exported: how
     /// a response was made, not what it was, for tests.
     private let immediate = Atomic<Int>(0)
@@ -96,7 +114,7 @@ public final class LocalServerMetrics: Sendable {
     public func recordOpen(_ resolution: Resolution) {
         switch resolution {
         case .file(let file):
-            registry.counter(Name.hits, [("app", file.app)]).increment()
+            hit(app: file.app)
         case .network(let reason, let app):
             recordFallback(app: app ?? "", reason: reason)
         }
@@ -105,7 +123,11 @@ public final class LocalServerMetrics: Sendable {
     /// Counts one request on a mirror host that `app`'s package answered (nil: none, not counted).
     func recordMirrorHit(app: String?) {
         guard let app else { return }
-        registry.counter(Name.hits, [("app", app)]).increment()
+        hit(app: app)
+    }
+
+    private func hit(app: String) {
+        counter(Series(family: .hits, label: app)) { registry.counter(Name.hits, [("app", app)]) }.increment()
     }
 
     /// Counts one request of `app` sent to the network for `reason`: under `/<app>/` by the
@@ -131,12 +153,16 @@ public final class LocalServerMetrics: Sendable {
 
     /// Counts one response under `/<app>/`.
     func recordFile(app: String, code: Int) {
-        registry.counter(Name.files, [("app", app), ("code", String(code))]).increment()
+        counter(Series(family: .files, label: app, code: code)) {
+            registry.counter(Name.files, [("app", app), ("code", String(code))])
+        }.increment()
     }
 
     /// Counts one forwarded request the origin answered with `status`.
     func recordForwarded(origin: String, status: Int) {
-        registry.counter(Name.forwarded, [("origin", origin), ("status", "\(status / 100)xx")]).increment()
+        counter(Series(family: .forwarded, label: origin, code: status / 100)) {
+            registry.counter(Name.forwarded, [("origin", origin), ("status", "\(status / 100)xx")])
+        }.increment()
     }
 
     /// Counts one forwarded request the origin failed (`unreachable`, `timeout`, `broken`).

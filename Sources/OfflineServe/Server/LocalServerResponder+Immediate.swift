@@ -37,8 +37,10 @@ extension LocalServerResponder {
     /// Nil, with nothing counted, for every other request: `respond` answers those (and
     /// warms the caches).
     ///
-    /// Costs a `readlink` and three `stat`s (the pin's and the lifecycle record's, the same
-    /// checks every response makes so a swap is seen at once), and never waits for a lock.
+    /// Costs one non-blocking `read` of the store's watch (`LocalStoreWatch`) while the
+    /// store is unchanged, so a swap is still seen at once; the pin's and the lifecycle
+    /// record's checks (a `readlink` and `stat`s) only after a change, or on every request
+    /// where inotify is unavailable. Never waits for a lock held across a filesystem call.
     func immediateAnswer(to request: Request) -> ImmediateAnswer? {
         let path = request.uri.path
         guard !path.hasPrefix(LocalLifecycle.routePrefix) else { return nil }
