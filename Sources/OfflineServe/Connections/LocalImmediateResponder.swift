@@ -188,7 +188,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     }
 
     /// While a request is forwarded, its body is read only as fast as its origin takes it,
-    /// and what a pipelining client sends after it (at most one read's worth, `waiting`)
+    /// and what a pipelining client sends after it (at most one read burst, `waiting`)
     /// waits until its response has ended. Reading goes on otherwise, so a client that
     /// waits for each answer costs no change of the socket's epoll interest per request.
     private var holdsReads: Bool {

@@ -60,6 +60,7 @@ final class OriginExchange {
     private var ended = false
     /// The read timeout runs (from the request's end), on the connection's timer.
     private var timing = false
+    private var timerStarted = false
     private var lastOriginByte = NIODeadline.now()
 
     init(
@@ -282,7 +283,11 @@ final class OriginExchange {
     private func armTimer() {
         guard !timing, !ended, let connection else { return }
         timing = true
-        lastOriginByte = .now()
+        // From the request's end, once: a retry's connection goes on with the same deadline.
+        if !timerStarted {
+            timerStarted = true
+            lastOriginByte = .now()
+        }
         connection.wake(by: lastOriginByte + TimeAmount(configuration.readTimeout))
     }
 
