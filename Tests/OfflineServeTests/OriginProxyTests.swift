@@ -554,6 +554,32 @@ struct OriginProxyTests {
         #expect(upstream.connections == (originSaysClose ? 5 : 1))
     }
 
+    @Test("the read timeout fires on a kept origin connection, whose timer an earlier forward left scheduled")
+    func readTimeoutOnKeptConnection() async throws {
+        // The second forward reuses the first one's connection, then the origin goes silent
+        // after its head: the connection's timer, armed by the first forward, must be
+        // asked again and end the second one at its own deadline.
+        let upstream = try ScriptedServer { request in
+            request.path == "/second"
+                ? ScriptedServer.Reply(status: 200, body: Array(repeating: UInt8(ascii: "x"), count: 64), ending: .stall(seconds: 30))
+                : .ok(Array("ok".utf8))
+        }
+        defer { upstream.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(5), readTimeout: .seconds(1))
+        try await H.withFront(origins: [origin], configuration: timeouts, via: .serve) { front in
+            try await H.withClient { client in
+                let first = try await client.execute(H.request(front, origin, "/first"), timeout: .seconds(60))
+                #expect(try await H.text(first) == "ok")
+                let second = try await client.execute(H.request(front, origin, "/second"), timeout: .seconds(20))
+                #expect(second.status == .ok)
+                await #expect(throws: (any Error).self) { _ = try await H.text(second) }
+                #expect(front.metrics.originFailures(origin: origin.origin, reason: "timeout") == 1)
+            }
+        }
+        #expect(upstream.connections == 1)
+    }
+
     @Test("a kept origin connection dropped unanswered: an idempotent request without a body is sent again, a POST gets the 502",
           arguments: ["GET", "POST"])
     func droppedKeptConnection(method: String) async throws {
