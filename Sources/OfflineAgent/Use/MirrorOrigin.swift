@@ -27,6 +27,10 @@ public struct MirrorOrigin: Sendable, Hashable, CustomStringConvertible {
     public let host: String
     /// The effective port (the scheme's default when the URL names none).
     public let port: Int
+    /// `scheme://host[:port]`, the port only when it is not the scheme's default: the
+    /// canonical spelling, so it alone decides equality. Made once, as the proxy names
+    /// the origin in every forward's metrics and `Host`.
+    public let origin: String
 
     /// The top-level label of every mirror host.
     public static let suffix = "localhost"
@@ -47,6 +51,7 @@ public struct MirrorOrigin: Sendable, Hashable, CustomStringConvertible {
         self.scheme = scheme
         self.host = name
         self.port = port
+        origin = port == WebAddress.defaultPort(scheme: scheme) ? "\(scheme)://\(name)" : "\(scheme)://\(name):\(port)"
         guard mirrorHost.utf8.count <= 253 else { return nil }
     }
 
@@ -76,10 +81,12 @@ public struct MirrorOrigin: Sendable, Hashable, CustomStringConvertible {
             : "\(host).\(scheme)-\(port).\(Self.suffix)"
     }
 
-    /// `scheme://host[:port]`, the port only when it is not the scheme's default.
-    public var origin: String {
-        port == WebAddress.defaultPort(scheme: scheme) ? "\(scheme)://\(host)" : "\(scheme)://\(host):\(port)"
-    }
+    /// `host[:port]` as `origin` writes it: the `Host` a request to the origin carries.
+    public var authority: Substring { origin.dropFirst(scheme.utf8.count + 3) }
+
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.origin == rhs.origin }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(origin) }
 
     /// `http://<mirror host>:<port>`: where `serve`, listening on `port`, answers for this origin.
     public func mirrorBase(servePort: Int) -> String {

@@ -32,7 +32,6 @@ enum LocalHost {
     /// Whether a `Host` header value (`host`, `host:port`, `[v6]`, `[v6]:port`) names a
     /// loopback host. A missing or malformed value is not.
     static func isLoopback(authority: String?) -> Bool {
-        guard let authority, let (host, _) = WebAddress.split(authority: authority) else { return false }
-        return isLoopback(host: host)
+        LocalHostAuthority(authority).isLoopback
     }
 }

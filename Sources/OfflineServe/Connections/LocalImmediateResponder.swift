@@ -10,7 +10,7 @@ import Glibc
 #endif
 
 /// Answers on the event loop the requests memory alone answers
-/// (`LocalServerResponder.immediateAnswer(to:)`: a warm package file), forwards there the
+/// (`LocalServerResponder.immediateAnswer(to:authority:)`: a warm package file), forwards there the
 /// requests a mirror host sends to its origin (`OriginExchange`), and passes every other
 /// request on, whole, to Hummingbird's responder behind it.
 ///
@@ -59,6 +59,8 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     private var pool: OriginConnectionPool?
     /// Told where each request ends, so a body is never timed as a head.
     private var connectionGuard: LocalConnectionGuard?
+    /// The last request's `Host`, parsed: a connection's requests name the same one.
+    private var authority: LocalHostAuthority?
 
     init(responder: LocalServerResponder) {
         self.responder = responder
@@ -88,7 +90,9 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
         switch part {
         case .head(let head):
             let request = Request(head: head, body: RequestBody(buffer: ByteBuffer()))
-            if owed == 0, context.channel.isWritable, let answer = responder.immediateAnswer(to: request) {
+            let authority = LocalHostAuthority.of(head.authority, known: authority)
+            self.authority = authority
+            if owed == 0, context.channel.isWritable, let answer = responder.immediateAnswer(to: request, authority: authority) {
                 answered = true
                 switch answer {
                 case .response(let response):
@@ -96,7 +100,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
                     if Self.asksToClose(head) { close(context) }
                 case .forward(let origin, let snapshot, let reason):
                     answered = false
-                    forward(request, to: origin, mirrors: snapshot, reason: reason, context: context)
+                    forward(request, to: origin, servePort: authority.port, mirrors: snapshot, reason: reason, context: context)
                 }
                 return
             }
@@ -123,12 +127,13 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     }
 
     private func forward(
-        _ request: Request, to origin: MirrorOrigin, mirrors: LocalMirrors.Snapshot, reason: FallbackReason?, context: ChannelHandlerContext
+        _ request: Request, to origin: MirrorOrigin, servePort: Int, mirrors: LocalMirrors.Snapshot, reason: FallbackReason?,
+        context: ChannelHandlerContext
     ) {
         let origins = mirrors.origins
         closeAfterExchange = Self.asksToClose(request.head)
         let exchange = OriginExchange(
-            request.head, to: origin, servePort: LocalServerResponder.servePort(of: request),
+            request.head, to: origin, servePort: servePort,
             fallback: reason, isMirrored: { origins.contains($0) }, page: context, pool: pool ?? .of(context.eventLoop),
             configuration: responder.proxy.configuration, metrics: responder.metrics,
             onEnd: { [unowned self] ending in exchangeEnded(ending, context: context) },

@@ -1,3 +1,4 @@
+import HTTPTypes
 import FoundationEssentials
 import Hummingbird
 import OfflineAgent
@@ -33,6 +34,8 @@ final class LocalFileCache: Sendable {
         var record: FileFingerprint
         var body: ByteBuffer
         var validators: Validators
+        /// The headers of a `200` with the whole body, as `LocalServerResponder.reply` makes them.
+        var wholeHeaders: HTTPFields
     }
 
     struct Entry {
@@ -45,12 +48,18 @@ final class LocalFileCache: Sendable {
     static let limit = 4096
     static let byteLimit = 64 << 20
     private struct State {
-        var entries: [String: Entry] = [:]
+        var entries: [Key: Entry] = [:]
         var contentBytes = 0
     }
     private let state = Mutex(State())
 
-    private static func key(_ directory: String, _ rest: String) -> String { "\(directory)\u{0}\(rest)" }
+    /// A file of a version directory; two strings, not one joined, so a lookup builds none.
+    private struct Key: Hashable {
+        var directory: String
+        var rest: String
+    }
+
+    private static func key(_ directory: String, _ rest: String) -> Key { Key(directory: directory, rest: rest) }
 
     /// The file `rest` (percent-encoded) names inside `directory`, as `Resolver.file` decides.
     func resolve(_ rest: String, in directory: String) -> Entry? {

@@ -36,19 +36,21 @@ extension LocalServerResponder {
 
     /// Sorts a request by its `Host`: two `Host` lines; a `*.localhost` name, the mirror
     /// of a mirrored origin or not (whatever `checkHost` says: the server never fronts an
-    /// origin no whitelist names); a loopback name, or any with the check off.
-    func hostName(_ request: Request, generation: UInt64? = nil) -> HostName {
+    /// origin no whitelist names); a loopback name, or any with the check off. `authority`
+    /// is the request's `Host` value parsed, when the caller has it.
+    func hostName(_ request: Request, generation: UInt64? = nil, authority: LocalHostAuthority? = nil) -> HostName {
         // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
         // `authority`; any left among the fields is a second one, maybe naming another host.
         if request.headers.contains(Self.hostField) { return .twoHosts }
-        if let host = request.head.authority.flatMap({ WebAddress.split(authority: $0)?.host }), let name = Self.mirrorName(host) {
+        let authority = LocalHostAuthority.of(request.head.authority, known: authority)
+        if let name = authority.mirrorName, let host = authority.host {
             // A mirror host names its origin in one spelling only (`MirrorOrigin(mirrorHost:)`),
             // so the snapshot's table of those spellings answers without parsing the name.
             let snapshot = mirrors.snapshot(generation: generation)
             if let origin = snapshot.byMirrorHost[name] { return .mirror(origin, snapshot) }
             return .unmirrored(host)
         }
-        if checkHost, !LocalHost.isLoopback(authority: request.head.authority) { return .notLoopback }
+        if checkHost, !authority.isLoopback { return .notLoopback }
         return .plain
     }
 
@@ -81,7 +83,7 @@ extension LocalServerResponder {
 
     /// The port the client reached this server on, from its `Host` (80 when it names none).
     static func servePort(of request: Request) -> Int {
-        request.head.authority.flatMap { WebAddress.split(authority: $0)?.port } ?? 80
+        LocalHostAuthority(request.head.authority).port
     }
 
     /// A request on the mirror host of `origin`: `/.offline-agent/*` is the page's own

@@ -70,8 +70,8 @@ final class OriginExchange {
         onEnd: @escaping (Ending) -> Void, onOriginWritable: @escaping () -> Void
     ) {
         var headers = ForwardedHeaders.request(request.headerFields, servePort: servePort)
-        // `scheme://` off the origin: its host, and its port when not the default.
-        headers.replaceOrAdd(name: "Host", value: String(origin.origin.dropFirst(origin.scheme.count + 3)))
+        // The origin's host, and its port when not the default.
+        headers.replaceOrAdd(name: "Host", value: String(origin.authority))
         let length = request.headerFields[.contentLength]
         let chunked = request.headerFields[.transferEncoding] != nil
         let hasBody = chunked || (length.map { $0 != "0" } ?? false)

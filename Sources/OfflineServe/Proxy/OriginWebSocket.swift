@@ -42,7 +42,7 @@ package struct OriginWebSocket: Sendable {
         var headers = headers
         if !headers.contains(name: "Host") {
             // `scheme://` off the origin: its host, and its port when not the default.
-            headers.add(name: "Host", value: String(origin.origin.dropFirst(origin.scheme.count + 3)))
+            headers.add(name: "Host", value: String(origin.authority))
         }
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)
         let maxFrameSize = limits.maxFrameSize

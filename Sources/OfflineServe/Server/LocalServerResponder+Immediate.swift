@@ -35,20 +35,20 @@ extension LocalServerResponder {
     ///   selects; the kill switch), is forwarded, counted as `mirror` counts it.
     ///
     /// Nil, with nothing counted, for every other request: `respond` answers those (and
-    /// warms the caches).
+    /// warms the caches). `authority` is the request's `Host` value, parsed.
     ///
     /// Costs one non-blocking `read` of the store's watch (`LocalStoreWatch`) while the
     /// store is unchanged, so a swap is still seen at once; the pin's and the lifecycle
     /// record's checks (a `readlink` and `stat`s) only after a change, or on every request
     /// where inotify is unavailable. Never waits for a lock held across a filesystem call.
-    func immediateAnswer(to request: Request) -> ImmediateAnswer? {
+    func immediateAnswer(to request: Request, authority: LocalHostAuthority) -> ImmediateAnswer? {
         let path = request.uri.path
         guard !path.hasPrefix(LocalLifecycle.routePrefix) else { return nil }
         let fileRequest = request.method == .get || request.method == .head
         var response: ImmediateResponse
         // One look at the store's watch for the whole request (`LocalStoreWatch`).
         let generation = versions.watch.generation()
-        switch hostName(request, generation: generation) {
+        switch hostName(request, generation: generation, authority: authority) {
         case .plain:
             guard fileRequest, Self.controlRoute(path) == nil, case (let app, let rest?) = Self.appPath(path), AppName.isValid(app),
                   let kept = keptFile(app: app, rest: rest, request: request, generation: generation)
@@ -76,6 +76,9 @@ extension LocalServerResponder {
         return .response(response)
     }
 
+    /// The request fields `reply` reads: a request without them gets the whole file.
+    private static let selectingFields: [HTTPField.Name] = [.range, .ifNoneMatch, .ifModifiedSince]
+
     /// The response with `rest` of `app`'s pinned version, from kept bytes only.
     private func keptFile(app: String, rest: String, request: Request, pinned: LocalPin? = nil, generation: UInt64) -> ImmediateResponse? {
         guard let pinned = pinned ?? versions.keptPin(app, generation: generation), pinned.fallback == nil,
@@ -83,6 +86,12 @@ extension LocalServerResponder {
               let (entry, content) = files.kept(rest, in: pinned.directory, record: pinned.recordIdentity)
         else { return nil }
         let head = request.method == .head
+        // A GET of a whole file without conditions, what a page load sends: the head made
+        // when the bytes were kept, as `reply` makes it.
+        if !head, content.validators.size > 0, !request.headers.contains(where: { Self.selectingFields.contains($0.name) }) {
+            metrics.recordFile(app: app, code: 200)
+            return ImmediateResponse(head: HTTPResponse(status: .ok, headerFields: content.wholeHeaders), body: content.body)
+        }
         switch reply(request, pinned: pinned, contentType: entry.contentType, validators: content.validators, head: head) {
         case .complete(let response, let body):
             return ImmediateResponse(head: response.head, body: body)

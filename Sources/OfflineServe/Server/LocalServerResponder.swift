@@ -176,7 +176,7 @@ struct LocalServerResponder: HTTPResponder {
         guard let entry = files.resolve(rest, in: pinned.directory) else {
             return missingFile(request, pinned: pinned, rest: rest, head: head)
         }
-        switch load(entry.path, pinned: pinned, rest: rest, head: head) {
+        switch load(entry, pinned: pinned, rest: rest, head: head) {
         case .ready(let source, let validators):
             switch reply(request, pinned: pinned, contentType: entry.contentType, validators: validators, head: head) {
             case .complete(let response, _):
@@ -202,15 +202,7 @@ struct LocalServerResponder: HTTPResponder {
     func reply(_ request: Request, pinned: LocalPin, contentType: String, validators: LocalFileCache.Validators, head: Bool) -> FileReply {
         let app = pinned.app
         let size = validators.size
-        var headers: HTTPFields = [
-            .contentType: contentType,
-            .eTag: validators.etag,
-            .lastModified: validators.lastModified,
-            .acceptRanges: "bytes",
-            // Revalidate every time: the next load after a swap must see the new version.
-            .cacheControl: "no-cache",
-        ]
-        headers[Self.versionHeader] = pinned.versionText
+        var headers = Self.fileHeaders(pinned: pinned, contentType: contentType, validators: validators)
         if Self.isNotModified(request, validators) {
             metrics.recordFile(app: app, code: 304)
             return .complete(Response(status: .notModified, headers: headers), body: nil)
@@ -247,6 +239,20 @@ struct LocalServerResponder: HTTPResponder {
         return .bytes(status, headers, bytes)
     }
 
+    /// The headers of every response with the file `validators` describe (`reply`).
+    static func fileHeaders(pinned: LocalPin, contentType: String, validators: LocalFileCache.Validators) -> HTTPFields {
+        var headers: HTTPFields = [
+            .contentType: contentType,
+            .eTag: validators.etag,
+            .lastModified: validators.lastModified,
+            .acceptRanges: "bytes",
+            // Revalidate every time: the next load after a swap must see the new version.
+            .cacheControl: "no-cache",
+        ]
+        headers[Self.versionHeader] = pinned.versionText
+        return headers
+    }
+
     /// No file at `rest`: a 400 for broken percent-encoding, a redirect for a directory
     /// asked for without its slash, else a 404.
     private func missingFile(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
@@ -265,7 +271,8 @@ struct LocalServerResponder: HTTPResponder {
 
     /// Where the bytes of the file at `path` come from: kept contents read under this very
     /// record, or a descriptor opened once now (small files are then read whole and kept).
-    private func load(_ path: String, pinned: LocalPin, rest: String, head: Bool) -> Loaded {
+    private func load(_ entry: LocalFileCache.Entry, pinned: LocalPin, rest: String, head: Bool) -> Loaded {
+        let path = entry.path
         if let content = files.content(rest, in: pinned.directory, record: pinned.recordIdentity) {
             return .ready(.memory(content.body), content.validators)
         }
@@ -279,7 +286,12 @@ struct LocalServerResponder: HTTPResponder {
         guard file.size <= Self.keepLimit else { return .ready(.open(file), validators) }
         do {
             let body = try file.read(offset: 0, count: Int(file.size), allocator: Self.allocator)
-            files.keep(.init(record: pinned.recordIdentity, body: body, validators: validators), for: rest, in: pinned.directory)
+            // The head of the response most requests get (`keptFile`), made once.
+            var wholeHeaders = Self.fileHeaders(pinned: pinned, contentType: entry.contentType, validators: validators)
+            wholeHeaders[.contentLength] = String(validators.size)
+            files.keep(
+                .init(record: pinned.recordIdentity, body: body, validators: validators, wholeHeaders: wholeHeaders),
+                for: rest, in: pinned.directory)
             return .ready(.memory(body), validators)
         } catch {
             logger.error("reading \(path): \(error)")
