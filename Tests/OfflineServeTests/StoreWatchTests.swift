@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import OfflineAgent
 @testable import OfflineServe
@@ -63,5 +64,85 @@ struct StoreWatchTests {
         try f.add(version: "4.0.0")
         #expect(versions.keptPin("mall") == nil, "a swap in the new directory went unseen")
         #expect(versions.pin("mall")?.version.description == "4.0.0")
+    }
+
+    /// Set to stop the threads of `concurrentCallers`.
+    private final class Stop: Sendable {
+        let flag = Atomic<Bool>(false)
+    }
+
+    @Test("threads taking the events as fast as they come never hide a change: every look after a write sees a new generation")
+    func concurrentCallers() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("store-watch-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let watch = LocalStoreWatch()
+        try #require(watch.isActive, "no inotify instance")
+        try #require(watch.watch(appsDirectory: directory.path, apps: []))
+        // Two threads look without pause, as the server's two event loops do under load,
+        // so they take most events, often between this thread's write and its look.
+        let stop = Stop()
+        let done = DispatchGroup()
+        for _ in 0..<2 {
+            done.enter()
+            Thread.detachNewThread {
+                while !stop.flag.load(ordering: .relaxed) { _ = watch.generation() }
+                done.leave()
+            }
+        }
+        defer {
+            stop.flag.store(true, ordering: .relaxed)
+            done.wait()
+        }
+        let file = directory.appendingPathComponent("state.json")
+        var stale = 0
+        for round in 0..<3000 {
+            let before = watch.generation()
+            try Data([UInt8(truncatingIfNeeded: round)]).write(to: file)
+            if watch.generation() <= before { stale += 1 }
+        }
+        #expect(stale == 0, "a change queued before the look was hidden by another thread's read")
+        #expect(watch.generations.load(ordering: .relaxed) > 0)
+    }
+
+    @Test("a look while another caller holds events it has not counted waits for it, and sees the new generation")
+    func lookDuringDrain() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("store-watch-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let taken = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        // The first drain stops after reading the events, before counting them.
+        let first = Stop()
+        let watch = LocalStoreWatch(drained: {
+            guard !first.flag.exchange(true, ordering: .relaxed) else { return }
+            taken.signal()
+            release.wait()
+        })
+        try #require(watch.isActive, "no inotify instance")
+        try #require(watch.watch(appsDirectory: directory.path, apps: []))
+        let before = watch.generation()
+        try Data("{}".utf8).write(to: directory.appendingPathComponent("state.json"))
+
+        let done = DispatchGroup()
+        done.enter()
+        Thread.detachNewThread {
+            _ = watch.generation()
+            done.leave()
+        }
+        taken.wait()
+        // The queue is empty now, and the generation not yet moved: this look must wait.
+        let result = Mutex<UInt64?>(nil)
+        done.enter()
+        Thread.detachNewThread {
+            let generation = watch.generation()
+            result.withLock { $0 = generation }
+            done.leave()
+        }
+        // A look that does not wait returns within this pause, with the old generation.
+        Thread.sleep(forTimeInterval: 0.2)
+        release.signal()
+        done.wait()
+        let seen = try #require(result.withLock { $0 })
+        #expect(seen > before, "a look returned the generation from before an event it came after")
     }
 }

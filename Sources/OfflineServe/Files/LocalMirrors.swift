@@ -71,7 +71,7 @@ final class LocalMirrors: Sendable {
     /// The mirrored origins of the store as it is now.
     ///
     /// While the store's watched directories have no event (`LocalStoreWatch`), the kept
-    /// snapshot is returned after one non-blocking `read`; after one, the key is read
+    /// snapshot is returned after one `poll` of the watch; after one, the key is read
     /// again as below, with the apps known so far watched first, so a change from then on
     /// is an event. An app listed for the first time is watched only after its key was
     /// read: that snapshot is checked again on the next request, by then with it watched.

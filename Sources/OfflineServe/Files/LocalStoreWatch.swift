@@ -4,7 +4,7 @@ import Glibc
 import Synchronization
 
 /// Tells `serve` whether anything in the store's watched directories may have changed
-/// since it last looked, at the cost of one non-blocking `read` (inotify, `inotify(7)`).
+/// since it last looked, at the cost of one `poll` of an inotify descriptor (`inotify(7)`).
 ///
 /// Every response checks that the version it serves is still the active one, so a swap,
 /// a rewritten record or a new check state is seen by the very next request. Those
@@ -21,7 +21,11 @@ import Synchronization
 final class LocalStoreWatch: Sendable {
     /// The inotify descriptor; -1 when there is none (every check is made).
     private let descriptor: Int32
-    private let current = Mutex<UInt64>(0)
+    private let current = Atomic<UInt64>(0)
+    /// Held while events are read and the generation moved.
+    private let drain = Mutex(())
+    /// Set while a caller holding `drain` reads events it has not yet counted.
+    private let draining = Atomic<Bool>(false)
     /// How many times a drained descriptor started a new generation (tests).
     package let generations = Atomic<Int>(0)
 
@@ -39,9 +43,13 @@ final class LocalStoreWatch: Sendable {
     /// Whether there is an inotify descriptor to read.
     var isActive: Bool { descriptor >= 0 }
 
+    /// Called between reading events and moving the generation (tests hold a drain there).
+    private let drained: (@Sendable () -> Void)?
+
     /// A watch of its own; `enabled: false` makes one that never watches (callers check every time).
-    init(enabled: Bool = true) {
+    init(enabled: Bool = true, drained: (@Sendable () -> Void)? = nil) {
         descriptor = enabled ? inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC)) : -1
+        self.drained = drained
     }
 
     deinit {
@@ -65,11 +73,24 @@ final class LocalStoreWatch: Sendable {
     }
 
     /// The current generation: a new one when events were queued since the last call.
-    /// Never blocks; reads at most 64 KiB of events (a larger backlog starts a new
-    /// generation all the same, and the rest is read by the next call).
+    /// Never blocks on the queue; reads at most 64 KiB of events (a larger backlog starts
+    /// a new generation all the same, and the rest is read by the next call).
+    ///
+    /// While nothing is queued, it costs one `poll` and takes no lock, so the server's
+    /// event loops do not contend for it. Events are read and the generation moved under
+    /// `drain`, with `draining` set around the read: a caller that finds the queue empty
+    /// while another caller has taken events but not yet moved the generation sees the
+    /// flag (the kernel's queue lock orders the flag's store before the empty queue), and
+    /// waits for the lock, so it never returns the generation from before an event that
+    /// was queued before it looked.
     func generation() -> UInt64 {
         guard descriptor >= 0 else { return 0 }
-        return current.withLock { generation in
+        var queue = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        if poll(&queue, 1, 0) == 0, !draining.load(ordering: .sequentiallyConsistent) {
+            return current.load(ordering: .sequentiallyConsistent)
+        }
+        return drain.withLock { _ in
+            draining.store(true, ordering: .sequentiallyConsistent)
             var drained = false
             withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer in
                 for _ in 0..<16 {
@@ -84,10 +105,12 @@ final class LocalStoreWatch: Sendable {
                 }
             }
             if drained {
-                generation &+= 1
+                self.drained?()
+                current.add(1, ordering: .sequentiallyConsistent)
                 generations.add(1, ordering: .relaxed)
             }
-            return generation
+            draining.store(false, ordering: .sequentiallyConsistent)
+            return current.load(ordering: .sequentiallyConsistent)
         }
     }
 }

@@ -112,7 +112,7 @@ final class LocalVersions: Sendable {
     /// and two `stat`s, never a lock or a read.
     ///
     /// While nothing in the app's directories changed (`LocalStoreWatch`), the kept pin
-    /// is returned after one non-blocking `read` instead. After a change anywhere in the
+    /// is returned after one `poll` of the watch instead. After a change anywhere in the
     /// store, the pin is checked once the old way and, when it holds, kept for the new
     /// generation.
     ///

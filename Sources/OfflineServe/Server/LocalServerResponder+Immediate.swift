@@ -37,7 +37,7 @@ extension LocalServerResponder {
     /// Nil, with nothing counted, for every other request: `respond` answers those (and
     /// warms the caches). `authority` is the request's `Host` value, parsed.
     ///
-    /// Costs one non-blocking `read` of the store's watch (`LocalStoreWatch`) while the
+    /// Costs one `poll` of the store's watch (`LocalStoreWatch`) while the
     /// store is unchanged, so a swap is still seen at once; the pin's and the lifecycle
     /// record's checks (a `readlink` and `stat`s) only after a change, or on every request
     /// where inotify is unavailable. Never waits for a lock held across a filesystem call.
