@@ -2,7 +2,9 @@ import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import NIOHTTP1
 import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
 import OfflineAgent
 import OfflineHTTP
 #if canImport(Glibc)
@@ -61,6 +63,11 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     private var connectionGuard: LocalConnectionGuard?
     /// The last request's `Host`, parsed: a connection's requests name the same one.
     private var authority: LocalHostAuthority?
+    /// The HTTP/1 ↔ HTTPTypes codec's context, below which the heads and bodies made in
+    /// HTTP/1 form (a kept file's, a forwarded answer's) are written: neither the codec nor
+    /// the connection state handler above it keeps anything from them. Set once added, as
+    /// `LocalServerChannel` always adds the codec first.
+    private var http1: ChannelHandlerContext!
 
     init(responder: LocalServerResponder) {
         self.responder = responder
@@ -69,6 +76,11 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     func handlerAdded(context: ChannelHandlerContext) {
         pool = .of(context.eventLoop)
         connectionGuard = try? context.pipeline.syncOperations.handler(type: LocalConnectionGuard.self)
+        do {
+            http1 = try context.pipeline.syncOperations.context(handlerType: HTTP1ToHTTPServerCodec.self)
+        } catch {
+            preconditionFailure("LocalImmediateResponder needs HTTP1ToHTTPServerCodec before it: \(error)")
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -134,7 +146,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
         closeAfterExchange = Self.asksToClose(request.head)
         let exchange = OriginExchange(
             request.head, to: origin, servePort: servePort,
-            fallback: reason, isMirrored: { origins.contains($0) }, page: context, pool: pool ?? .of(context.eventLoop),
+            fallback: reason, isMirrored: { origins.contains($0) }, page: context, pageHTTP1: http1, pool: pool ?? .of(context.eventLoop),
             configuration: responder.proxy.configuration, metrics: responder.metrics,
             onEnd: { [unowned self] ending in exchangeEnded(ending, context: context) },
             onOriginWritable: { [unowned self] in resumeReading(context) })
@@ -244,12 +256,14 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
         context.write(data, promise: promise)
     }
 
+    /// Head and body below the codec (they are HTTP/1 already); the end through it, for
+    /// the connection state handler's count.
     private func write(_ response: LocalServerResponder.ImmediateResponse, context: ChannelHandlerContext) {
         var head = response.head
         // What Hummingbird's application adds to every response it writes.
-        head.headerFields[.date] = currentDate()
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        if let body = response.body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
+        head.headers.add(name: "Date", value: currentDate())
+        http1.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
+        if let body = response.body { http1.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(body))), promise: nil) }
         context.write(wrapOutboundOut(.end(nil)), promise: nil)
         unflushed = true
     }

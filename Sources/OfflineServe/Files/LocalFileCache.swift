@@ -1,4 +1,4 @@
-import HTTPTypes
+import NIOHTTP1
 import FoundationEssentials
 import Hummingbird
 import OfflineAgent
@@ -34,8 +34,9 @@ final class LocalFileCache: Sendable {
         var record: FileFingerprint
         var body: ByteBuffer
         var validators: Validators
-        /// The headers of a `200` with the whole body, as `LocalServerResponder.reply` makes them.
-        var wholeHeaders: HTTPFields
+        /// The headers of a `200` with the whole body, as `LocalServerResponder.reply` makes
+        /// them, in HTTP/1 form (`LocalServerResponder.ImmediateResponse`).
+        var wholeHeaders: HTTPHeaders
     }
 
     struct Entry {

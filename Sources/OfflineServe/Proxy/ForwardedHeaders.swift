@@ -85,29 +85,29 @@ enum ForwardedHeaders {
 
     /// The origin's response headers as sent to the page: hop-by-hop dropped, `Location`
     /// and `Content-Location` moved to the mirror (`LocationRewriter`), `Set-Cookie`
-    /// made to hold on the mirror host (`SetCookieRewriter`).
+    /// made to hold on the mirror host (`SetCookieRewriter`). In HTTP/1 form, as the
+    /// origin's decoder gave them and the page's encoder takes them (`OriginExchange`).
     static func response(
         _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
-    ) -> HTTPFields {
+    ) -> HTTPHeaders {
         let listed = connectionOptions(headers["connection"])
         let drop = listed.isEmpty ? hopByHop : hopByHop.union(listed)
-        var fields = HTTPFields()
-        fields.reserveCapacity(headers.count)
+        var forwarded = HTTPHeaders()
+        forwarded.reserveCapacity(headers.count)
         for (name, value) in headers {
-            // The field name lowercases once; its canonical name is the lowercased one.
-            guard let fieldName = HTTPField.Name(name), !drop.contains(fieldName.canonicalName) else { continue }
-            let out: String
-            switch fieldName.canonicalName {
+            let lowercased = name.lowercased()
+            guard !drop.contains(lowercased) else { continue }
+            switch lowercased {
             case "location", "content-location":
-                out = LocationRewriter.toMirror(value, servePort: servePort, isMirrored: { $0 == origin || isMirrored($0) }) ?? value
+                let moved = LocationRewriter.toMirror(value, servePort: servePort, isMirrored: { $0 == origin || isMirrored($0) })
+                forwarded.add(name: name, value: moved ?? value)
             case "set-cookie":
-                out = SetCookieRewriter.rewrite(value, origin: origin)
+                forwarded.add(name: name, value: SetCookieRewriter.rewrite(value, origin: origin))
             default:
-                out = value
+                forwarded.add(name: name, value: value)
             }
-            fields.append(HTTPField(name: fieldName, value: out))
         }
-        return fields
+        return forwarded
     }
 
     /// An `Origin` header naming a mirror, as the origin it stands for; `null` and

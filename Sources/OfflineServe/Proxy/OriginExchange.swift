@@ -31,6 +31,11 @@ final class OriginExchange {
 
     let origin: MirrorOrigin
     private let page: ChannelHandlerContext
+    /// The page pipeline's HTTP/1 ↔ HTTPTypes codec: the origin's answer is HTTP/1 already,
+    /// so its head and body are written below the codec, not converted there and back (the
+    /// codec and the connection state handler above it keep nothing from either). The end
+    /// goes through `page`, for the state handler's count of answered requests.
+    private let pageHTTP1: ChannelHandlerContext
     private let pool: OriginConnectionPool
     private let configuration: OriginProxy.Configuration
     private let metrics: LocalServerMetrics?
@@ -65,7 +70,8 @@ final class OriginExchange {
 
     init(
         _ request: HTTPRequest, to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason?,
-        isMirrored: @escaping (MirrorOrigin) -> Bool, page: ChannelHandlerContext, pool: OriginConnectionPool,
+        isMirrored: @escaping (MirrorOrigin) -> Bool, page: ChannelHandlerContext, pageHTTP1: ChannelHandlerContext,
+        pool: OriginConnectionPool,
         configuration: OriginProxy.Configuration, metrics: LocalServerMetrics?,
         onEnd: @escaping (Ending) -> Void, onOriginWritable: @escaping () -> Void
     ) {
@@ -89,6 +95,7 @@ final class OriginExchange {
         self.fallback = fallback
         self.isMirrored = isMirrored
         self.page = page
+        self.pageHTTP1 = pageHTTP1
         self.pool = pool
         self.configuration = configuration
         self.metrics = metrics
@@ -189,14 +196,14 @@ final class OriginExchange {
             responseStarted = true
             originKeepsAlive = answer.isKeepAlive
             metrics?.recordForwarded(origin: origin.origin, status: Int(answer.status.code))
-            var fields = ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
-            fields[LocalServerResponder.sourceHeader] = "origin"
-            if let fallback { fields[LocalServerResponder.fallbackHeader] = fallback.rawValue }
-            let status = HTTPResponse.Status(code: Int(answer.status.code), reasonPhrase: answer.status.reasonPhrase)
-            page.write(NIOAny(HTTPResponsePart.head(HTTPResponse(status: status, headerFields: fields))), promise: nil)
+            var headers = ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
+            headers.add(name: LocalServerResponder.sourceHeader.rawName, value: "origin")
+            if let fallback { headers.add(name: LocalServerResponder.fallbackHeader.rawName, value: fallback.rawValue) }
+            let head = HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers)
+            pageHTTP1.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
         case .body(let bytes):
             guard !informational else { return }
-            page.write(NIOAny(HTTPResponsePart.body(bytes)), promise: nil)
+            pageHTTP1.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(bytes))), promise: nil)
             if !page.channel.isWritable { connection?.pause() }
         case .end:
             if informational {

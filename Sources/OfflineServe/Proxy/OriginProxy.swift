@@ -5,6 +5,7 @@ import Glibc
 import Hummingbird
 import NIOCore
 import NIOHTTP1
+import NIOHTTPTypesHTTP1
 import NIOPosix
 import OfflineAgent
 import OfflineHTTP
@@ -126,7 +127,8 @@ package struct OriginProxy: Sendable {
             return response
         }
         metrics?.recordForwarded(origin: name, status: Int(answer.status.code))
-        let headers = ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
+        let headers = HTTPFields(
+            ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored), splitCookie: false)
         let metrics = self.metrics
         let body = ResponseBody { writer in
             do {

@@ -1,15 +1,19 @@
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import NIOHTTPTypesHTTP1
+import NIOHTTP1
 import OfflineAgent
 
 /// Requests answered on the connection's event loop (`LocalImmediateResponder`): a page's
 /// files, once warm, and the requests a mirror forwards need no task, no hop to Swift's
 /// cooperative pool and back, and no wait, so they are answered where they were read.
 extension LocalServerResponder {
-    /// A response whose body, if it has one, is already in memory.
+    /// A response whose body, if it has one, is already in memory; its head in HTTP/1
+    /// form, as the page's encoder takes it (`LocalImmediateResponder` writes it below the
+    /// HTTPTypes codec).
     struct ImmediateResponse {
-        var head: HTTPResponse
+        var head: HTTPResponseHead
         var body: ByteBuffer?
     }
 
@@ -67,7 +71,7 @@ extension LocalServerResponder {
             guard let kept = keptFile(app: app, rest: rest, request: request, pinned: pinned, generation: generation) else { return nil }
             metrics.recordMirrorHit(app: app)
             response = kept
-            response.head.headerFields[Self.sourceHeader] = "package"
+            response.head.headers.add(name: Self.sourceHeader.rawName, value: "package")
         case .twoHosts, .unmirrored, .notLoopback:
             return nil
         }
@@ -90,13 +94,14 @@ extension LocalServerResponder {
         // when the bytes were kept, as `reply` makes it.
         if !head, content.validators.size > 0, !request.headers.contains(where: { Self.selectingFields.contains($0.name) }) {
             metrics.recordFile(app: app, code: 200)
-            return ImmediateResponse(head: HTTPResponse(status: .ok, headerFields: content.wholeHeaders), body: content.body)
+            return ImmediateResponse(head: HTTPResponseHead(version: .http1_1, status: .ok, headers: content.wholeHeaders), body: content.body)
         }
         switch reply(request, pinned: pinned, contentType: entry.contentType, validators: content.validators, head: head) {
         case .complete(let response, let body):
-            return ImmediateResponse(head: response.head, body: body)
+            return ImmediateResponse(head: HTTPResponseHead(response.head), body: body)
         case .bytes(let status, let headers, let bytes):
-            return ImmediateResponse(head: HTTPResponse(status: status, headerFields: headers), body: Self.slice(bytes, of: content.body))
+            return ImmediateResponse(
+                head: HTTPResponseHead(HTTPResponse(status: status, headerFields: headers)), body: Self.slice(bytes, of: content.body))
         }
     }
 }

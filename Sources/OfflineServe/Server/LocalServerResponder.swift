@@ -1,6 +1,8 @@
 import FoundationEssentials
 import Hummingbird
 import Logging
+import NIOHTTP1
+import NIOHTTPTypesHTTP1
 import OfflineAgent
 import OfflineHTTP
 
@@ -290,7 +292,7 @@ struct LocalServerResponder: HTTPResponder {
             var wholeHeaders = Self.fileHeaders(pinned: pinned, contentType: entry.contentType, validators: validators)
             wholeHeaders[.contentLength] = String(validators.size)
             files.keep(
-                .init(record: pinned.recordIdentity, body: body, validators: validators, wholeHeaders: wholeHeaders),
+                .init(record: pinned.recordIdentity, body: body, validators: validators, wholeHeaders: HTTPHeaders(wholeHeaders)),
                 for: rest, in: pinned.directory)
             return .ready(.memory(body), validators)
         } catch {
