@@ -146,6 +146,8 @@ struct OriginProxyTests {
             // read, so the test failed under load for a reason outside the proxy.
             ("Proxy-Authenticate", "Basic"), ("X-End", "one"), ("X-End", "two"),
             ("Cache-Control", "private, max-age=3"), ("Content-Type", "application/json"),
+            // Only the server says where an answer came from; any other name passes, `Host` too.
+            ("X-Offline-Source", "package"), ("Host", "origin.example"),
         ], body: Array("{}".utf8))
         try await Self.withScripted({ _ in reply }) { front, origin, client in
             let response = try await client.execute(H.request(front, origin, "/api"), timeout: .seconds(120))
@@ -158,6 +160,9 @@ struct OriginProxyTests {
             #expect(response.headers["cache-control"] == ["private, max-age=3"])
             #expect(response.headers["content-type"] == ["application/json"])
             #expect(response.headers["content-length"] == ["2"])
+            // `serve` replaces the origin's own; `OriginProxy` alone passes it on.
+            #expect(response.headers["x-offline-source"] == [front.forwarder == .serve ? "origin" : "package"])
+            #expect(response.headers["host"] == ["origin.example"])
             #expect(text == "{}")
         }
     }
@@ -227,6 +232,7 @@ struct OriginProxyTests {
         ("https://h5.example.com", "a=1; domain=.Example.com; Secure", "a=1; Domain=example.com.localhost; Secure"),
         ("https://h5.example.com:8443", "a=1; Domain=example.com; Path=/", "a=1; Path=/"),
         ("http://h5.example.com", "a=1; Path=/; Domain=h5.example.com", "a=1; Path=/"),
+        ("http://h5.example.com", "a=1; Path=/ ; Domain=example.com", "a=1; Path=/"),
         ("https://h5.example.com", "a=1; Domain=other.example; Path=/", "a=1; Domain=other.example; Path=/"),
         ("https://h5.example.com", "a=1; Domain=ample.com", "a=1; Domain=ample.com"),
         ("https://h5.example.com", "__Host-s=1; Secure; Path=/; SameSite=None", "__Host-s=1; Secure; Path=/; SameSite=None"),

@@ -58,6 +58,8 @@ enum ProxyHarness {
     struct Front: Sendable {
         let port: Int
         let metrics: LocalServerMetrics
+        /// `.task` fronts are `OriginProxy` alone: no `X-Offline-Source`, which `serve`'s mirror route adds.
+        let forwarder: Forwarder
 
         /// The `Host` header a page on `origin`'s mirror sends.
         func authority(_ origin: MirrorOrigin) -> String { "\(origin.mirrorHost):\(port)" }
@@ -85,7 +87,7 @@ enum ProxyHarness {
             var settings = LocalServer.Configuration(root: fixture.root.path, port: 0, deviceID: "device")
             settings.origins = configuration
             let server = try await LocalServer(configuration: settings, logger: quietLogger).start()
-            front = Front(port: server.port, metrics: server.metrics)
+            front = Front(port: server.port, metrics: server.metrics, forwarder: forwarder)
             stop = { await server.stop(); _ = fixture }
         case .task:
             let metrics = LocalServerMetrics()
@@ -100,7 +102,7 @@ enum ProxyHarness {
                 return await proxy.forward(request, to: origin, servePort: port.value, isMirrored: { allowed.contains($0) })
             }
             port.value = service.port
-            front = Front(port: service.port, metrics: metrics)
+            front = Front(port: service.port, metrics: metrics, forwarder: forwarder)
             stop = {
                 await service.stop()
                 await proxy.shutdown()

@@ -129,7 +129,7 @@ struct StoreWatchTests {
             _ = watch.generation()
             done.leave()
         }
-        taken.wait()
+        try #require(taken.wait(timeout: .now() + 30) == .success, "the write made no event")
         // The queue is empty now, and the generation not yet moved: this look must wait.
         let result = Mutex<UInt64?>(nil)
         done.enter()
@@ -141,7 +141,7 @@ struct StoreWatchTests {
         // A look that does not wait returns within this pause, with the old generation.
         Thread.sleep(forTimeInterval: 0.2)
         release.signal()
-        done.wait()
+        try #require(done.wait(timeout: .now() + 30) == .success, "a look never returned")
         let seen = try #require(result.withLock { $0 })
         #expect(seen > before, "a look returned the generation from before an event it came after")
     }

@@ -80,7 +80,8 @@ final class LocalStoreWatch: Sendable {
     /// event loops do not contend for it. Events are read and the generation moved under
     /// `drain`, with `draining` set around the read: a caller that finds the queue empty
     /// while another caller has taken events but not yet moved the generation sees the
-    /// flag (the kernel's queue lock orders the flag's store before the empty queue), and
+    /// flag (the kernel's queue lock, taken by both the read and the `poll`, orders the
+    /// flag's store before the empty queue: Linux's guarantee, not Swift's), and
     /// waits for the lock, so it never returns the generation from before an event that
     /// was queued before it looked.
     func generation() -> UInt64 {

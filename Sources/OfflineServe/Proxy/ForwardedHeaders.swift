@@ -110,6 +110,18 @@ enum ForwardedHeaders {
         return forwarded
     }
 
+    /// `response` as `HTTPFields`, for a Hummingbird `Response` (`OriginProxy`). Built field
+    /// by field: NIO's conversion of `HTTPHeaders` is for request heads and drops a `Host`.
+    static func responseFields(
+        _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
+    ) -> HTTPFields {
+        var fields = HTTPFields()
+        for (name, value) in response(headers, origin: origin, servePort: servePort, isMirrored: isMirrored) {
+            if let name = HTTPField.Name(name) { fields.append(HTTPField(name: name, value: value)) }
+        }
+        return fields
+    }
+
     /// An `Origin` header naming a mirror, as the origin it stands for; `null` and
     /// any other origin pass unchanged.
     static func originValue(_ value: String, servePort: Int) -> String {

@@ -197,8 +197,9 @@ final class OriginExchange {
             originKeepsAlive = answer.isKeepAlive
             metrics?.recordForwarded(origin: origin.origin, status: Int(answer.status.code))
             var headers = ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
-            headers.add(name: LocalServerResponder.sourceHeader.rawName, value: "origin")
-            if let fallback { headers.add(name: LocalServerResponder.fallbackHeader.rawName, value: fallback.rawValue) }
+            // Replacing any the origin sent: only this server says where an answer came from.
+            headers.replaceOrAdd(name: LocalServerResponder.sourceHeader.rawName, value: "origin")
+            if let fallback { headers.replaceOrAdd(name: LocalServerResponder.fallbackHeader.rawName, value: fallback.rawValue) }
             let head = HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers)
             pageHTTP1.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
         case .body(let bytes):

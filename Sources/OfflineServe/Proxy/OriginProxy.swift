@@ -5,7 +5,6 @@ import Glibc
 import Hummingbird
 import NIOCore
 import NIOHTTP1
-import NIOHTTPTypesHTTP1
 import NIOPosix
 import OfflineAgent
 import OfflineHTTP
@@ -127,8 +126,7 @@ package struct OriginProxy: Sendable {
             return response
         }
         metrics?.recordForwarded(origin: name, status: Int(answer.status.code))
-        let headers = HTTPFields(
-            ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored), splitCookie: false)
+        let headers = ForwardedHeaders.responseFields(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
         let metrics = self.metrics
         let body = ResponseBody { writer in
             do {

@@ -43,6 +43,7 @@ enum SetCookieRewriter {
                 parts.remove(at: index)
             }
         }
-        return changed ? parts.joined(separator: ";") : value
+        // A removed last attribute leaves the one before it with its trailing space.
+        return changed ? String(parts.joined(separator: ";").trimmingWhitespace()) : value
     }
 }
