@@ -49,7 +49,10 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
     /// would hold what is written meanwhile outside the channel's backpressure.
     static func connect(to origin: MirrorOrigin, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<OriginConnection> {
         let deadline = NIODeadline.now() + timeout
-        return ClientBootstrap(group: eventLoop)
+        // Completed on the channel's own loop, which is `eventLoop`: the connection is not
+        // `Sendable`, and never leaves that loop.
+        let connected = eventLoop.makePromise(of: OriginConnection.self)
+        ClientBootstrap(group: eventLoop)
             .connectTimeout(timeout)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
@@ -60,8 +63,20 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
                 }
             }
             .connect(host: WebAddress.unbracketed(origin.host), port: origin.port)
-            .flatMapThrowing { channel in try channel.pipeline.syncOperations.handler(type: OriginConnection.self) }
-            .flatMap { connection in connection.ready(by: deadline).map { connection } }
+            .whenComplete { result in
+                do {
+                    let connection = try result.get().pipeline.syncOperations.handler(type: OriginConnection.self)
+                    connection.ready(by: deadline).assumeIsolated().whenComplete { ready in
+                        switch ready {
+                        case .success: connected.assumeIsolated().succeed(connection)
+                        case .failure(let error): connected.fail(error)
+                        }
+                    }
+                } catch {
+                    connected.fail(error)
+                }
+            }
+        return connected.futureResult
     }
 
     /// Succeeds once the connection can take the request: at once for `http`, after the
