@@ -85,7 +85,8 @@ struct ServeImmediateTests {
     }
 
     /// Reads `count` responses with a `Content-Length` each, then whether the server closed the connection.
-    static func responses(_ fd: Int32, count: Int) throws -> (responses: [LocalHTTP.Response], closed: Bool) {
+    /// `count` responses from `fd`, then (`awaitClose`) whether it closed with nothing more.
+    static func responses(_ fd: Int32, count: Int, awaitClose: Bool = true) throws -> (responses: [LocalHTTP.Response], closed: Bool) {
         var data: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         var responses: [LocalHTTP.Response] = []
@@ -103,6 +104,7 @@ struct ServeImmediateTests {
             guard n > 0 else { throw LocalHTTP.Failure(description: "closed after \(responses.count) responses") }
             data += chunk[0..<n]
         }
+        guard awaitClose else { return (responses, false) }
         let (closed, extra) = HostileSocket.waitForClose(fd, until: .now + .seconds(2))
         #expect(extra.isEmpty && data.isEmpty, "bytes after the last response")
         return (responses, closed)
@@ -139,6 +141,34 @@ struct ServeImmediateTests {
             #expect(responses[3].body == F.fixtureBytes("1.0.0", "css/app.css"))
             #expect(responses[4].body == F.fixtureBytes("1.0.0", "js/app.js"))
             #expect(closed, "the connection stayed open after Connection: close")
+        }
+    }
+
+    @Test("one connection's requests naming different hosts are each routed by their own Host")
+    func hostChangesOnOneConnection() async throws {
+        let f = try MirrorRoutingTests.store()
+        try await withLocalServer(f) { server in
+            let port = server.port
+            _ = try await MirrorRoutingTests.get(server, "/assets/index.js")
+            _ = try await LocalHTTP.request(port: port, "/mall/index.html")
+            // The connection keeps the last `Host` parsed (`LocalHostAuthority`); each new one
+            // must be parsed again. One request at a time, so each may be answered on the loop.
+            let hosts = ["\(MirrorRoutingTests.mirror):\(port)", "127.0.0.1:\(port)", "evil.example:\(port)", "\(MirrorRoutingTests.mirror):\(port)"]
+            let targets = ["/assets/index.js", "/mall/index.html", "/assets/index.js", "/assets/index.js"]
+            let responses = try await LocalHTTP.onThread {
+                let fd = try LocalHTTP.connect(port: port)
+                defer { close(fd) }
+                var responses: [LocalHTTP.Response] = []
+                for (host, target) in zip(hosts, targets) {
+                    try LocalHTTP.send(fd, Array("GET \(target) HTTP/1.1\r\nHost: \(host)\r\n\r\n".utf8))
+                    responses += try Self.responses(fd, count: 1, awaitClose: false).responses
+                }
+                return responses
+            }
+            #expect(responses.map(\.status) == [200, 200, 403, 200])
+            #expect(responses[0].text == "console.log('spa')" && responses[0].header("x-offline-source") == "package")
+            #expect(responses[1].body == F.fixtureBytes("1.0.0", "index.html") && responses[1].header("x-offline-source") == nil)
+            #expect(responses[3].text == "console.log('spa')")
         }
     }
 

@@ -1,6 +1,6 @@
-import NIOHTTP1
 import FoundationEssentials
 import Hummingbird
+import NIOHTTP1
 import OfflineAgent
 import OfflineHTTP
 import Synchronization

@@ -1,8 +1,8 @@
 import HTTPTypes
 import Hummingbird
 import NIOCore
-import NIOHTTPTypesHTTP1
 import NIOHTTP1
+import NIOHTTPTypesHTTP1
 import OfflineAgent
 
 /// Requests answered on the connection's event loop (`LocalImmediateResponder`): a page's
@@ -80,9 +80,6 @@ extension LocalServerResponder {
         return .response(response)
     }
 
-    /// The request fields `reply` reads: a request without them gets the whole file.
-    private static let selectingFields: [HTTPField.Name] = [.range, .ifNoneMatch, .ifModifiedSince]
-
     /// The response with `rest` of `app`'s pinned version, from kept bytes only.
     private func keptFile(app: String, rest: String, request: Request, pinned: LocalPin? = nil, generation: UInt64) -> ImmediateResponse? {
         guard let pinned = pinned ?? versions.keptPin(app, generation: generation), pinned.fallback == nil,
@@ -92,7 +89,7 @@ extension LocalServerResponder {
         let head = request.method == .head
         // A GET of a whole file without conditions, what a page load sends: the head made
         // when the bytes were kept, as `reply` makes it.
-        if !head, content.validators.size > 0, !request.headers.contains(where: { Self.selectingFields.contains($0.name) }) {
+        if !head, content.validators.size > 0, Self.asksForWholeFile(request) {
             metrics.recordFile(app: app, code: 200)
             return ImmediateResponse(head: HTTPResponseHead(version: .http1_1, status: .ok, headers: content.wholeHeaders), body: content.body)
         }

@@ -241,6 +241,16 @@ struct LocalServerResponder: HTTPResponder {
         return .bytes(status, headers, bytes)
     }
 
+    /// Whether `reply` answers `request` (a GET) with the whole file: it names none of the
+    /// fields `reply` reads. Such a `200`'s head is kept with the file's bytes
+    /// (`LocalFileCache.Content.wholeHeaders`); a field `reply` comes to read belongs here too.
+    static func asksForWholeFile(_ request: Request) -> Bool {
+        !request.headers.contains { selectingFields.contains($0.name) }
+    }
+
+    /// The request fields `reply` reads (`If-Range` only with `Range`).
+    private static let selectingFields: [HTTPFields.Element.Name] = [.range, .ifNoneMatch, .ifModifiedSince]
+
     /// The headers of every response with the file `validators` describe (`reply`).
     static func fileHeaders(pinned: LocalPin, contentType: String, validators: LocalFileCache.Validators) -> HTTPFields {
         var headers: HTTPFields = [
