@@ -87,15 +87,21 @@ struct ServeImmediateTests {
     /// Reads `count` responses with a `Content-Length` each, then whether the server closed the connection.
     /// `count` responses from `fd`, then (`awaitClose`) whether it closed with nothing more.
     static func responses(_ fd: Int32, count: Int, awaitClose: Bool = true) throws -> (responses: [LocalHTTP.Response], closed: Bool) {
+        let (raw, closed) = try rawResponses(fd, count: count, awaitClose: awaitClose)
+        return (try raw.map(LocalHTTP.parse), closed)
+    }
+
+    /// `responses`, each as the bytes it came in.
+    static func rawResponses(_ fd: Int32, count: Int, awaitClose: Bool = true) throws -> (responses: [[UInt8]], closed: Bool) {
         var data: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
-        var responses: [LocalHTTP.Response] = []
+        var responses: [[UInt8]] = []
         while responses.count < count {
             if let end = data.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound {
                 let head = try LocalHTTP.parse(Array(data[..<end]))
                 let length = Int(head.header("content-length") ?? "0") ?? 0
                 if data.count >= end + length {
-                    responses.append(try LocalHTTP.parse(Array(data[..<(end + length)])))
+                    responses.append(Array(data[..<(end + length)]))
                     data.removeFirst(end + length)
                     continue
                 }
@@ -110,6 +116,47 @@ struct ServeImmediateTests {
         return (responses, closed)
     }
 
+    @Test("a plain GET of a warm file is answered from its raw bytes, as after decoding to the byte; the others after decoding, in turn")
+    func beforeDecoding() async throws {
+        let f = try LocalServerTests.mall()
+        try await withLocalServer(f) { server in
+            let port = server.port
+            _ = try await LocalHTTP.request(port: port, "/mall/js/app.js")
+            let get = "GET /mall/js/app.js HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAccept: */*\r\n"
+            let requests = [
+                get + "\r\n",
+                // A Connection value other than keep-alive: decoded first, as is a cold file.
+                get + "Connection: keep-alive, TE\r\n\r\n",
+                "GET /mall/css/app.css HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n",
+                get + "Connection: keep-alive\r\n\r\n",
+            ]
+            let (immediate, raw) = (server.metrics.immediateResponses, server.metrics.responsesBeforeDecoding)
+            let metrics = server.metrics
+            let (responses, counts) = try await LocalHTTP.onThread {
+                let fd = try LocalHTTP.connect(port: port)
+                defer { close(fd) }
+                var responses: [[UInt8]] = [], counts: [Int] = []
+                for request in requests {
+                    try LocalHTTP.send(fd, Array(request.utf8))
+                    responses += try Self.rawResponses(fd, count: 1, awaitClose: false).responses
+                    counts.append(metrics.responsesBeforeDecoding - raw)
+                }
+                return (responses, counts)
+            }
+            #expect(try responses.map { try LocalHTTP.parse($0).status } == [200, 200, 200, 200])
+            #expect(counts == [1, 1, 1, 2], "answered before decoding, after each request")
+            #expect(server.metrics.immediateResponses == immediate + 3)
+            // The same bytes either way, but for the Date line (it may fall in another second).
+            let withoutDate = { (bytes: [UInt8]) in
+                String(decoding: bytes, as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: false).filter { !$0.hasPrefix("Date: ") }
+            }
+            #expect(withoutDate(responses[0]) == withoutDate(responses[1]))
+            #expect(withoutDate(responses[3]) == withoutDate(responses[0]))
+            #expect(try LocalHTTP.parse(responses[0]).body == F.fixtureBytes("1.0.0", "js/app.js"))
+            #expect(String(decoding: responses[0], as: UTF8.self).contains("\r\nDate: "))
+        }
+    }
+
     /// Sends `text` on one connection and reads `count` responses, then whether it closed.
     static func exchange(port: Int, _ text: String, count: Int) async throws -> (responses: [LocalHTTP.Response], closed: Bool) {
         try await LocalHTTP.onThread {
@@ -118,6 +165,27 @@ struct ServeImmediateTests {
             try LocalHTTP.send(fd, Array(text.utf8))
             return try responses(fd, count: count)
         }
+    }
+
+    @Test("a connection whose requests were all answered before decoding is closed by a graceful stop")
+    func stopClosesUndecodedConnection() async throws {
+        let f = try LocalServerTests.mall()
+        let server = try await f.start()
+        _ = try await LocalHTTP.request(port: server.port, "/mall/js/app.js")
+        let port = server.port
+        let fd = try await LocalHTTP.onThread { () -> Int32 in
+            let fd = try LocalHTTP.connect(port: port)
+            try LocalHTTP.send(fd, Array("GET /mall/js/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+            _ = try Self.rawResponses(fd, count: 1, awaitClose: false)
+            return fd
+        }
+        defer { close(fd) }
+        #expect(server.metrics.responsesBeforeDecoding == 1)
+        // Nothing but this handler saw a request: no HTTP pipeline was built to close it.
+        async let stopped: Void = server.stop()
+        let (closed, extra) = try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(10)) }
+        #expect(closed && extra.isEmpty, "the connection stayed open through a graceful stop")
+        await stopped
     }
 
     @Test("pipelined requests mixing warm files and other routes are answered in order; Connection: close ends it")
@@ -133,8 +201,11 @@ struct ServeImmediateTests {
                 + "GET /mall/css/app.css HTTP/1.1\r\n\(host)\r\n"
                 + "GET /mall/js/app.js HTTP/1.1\r\n\(host)Connection: close\r\n\r\n"
                 + "GET /mall/index.html HTTP/1.1\r\n\(host)\r\n"
+            let raw = server.metrics.responsesBeforeDecoding
             let (responses, closed) = try await Self.exchange(port: port, text, count: 5)
             #expect(responses.map(\.status) == [200, 200, 200, 200, 200])
+            // Only the first: each one after /metrics waits for the one before it.
+            #expect(server.metrics.responsesBeforeDecoding == raw + 1)
             #expect(responses[0].body == F.fixtureBytes("1.0.0", "js/app.js"))
             #expect(responses[1].header("content-type")?.hasPrefix("text/plain; version=0.0.4") == true)
             #expect(responses[2].body == F.fixtureBytes("1.0.0", "index.html"))
@@ -166,6 +237,8 @@ struct ServeImmediateTests {
                 return responses
             }
             #expect(responses.map(\.status) == [200, 200, 403, 200])
+            // All but the 403 before decoding (the warm-up requests ask to close, so are decoded).
+            #expect(server.metrics.responsesBeforeDecoding == 3)
             #expect(responses[0].text == "console.log('spa')" && responses[0].header("x-offline-source") == "package")
             #expect(responses[1].body == F.fixtureBytes("1.0.0", "index.html") && responses[1].header("x-offline-source") == nil)
             #expect(responses[3].text == "console.log('spa')")

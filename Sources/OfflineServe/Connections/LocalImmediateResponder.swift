@@ -7,9 +7,6 @@ import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import OfflineAgent
 import OfflineHTTP
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// Answers on the event loop the requests memory alone answers
 /// (`LocalServerResponder.immediateAnswer(to:authority:)`: a warm package file), forwards there the
@@ -43,8 +40,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     private var unflushed = false
     /// A request answered here asked to close the connection: nothing more is read.
     private var closing = false
-    /// The `Date` value and the second it is for.
-    private var date = (second: -1, text: "")
+    private var date = LocalResponseDate()
     /// The request being forwarded to its origin, from its head to its response's end.
     private var exchange: OriginExchange?
     /// The forwarded request asked to close the connection after its response.
@@ -69,12 +65,19 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     /// `LocalServerChannel` always adds the codec first.
     private var http1: ChannelHandlerContext!
 
+    /// Request heads read, of all those the connection sent (`LocalWholeFileResponder`
+    /// counts those it passed on).
+    private(set) var headsRead = 0
+    /// A request's head was read and its end not yet.
+    private var readingRequest = false
+
     init(responder: LocalServerResponder) {
         self.responder = responder
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         pool = .of(context.eventLoop)
+        (try? context.pipeline.syncOperations.handler(type: LocalWholeFileResponder.self))?.follow(self)
         connectionGuard = try? context.pipeline.syncOperations.handler(type: LocalConnectionGuard.self)
         do {
             http1 = try context.pipeline.syncOperations.context(handlerType: HTTP1ToHTTPServerCodec.self)
@@ -85,8 +88,24 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let part = unwrapInboundIn(data)
-        if case .end = part { connectionGuard?.requestRead() }
+        switch part {
+        case .head:
+            headsRead += 1
+            readingRequest = true
+        case .body:
+            break
+        case .end:
+            readingRequest = false
+            connectionGuard?.requestRead()
+        }
         handle(part, context: context)
+    }
+
+    /// Every request read so far is read to its end and answered (its response written,
+    /// if not yet flushed), and the connection goes on: a response written below this
+    /// handler now comes after all of theirs (`LocalWholeFileResponder`).
+    var isIdle: Bool {
+        !readingRequest && owed == 0 && exchange == nil && waiting.isEmpty && !closing && !inputClosedHeld
     }
 
     private func handle(_ part: HTTPRequestPart, context: ChannelHandlerContext) {
@@ -261,17 +280,10 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     private func write(_ response: LocalServerResponder.ImmediateResponse, context: ChannelHandlerContext) {
         var head = response.head
         // What Hummingbird's application adds to every response it writes.
-        head.headers.add(name: "Date", value: currentDate())
+        head.headers.add(name: "Date", value: date.current())
         http1.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
         if let body = response.body { http1.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(body))), promise: nil) }
         context.write(wrapOutboundOut(.end(nil)), promise: nil)
         unflushed = true
-    }
-
-    /// The `Date` header's value (RFC 9110 §6.6.1), made at most once a second.
-    private func currentDate() -> String {
-        let now = time(nil)
-        if now != date.second { date = (now, HTTPValidators.httpDate(secondsSince1970: now)) }
-        return date.text
     }
 }

@@ -36,7 +36,20 @@ final class LocalFileCache: Sendable {
         var validators: Validators
         /// The headers of a `200` with the whole body, as `LocalServerResponder.reply` makes
         /// them, in HTTP/1 form (`LocalServerResponder.ImmediateResponse`).
-        var wholeHeaders: HTTPHeaders
+        let wholeHeaders: HTTPHeaders
+        /// The same response's status line and fields as they go on the wire, without `Date`
+        /// and the empty line that ends them (`LocalWholeFileResponder` adds both).
+        let wholeHead: ByteBuffer
+
+        init(record: FileFingerprint, body: ByteBuffer, validators: Validators, wholeHeaders: HTTPHeaders) {
+            self.record = record
+            self.body = body
+            self.validators = validators
+            self.wholeHeaders = wholeHeaders
+            var head = ByteBuffer(string: "HTTP/1.1 200 OK\r\n")
+            for (name, value) in wholeHeaders { head.writeString("\(name): \(value)\r\n") }
+            wholeHead = head
+        }
     }
 
     struct Entry {

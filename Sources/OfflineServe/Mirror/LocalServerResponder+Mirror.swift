@@ -42,7 +42,11 @@ extension LocalServerResponder {
         // RFC 9112 §3.2: more than one Host line is a bad request. The first one became
         // `authority`; any left among the fields is a second one, maybe naming another host.
         if request.headers.contains(Self.hostField) { return .twoHosts }
-        let authority = LocalHostAuthority.of(request.head.authority, known: authority)
+        return hostName(LocalHostAuthority.of(request.head.authority, known: authority), generation: generation)
+    }
+
+    /// `hostName(_:generation:authority:)` for a request with one `Host` line, `authority`.
+    func hostName(_ authority: LocalHostAuthority, generation: UInt64?) -> HostName {
         if let name = authority.mirrorName, let host = authority.host {
             // A mirror host names its origin in one spelling only (`MirrorOrigin(mirrorHost:)`),
             // so the snapshot's table of those spellings answers without parsing the name.

@@ -17,8 +17,9 @@ import Synchronization
 /// A connection beyond the cap is answered `503` with `Connection: close` and closed at
 /// once: it never gets a pipeline or a slot, and its descriptor is released at once.
 ///
-/// A warm package file is answered on the event loop (`LocalImmediateResponder`); every
-/// other request goes to Hummingbird's responder.
+/// A warm package file is answered on the event loop (`LocalWholeFileResponder` before the
+/// HTTP decoder for a plain `GET`, `LocalImmediateResponder` after it for the others);
+/// every other request goes to Hummingbird's responder.
 ///
 /// A WebSocket upgrade on a mirror host (`MirrorWebSocketUpgrade`) becomes a relay to the
 /// origin's WebSocket (`WebSocketRelay`); one the origin gives no WebSocket for gets a
@@ -69,11 +70,17 @@ struct LocalServerChannel: ServerChildChannel {
             limiter.release()
             metrics.recordConnection(opened: false)
         }
+        let responder = self.responder
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(
                 LocalConnectionGuard(headerTimeout: headerTimeout, idleTimeout: idleTimeout, metrics: metrics))
+            let decoder = http1.configuration.httpDecoder
+            // Never a head the decoder would refuse as too large.
+            let limits = LocalRawRequest.Limits(
+                bytes: min(16 * 1024, decoder.maxHeaderListSize, decoder.maxHeaderFieldSize), fields: min(100, decoder.maxHeaderFieldCount))
+            try channel.pipeline.syncOperations.addHandler(LocalWholeFileResponder(responder: responder, limits: limits))
             let pending = Pending()
-            let webSockets = self.webSockets, responder = self.responder
+            let webSockets = self.webSockets
             let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(
                 maxFrameSize: webSockets.limits.maxFrameSize,
                 shouldUpgrade: { channel, head in
@@ -118,7 +125,6 @@ struct LocalServerChannel: ServerChildChannel {
             configuration.enablePipelining = false  // NIOAsyncChannel pipelines HTTP, as in `HTTP1Channel`
             configuration.enableErrorHandling = false
             configuration.enableResponseHeaderValidation = false
-            let decoder = http1.configuration.httpDecoder
             configuration.decoderConfiguration.maxHeaderFieldSize = decoder.maxHeaderFieldSize
             configuration.decoderConfiguration.maxHeaderListSize = decoder.maxHeaderListSize
             configuration.decoderConfiguration.maxHeaderFieldCount = decoder.maxHeaderFieldCount

@@ -90,6 +90,8 @@ public final class LocalServerMetrics: Sendable {
     /// Requests answered on the event loop (`LocalImmediateResponder`); not exported: how
     /// a response was made, not what it was, for tests.
     private let immediate = Atomic<Int>(0)
+    /// Of those, the ones answered before HTTP decoding (`LocalWholeFileResponder`).
+    private let beforeDecoding = Atomic<Int>(0)
 
     public init() {
         forbidden = registry.counter(Name.forbidden)
@@ -102,13 +104,17 @@ public final class LocalServerMetrics: Sendable {
         self.timeouts = timeouts
     }
 
-    /// Counts one request answered on the event loop.
-    func recordImmediateResponse() {
+    /// Counts one request answered on the event loop; `beforeDecoding`: from its raw bytes.
+    func recordImmediateResponse(beforeDecoding: Bool = false) {
         immediate.add(1, ordering: .relaxed)
+        if beforeDecoding { self.beforeDecoding.add(1, ordering: .relaxed) }
     }
 
     /// Requests answered on the event loop from memory (warm package files), of all those counted above.
     package var immediateResponses: Int { immediate.load(ordering: .relaxed) }
+
+    /// Of `immediateResponses`, those answered before any HTTP decoding (`LocalWholeFileResponder`).
+    package var responsesBeforeDecoding: Int { beforeDecoding.load(ordering: .relaxed) }
 
     /// Counts one `/open` resolution.
     public func recordOpen(_ resolution: Resolution) {

@@ -47,45 +47,97 @@ extension LocalServerResponder {
     /// where inotify is unavailable. Never waits for a lock held across a filesystem call.
     func immediateAnswer(to request: Request, authority: LocalHostAuthority) -> ImmediateAnswer? {
         let path = request.uri.path
-        guard !path.hasPrefix(LocalLifecycle.routePrefix) else { return nil }
-        let fileRequest = request.method == .get || request.method == .head
-        var response: ImmediateResponse
         // One look at the store's watch for the whole request (`LocalStoreWatch`).
         let generation = versions.watch.generation()
-        switch hostName(request, generation: generation, authority: authority) {
+        let route = immediateRoute(
+            path, isFileRequest: request.method == .get || request.method == .head, upgrade: request.headers[.upgrade] != nil,
+            host: hostName(request, generation: generation, authority: authority), generation: generation)
+        switch route {
+        case nil:
+            return nil
+        case .forward(let origin, let snapshot, let fallback)?:
+            if let fallback { metrics.recordFallback(app: fallback.app, reason: fallback.reason) }
+            return .forward(origin, snapshot, fallback?.reason)
+        case .file(let app, let rest, let pinned, let mirrored)?:
+            guard var response = keptFile(app: app, rest: rest, request: request, pinned: pinned, generation: generation) else { return nil }
+            if mirrored {
+                metrics.recordMirrorHit(app: app)
+                response.head.headers.add(name: Self.sourceHeader.rawName, value: "package")
+            }
+            metrics.recordImmediateResponse()
+            logger.debug("\(request.method) \(request.uri) \(response.head.status.code)")
+            return .response(response)
+        }
+    }
+
+    /// Where the event loop may take a request (`immediateAnswer`, `keptWholeFile`), from
+    /// its path, its method's kind, whether it asks for an upgrade and its `Host`, before
+    /// any file is looked up; nil for a request only `respond` answers. Counts nothing: the
+    /// caller counts what it does.
+    enum ImmediateRoute {
+        /// `rest` of `app`'s pinned version (`pinned`, when a mirror's whitelist needed it
+        /// already); `mirrored`: asked on a mirror host.
+        case file(app: String, rest: String, pinned: LocalPin?, mirrored: Bool)
+        /// To the origin of the mirror host; the kill switch's app and reason when it is
+        /// what sends the request there.
+        case forward(MirrorOrigin, LocalMirrors.Snapshot, fallback: (app: String, reason: FallbackReason)?)
+    }
+
+    func immediateRoute(_ path: String, isFileRequest: Bool, upgrade: Bool, host: HostName, generation: UInt64) -> ImmediateRoute? {
+        guard !path.hasPrefix(LocalLifecycle.routePrefix) else { return nil }
+        switch host {
         case .plain:
-            guard fileRequest, Self.controlRoute(path) == nil, case (let app, let rest?) = Self.appPath(path), AppName.isValid(app),
-                  let kept = keptFile(app: app, rest: rest, request: request, generation: generation)
+            guard isFileRequest, Self.controlRoute(path) == nil, case (let app, let rest?) = Self.appPath(path), AppName.isValid(app)
             else { return nil }
-            response = kept
+            return .file(app: app, rest: rest, pinned: nil, mirrored: false)
         case .mirror(let origin, let snapshot):
             // Upgrades go to `respond`, which refuses the invalid ones `mirror` sees.
-            guard request.headers[.upgrade] == nil else { return nil }
-            guard fileRequest, let app = snapshot.app(origin: origin, path: path) else { return .forward(origin, snapshot, nil) }
+            guard !upgrade else { return nil }
+            guard isFileRequest, let app = snapshot.app(origin: origin, path: path) else { return .forward(origin, snapshot, fallback: nil) }
             guard let pinned = versions.keptPin(app, generation: generation) else { return nil }
-            guard let rest = Self.rest(of: path, on: origin, in: pinned) else { return .forward(origin, snapshot, nil) }
+            guard let rest = Self.rest(of: path, on: origin, in: pinned) else { return .forward(origin, snapshot, fallback: nil) }
             if let reason = pinned.fallback ?? (lifecycle.isBad(app, pinned.version, generation: generation) ? .badVersion : nil) {
-                metrics.recordFallback(app: app, reason: reason)
-                return .forward(origin, snapshot, reason)
+                return .forward(origin, snapshot, fallback: (app, reason))
             }
-            guard let kept = keptFile(app: app, rest: rest, request: request, pinned: pinned, generation: generation) else { return nil }
-            metrics.recordMirrorHit(app: app)
-            response = kept
-            response.head.headers.add(name: Self.sourceHeader.rawName, value: "package")
+            return .file(app: app, rest: rest, pinned: pinned, mirrored: true)
         case .twoHosts, .unmirrored, .notLoopback:
             return nil
         }
-        metrics.recordImmediateResponse()
-        logger.debug("\(request.method) \(request.uri) \(response.head.status.code)")
-        return .response(response)
     }
 
-    /// The response with `rest` of `app`'s pinned version, from kept bytes only.
-    private func keptFile(app: String, rest: String, request: Request, pinned: LocalPin? = nil, generation: UInt64) -> ImmediateResponse? {
+    /// The kept bytes of a whole-file `GET` of `path` with one `Host` line, `authority`,
+    /// and nothing else that `immediateAnswer` reads (no `Upgrade`, no field
+    /// `asksForWholeFile` looks for), when `immediateAnswer` would answer it from them:
+    /// counted as it counts them. `LocalWholeFileResponder` answers such requests before
+    /// any HTTP decoding. `mirrored`: the response carries `X-Offline-Source: package`.
+    func keptWholeFile(_ path: String, authority: LocalHostAuthority) -> (content: LocalFileCache.Content, mirrored: Bool)? {
+        let generation = versions.watch.generation()
+        guard case .file(let app, let rest, let pinned, let mirrored)? = immediateRoute(
+            path, isFileRequest: true, upgrade: false, host: hostName(authority, generation: generation), generation: generation),
+            let (_, _, content) = keptContent(app: app, rest: rest, pinned: pinned, generation: generation), content.validators.size > 0
+        else { return nil }
+        metrics.recordFile(app: app, code: 200)
+        if mirrored { metrics.recordMirrorHit(app: app) }
+        metrics.recordImmediateResponse(beforeDecoding: true)
+        logger.debug("GET \(path) 200")
+        return (content, mirrored)
+    }
+
+    /// The kept entry and bytes of `rest` in `app`'s pinned version, while no kill switch or
+    /// bad mark sends it elsewhere.
+    private func keptContent(
+        app: String, rest: String, pinned: LocalPin?, generation: UInt64
+    ) -> (pinned: LocalPin, entry: LocalFileCache.Entry, content: LocalFileCache.Content)? {
         guard let pinned = pinned ?? versions.keptPin(app, generation: generation), pinned.fallback == nil,
               !lifecycle.isBad(app, pinned.version, generation: generation),
               let (entry, content) = files.kept(rest, in: pinned.directory, record: pinned.recordIdentity)
         else { return nil }
+        return (pinned, entry, content)
+    }
+
+    /// The response with `rest` of `app`'s pinned version, from kept bytes only.
+    private func keptFile(app: String, rest: String, request: Request, pinned: LocalPin?, generation: UInt64) -> ImmediateResponse? {
+        guard let (pinned, entry, content) = keptContent(app: app, rest: rest, pinned: pinned, generation: generation) else { return nil }
         let head = request.method == .head
         // A GET of a whole file without conditions, what a page load sends: the head made
         // when the bytes were kept, as `reply` makes it.
