@@ -188,6 +188,20 @@ struct ServeImmediateTests {
         await stopped
     }
 
+    @Test("a client that ends its side after requests answered before decoding gets every answer, then the close")
+    func halfCloseAfterUndecoded() async throws {
+        let f = try LocalServerTests.mall()
+        try await withLocalServer(f) { server in
+            _ = try await LocalHTTP.request(port: server.port, "/mall/js/app.js")
+            let get = "GET /mall/js/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            let (sent, received, closed) = try await OriginProxyTests.raw(port: server.port, bytes: Array((get + get).utf8), halfClose: true, timeout: 10)
+            #expect(sent && closed, "the connection was not closed after the client's end")
+            #expect(received.components(separatedBy: "HTTP/1.1 200 OK\r\n").count == 3)
+            #expect(received.hasSuffix(String(decoding: F.fixtureBytes("1.0.0", "js/app.js"), as: UTF8.self)))
+            #expect(server.metrics.responsesBeforeDecoding == 2)
+        }
+    }
+
     @Test("pipelined requests mixing warm files and other routes are answered in order; Connection: close ends it")
     func pipelined() async throws {
         let f = try LocalServerTests.mall()
