@@ -1,4 +1,7 @@
 import Foundation
+import NIOCore
+import NIOHTTP1
+import OfflineHTTP
 import Testing
 @testable import OfflineAgent
 @testable import OfflineServe
@@ -155,6 +158,108 @@ struct ServeImmediateTests {
             #expect(try LocalHTTP.parse(responses[0]).body == F.fixtureBytes("1.0.0", "js/app.js"))
             #expect(String(decoding: responses[0], as: UTF8.self).contains("\r\nDate: "))
         }
+    }
+
+    /// Changes of the store that a loop's memo (`LocalWholeFileMemo`) must not outlive, one
+    /// after the other, each with what the next `GET /mall/js/app.js` gets after it.
+    struct MemoChange: Sendable, CustomTestStringConvertible {
+        struct Step: Sendable {
+            var apply: @Sendable (LocalStoreFixture) throws -> Void
+            var status: Int
+            var body: [UInt8]
+        }
+        var name: String
+        var steps: [Step]
+        var testDescription: String { name }
+    }
+
+    static let memoChanges: [MemoChange] = {
+        let js = F.fixtureBytes("1.0.0", "js/app.js"), next = Array("console.log('1.1.0')".utf8)
+        let swap = MemoChange.Step(apply: { try $0.add(version: "1.1.0", files: ["js/app.js": next]) }, status: 200, body: next)
+        let markBad = MemoChange.Step(apply: { _ = try Lifecycle(store: $0.store).markBad("mall", reason: "test") }, status: 200, body: js)
+        return [MemoChange(name: "a new version swapped in, then marked bad and rolled back", steps: [swap, markBad])]
+            + ServeKillSwitchTests.changes.map { change in
+                MemoChange(name: change.name, steps: [.init(apply: change.on, status: 302, body: []), .init(apply: change.off, status: 200, body: js)])
+            }
+    }()
+
+    @Test("answers given again from a loop's memo; a change of the store is seen by the next request on the connection",
+          arguments: memoChanges)
+    func memoSeesChanges(change: MemoChange) async throws {
+        let f = try LocalServerTests.mall()
+        // A watch of its own: the process's moves with every other test's writes, and then
+        // nothing is given again.
+        var configuration = LocalServer.Configuration(root: f.root.path, port: 0, deviceID: "device")
+        configuration.storeWatch = LocalStoreWatch()
+        let server = try await LocalServer(configuration: configuration).start()
+        do {
+            let port = server.port
+            _ = try await LocalHTTP.request(port: port, "/mall/js/app.js")
+            let get = Array("GET /mall/js/app.js HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n".utf8)
+            let metrics = server.metrics
+            try await LocalHTTP.onThread {
+                let fd = try LocalHTTP.connect(port: port)
+                defer { close(fd) }
+                func next() throws -> LocalHTTP.Response {
+                    try LocalHTTP.send(fd, get)
+                    return try Self.responses(fd, count: 1, awaitClose: false).responses[0]
+                }
+                let (raw, repeated) = (metrics.responsesBeforeDecoding, metrics.repeatedResponses)
+                for _ in 0..<3 {
+                    let response = try next()
+                    #expect(response.status == 200 && response.body == F.fixtureBytes("1.0.0", "js/app.js"))
+                }
+                // One connection is one loop: the first made the answer, the next two had it again.
+                #expect(metrics.responsesBeforeDecoding == raw + 3 && metrics.repeatedResponses == repeated + 2)
+                for (index, step) in change.steps.enumerated() {
+                    try step.apply(f)
+                    // The next request, and those after it (made again once the change's
+                    // checks hold, then given again from the memo).
+                    for request in 0..<4 {
+                        let response = try next()
+                        #expect(response.status == step.status && response.body == step.body, "\(change.name): step \(index), request \(request)")
+                    }
+                }
+            }
+        } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+
+    @Test("a memo gives an answer back only for the generation it held for, and starts again empty past its bounds")
+    func memoBounds() throws {
+        let memo = LocalWholeFileMemo()
+        let metrics = LocalServerMetrics()
+        let headers = HTTPHeaders([("Content-Length", "4")])
+        func answer(_ size: Int, heldFor: UInt64?) -> LocalServerResponder.WholeFileAnswer {
+            let validators = LocalFileCache.Validators(
+                inode: 1, size: Int64(size), seconds: 0, nanoseconds: 0, recordModified: 0, modified: 0, etag: "e", lastModified: "m")
+            let content = LocalFileCache.Content(
+                record: FileFingerprint(stat()), body: ByteBuffer(repeating: 1, count: size), validators: validators, wholeHeaders: headers)
+            return .init(content: content, mirrored: false, series: metrics.wholeFileSeries(app: "mall", mirrored: false), heldFor: heldFor)
+        }
+        // Checked on every request (nil), or made across a change (another generation): never kept.
+        memo.keep(answer(4, heldFor: nil), host: "h", path: "/a", generation: 3)
+        memo.keep(answer(4, heldFor: 4), host: "h", path: "/a", generation: 3)
+        #expect(memo.answer(host: "h", path: "/a", generation: 3) == nil)
+        memo.keep(answer(4, heldFor: 3), host: "h", path: "/a", generation: 3)
+        #expect(memo.answer(host: "h", path: "/a", generation: 3)?.content.body.readableBytes == 4)
+        #expect(memo.answer(host: "H", path: "/a", generation: 3) == nil && memo.answer(host: "h", path: "/b", generation: 3) == nil)
+        // A new generation drops everything.
+        #expect(memo.answer(host: "h", path: "/a", generation: 4) == nil)
+        #expect(memo.count == 0 && memo.answer(host: "h", path: "/a", generation: 3) == nil)
+        for index in 0..<LocalWholeFileMemo.limit {
+            memo.keep(answer(1, heldFor: 5), host: "h", path: "/\(index)", generation: 5)
+        }
+        #expect(memo.count == LocalWholeFileMemo.limit)
+        memo.keep(answer(1, heldFor: 5), host: "h", path: "/over", generation: 5)
+        #expect(memo.count == 1 && memo.answer(host: "h", path: "/over", generation: 5) != nil)
+        let half = LocalWholeFileMemo.byteLimit / 2 + 1
+        memo.keep(answer(half, heldFor: 5), host: "h", path: "/big", generation: 5)
+        memo.keep(answer(half, heldFor: 5), host: "h", path: "/bigger", generation: 5)
+        #expect(memo.count == 1 && memo.answer(host: "h", path: "/bigger", generation: 5) != nil)
     }
 
     /// Sends `text` on one connection and reads `count` responses, then whether it closed.

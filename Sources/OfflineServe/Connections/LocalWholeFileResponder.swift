@@ -24,6 +24,8 @@ final class LocalWholeFileResponder: ChannelInboundHandler, RemovableChannelHand
 
     private let responder: LocalServerResponder
     private let limits: LocalRawRequest.Limits
+    /// The answers this connection's event loop made, for repeats.
+    private let memo: LocalWholeFileMemo
     /// The handler behind that answers the requests passed on; nil until the HTTP
     /// pipeline is built, after the first request.
     private var behind: LocalImmediateResponder?
@@ -37,9 +39,10 @@ final class LocalWholeFileResponder: ChannelInboundHandler, RemovableChannelHand
     /// Told where each request answered here ends, as the HTTP layer tells it for the others.
     private var connectionGuard: LocalConnectionGuard?
 
-    init(responder: LocalServerResponder, limits: LocalRawRequest.Limits) {
+    init(responder: LocalServerResponder, limits: LocalRawRequest.Limits, memo: LocalWholeFileMemo) {
         self.responder = responder
         self.limits = limits
+        self.memo = memo
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -90,10 +93,23 @@ final class LocalWholeFileResponder: ChannelInboundHandler, RemovableChannelHand
             return (authority, String(decoding: UnsafeRawBufferPointer(rebasing: raw[request.path]), as: UTF8.self))
         }
         self.authority = authority
-        guard let (content, mirrored) = responder.keptWholeFile(path, authority: authority) else { return false }
+        // One look at the store's watch for the whole request (`LocalStoreWatch`).
+        let generation = responder.versions.watch.generation()
+        let host = authority.value ?? ""
+        let answer: LocalServerResponder.WholeFileAnswer
+        let kept = memo.answer(host: host, path: path, generation: generation)
+        if let kept {
+            answer = kept
+        } else {
+            guard let made = responder.keptWholeFile(path, authority: authority, generation: generation) else { return false }
+            memo.keep(made, host: host, path: path, generation: generation)
+            answer = made
+        }
+        responder.count(answer, path: path, repeated: kept != nil)
+        let content = answer.content
         var head = context.channel.allocator.buffer(capacity: content.wholeHead.readableBytes + 72)
         head.writeImmutableBuffer(content.wholeHead)
-        if mirrored { head.writeStaticString("X-Offline-Source: package\r\n") }
+        if answer.mirrored { head.writeStaticString("X-Offline-Source: package\r\n") }
         head.writeStaticString("Date: ")
         head.writeString(date.current())
         head.writeStaticString("\r\n\r\n")

@@ -114,6 +114,12 @@ final class LocalMirrors: Sendable {
         return snapshot
     }
 
+    /// True when the kept snapshot holds for `generation` (no check is made on a request
+    /// while the generation is unchanged).
+    func holds(at generation: UInt64) -> Bool {
+        state.withLock { $0.generation == generation }
+    }
+
     /// What the snapshot depends on, read now (the apps list only when its directory changed).
     private func currentKey() -> Key {
         let apps = FileFingerprint(directory: appsDirectory)

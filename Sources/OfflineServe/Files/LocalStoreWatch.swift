@@ -18,7 +18,7 @@ import Synchronization
 /// Watches are added before a result is validated, so a change that lands between the
 /// two is an event, never missed. Where inotify is not available (or out of watches),
 /// `watch` fails and callers check every time, as before.
-final class LocalStoreWatch: Sendable {
+package final class LocalStoreWatch: Sendable {
     /// The inotify descriptor; -1 when there is none (every check is made).
     private let descriptor: Int32
     private let current = Atomic<UInt64>(0)

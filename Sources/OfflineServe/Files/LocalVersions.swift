@@ -132,6 +132,12 @@ final class LocalVersions: Sendable {
         return kept.pin
     }
 
+    /// True when `pin` is `app`'s kept pin and holds for `generation` (no check is made on
+    /// a request while the generation is unchanged).
+    func holds(_ app: String, _ pin: LocalPin, at generation: UInt64) -> Bool {
+        pins.withLock { pins in pins[app].map { $0.pin === pin && $0.generation == generation } ?? false }
+    }
+
     /// True when the kept pin still stands for `current` linking to `target`.
     private static func holds(_ kept: Kept, target: String) -> Bool {
         guard kept.key.target == target else { return false }

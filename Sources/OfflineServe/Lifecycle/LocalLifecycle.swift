@@ -50,6 +50,12 @@ final class LocalLifecycle: Sendable {
         return record
     }
 
+    /// True when `app`'s kept record holds for `generation` (no check is made on a request
+    /// while the generation is unchanged).
+    func holds(_ app: String, at generation: UInt64) -> Bool {
+        records.withLock { $0[app]?.generation == generation }
+    }
+
     /// True when `version` of `app` is marked bad (then its files are not served).
     /// `generation`: the watch's, read earlier in the same request.
     func isBad(_ app: String, _ version: Version, generation: UInt64? = nil) -> Bool {

@@ -103,6 +103,10 @@ public struct LocalServer: Sendable {
         public var idleTimeout: Duration
         /// Timeouts and pool size for forwarded requests (the defaults of `OriginProxy.Configuration`).
         package var origins = OriginProxy.Configuration()
+        /// What tells the server's checks that the store may have changed (`LocalStoreWatch`):
+        /// the process's one by default; tests give a server its own, so that other stores'
+        /// events do not move its generation.
+        package var storeWatch = LocalStoreWatch.shared
 
         /// A configuration; the defaults listen on 127.0.0.1:8421.
         public init(
@@ -228,7 +232,7 @@ public struct LocalServer: Sendable {
 
     private func makeApplication(proxy: OriginProxy, onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
-        let watch = LocalStoreWatch.shared
+        let watch = configuration.storeWatch
         let mirrors = LocalMirrors(store: resolver.store, watch: watch)
         let responder = LocalServerResponder(
             versions: LocalVersions(resolver: resolver, watch: watch), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
@@ -239,10 +243,11 @@ public struct LocalServer: Sendable {
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = TimeAmount(configuration.headerTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
         let metrics = self.metrics
+        let memos = LocalWholeFileMemo.Loops()
         let server = HTTPServerBuilder { respond in
             LocalServerChannel(
                 http1: HTTP1Channel(responder: respond), responder: responder, limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
-                metrics: metrics, webSockets: webSockets)
+                metrics: metrics, webSockets: webSockets, memos: memos)
         }
         return Application(
             responder: responder,

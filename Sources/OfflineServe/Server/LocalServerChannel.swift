@@ -50,6 +50,8 @@ struct LocalServerChannel: ServerChildChannel {
     let idleTimeout: TimeAmount
     let metrics: LocalServerMetrics
     let webSockets: MirrorWebSocketUpgrade
+    /// Each event loop's whole-file answers (`LocalWholeFileResponder`).
+    let memos: LocalWholeFileMemo.Loops
 
     static let refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 26\r\n"
         + "Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n\r\ntoo many open connections\n"
@@ -78,7 +80,8 @@ struct LocalServerChannel: ServerChildChannel {
             // Never a head the decoder would refuse as too large.
             let limits = LocalRawRequest.Limits(
                 bytes: min(16 * 1024, decoder.maxHeaderListSize, decoder.maxHeaderFieldSize), fields: min(100, decoder.maxHeaderFieldCount))
-            try channel.pipeline.syncOperations.addHandler(LocalWholeFileResponder(responder: responder, limits: limits))
+            try channel.pipeline.syncOperations.addHandler(
+                LocalWholeFileResponder(responder: responder, limits: limits, memo: memos.memo(on: channel.eventLoop)))
             let pending = Pending()
             let webSockets = self.webSockets
             let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(

@@ -92,6 +92,8 @@ public final class LocalServerMetrics: Sendable {
     private let immediate = Atomic<Int>(0)
     /// Of those, the ones answered before HTTP decoding (`LocalWholeFileResponder`).
     private let beforeDecoding = Atomic<Int>(0)
+    /// Of those, the ones given again from a loop's memo (`LocalWholeFileMemo`).
+    private let repeated = Atomic<Int>(0)
 
     public init() {
         forbidden = registry.counter(Name.forbidden)
@@ -110,11 +112,36 @@ public final class LocalServerMetrics: Sendable {
         if beforeDecoding { self.beforeDecoding.add(1, ordering: .relaxed) }
     }
 
+    /// What a whole-file answer before decoding counts (`LocalServerResponder.WholeFileAnswer`):
+    /// its series, looked up once, so an answer given again counts without a lookup.
+    struct WholeFileSeries {
+        /// `offline_agent_serve_files_total{app,code="200"}`.
+        let file: CoreMetrics.Counter
+        /// The mirror hit, on a mirror host.
+        let hit: CoreMetrics.Counter?
+    }
+
+    func wholeFileSeries(app: String, mirrored: Bool) -> WholeFileSeries {
+        WholeFileSeries(file: fileCounter(app: app, code: 200), hit: mirrored ? hitCounter(app: app) : nil)
+    }
+
+    /// Counts one whole-file response answered before any HTTP decoding; `repeated`: an
+    /// answer given again from its loop's memo (`LocalWholeFileMemo`).
+    func record(_ series: WholeFileSeries, repeated: Bool) {
+        series.file.increment()
+        series.hit?.increment()
+        recordImmediateResponse(beforeDecoding: true)
+        if repeated { self.repeated.add(1, ordering: .relaxed) }
+    }
+
     /// Requests answered on the event loop from memory (warm package files), of all those counted above.
     package var immediateResponses: Int { immediate.load(ordering: .relaxed) }
 
     /// Of `immediateResponses`, those answered before any HTTP decoding (`LocalWholeFileResponder`).
     package var responsesBeforeDecoding: Int { beforeDecoding.load(ordering: .relaxed) }
+
+    /// Of `responsesBeforeDecoding`, those given again from a loop's memo (`LocalWholeFileMemo`).
+    package var repeatedResponses: Int { repeated.load(ordering: .relaxed) }
 
     /// Counts one `/open` resolution.
     public func recordOpen(_ resolution: Resolution) {
@@ -133,7 +160,11 @@ public final class LocalServerMetrics: Sendable {
     }
 
     private func hit(app: String) {
-        counter(Series(family: .hits, label: app)) { registry.counter(Name.hits, [("app", app)]) }.increment()
+        hitCounter(app: app).increment()
+    }
+
+    private func hitCounter(app: String) -> CoreMetrics.Counter {
+        counter(Series(family: .hits, label: app)) { registry.counter(Name.hits, [("app", app)]) }
     }
 
     /// Counts one request of `app` sent to the network for `reason`: under `/<app>/` by the
@@ -159,9 +190,11 @@ public final class LocalServerMetrics: Sendable {
 
     /// Counts one response under `/<app>/`.
     func recordFile(app: String, code: Int) {
-        counter(Series(family: .files, label: app, code: code)) {
-            registry.counter(Name.files, [("app", app), ("code", String(code))])
-        }.increment()
+        fileCounter(app: app, code: code).increment()
+    }
+
+    private func fileCounter(app: String, code: Int) -> CoreMetrics.Counter {
+        counter(Series(family: .files, label: app, code: code)) { registry.counter(Name.files, [("app", app), ("code", String(code))]) }
     }
 
     /// Counts one forwarded request the origin answered with `status`.

@@ -105,22 +105,41 @@ extension LocalServerResponder {
         }
     }
 
+    /// A whole-file `200` for a plain `GET` (`keptWholeFile`): the kept bytes, what it
+    /// counts, and the store generation it may be given again for (`LocalWholeFileMemo`).
+    struct WholeFileAnswer {
+        let content: LocalFileCache.Content
+        /// Asked on a mirror host: the response carries `X-Offline-Source: package`.
+        let mirrored: Bool
+        let series: LocalServerMetrics.WholeFileSeries
+        /// The watch generation every check behind the answer held for (the pin, the
+        /// lifecycle record and, on a mirror host, the mirrors' snapshot); nil when one of
+        /// them is made on every request, or a change came while it was made.
+        let heldFor: UInt64?
+    }
+
     /// The kept bytes of a whole-file `GET` of `path` with one `Host` line, `authority`,
     /// and nothing else that `immediateAnswer` reads (no `Upgrade`, no field
-    /// `asksForWholeFile` looks for), when `immediateAnswer` would answer it from them:
-    /// counted as it counts them. `LocalWholeFileResponder` answers such requests before
-    /// any HTTP decoding. `mirrored`: the response carries `X-Offline-Source: package`.
-    func keptWholeFile(_ path: String, authority: LocalHostAuthority) -> (content: LocalFileCache.Content, mirrored: Bool)? {
-        let generation = versions.watch.generation()
+    /// `asksForWholeFile` looks for), when `immediateAnswer` would answer it from them.
+    /// `generation`: the watch's, read first for the request. Counts nothing: the caller
+    /// counts what it sends (`count`). `LocalWholeFileResponder` answers such requests
+    /// before any HTTP decoding.
+    func keptWholeFile(_ path: String, authority: LocalHostAuthority, generation: UInt64) -> WholeFileAnswer? {
         guard case .file(let app, let rest, let pinned, let mirrored)? = immediateRoute(
             path, isFileRequest: true, upgrade: false, host: hostName(authority, generation: generation), generation: generation),
-            let (_, _, content) = keptContent(app: app, rest: rest, pinned: pinned, generation: generation), content.validators.size > 0
+            let (pin, _, content) = keptContent(app: app, rest: rest, pinned: pinned, generation: generation), content.validators.size > 0
         else { return nil }
-        metrics.recordFile(app: app, code: 200)
-        if mirrored { metrics.recordMirrorHit(app: app) }
-        metrics.recordImmediateResponse(beforeDecoding: true)
+        let held = versions.holds(app, pin, at: generation) && lifecycle.holds(app, at: generation)
+            && (!mirrored || mirrors.holds(at: generation))
+        return WholeFileAnswer(
+            content: content, mirrored: mirrored, series: metrics.wholeFileSeries(app: app, mirrored: mirrored), heldFor: held ? generation : nil)
+    }
+
+    /// Counts `answer`, sent for a `GET` of `path`, as `immediateAnswer` counts a response;
+    /// `repeated`: given again from a loop's memo.
+    func count(_ answer: WholeFileAnswer, path: String, repeated: Bool) {
+        metrics.record(answer.series, repeated: repeated)
         logger.debug("GET \(path) 200")
-        return (content, mirrored)
     }
 
     /// The kept entry and bytes of `rest` in `app`'s pinned version, while no kill switch or
