@@ -307,6 +307,30 @@ struct ServeImmediateTests {
         }
     }
 
+    @Test("a client that ends its side while answers made before decoding are still being written gets all of them")
+    func halfCloseWhileWriting() async throws {
+        let f = try LocalServerTests.mall()
+        try await withLocalServer(f) { server in
+            let port = server.port
+            _ = try await LocalHTTP.request(port: port, "/mall/js/app.js")
+            let get = Array("GET /mall/js/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+            let (responses, closed) = try await LocalHTTP.onThread {
+                // A small window: most of the two answers (each under the channel's write limit) wait
+                // in the server when the end comes.
+                let fd = try LocalHTTP.connect(port: port, receiveBuffer: 4096)
+                defer { close(fd) }
+                try LocalHTTP.send(fd, get + get)
+                shutdown(fd, Int32(SHUT_WR))
+                usleep(300_000)
+                return try Self.rawResponses(fd, count: 2)
+            }
+            let body = F.fixtureBytes("1.0.0", "js/app.js")
+            #expect(try responses.map { try LocalHTTP.parse($0).body } == [body, body])
+            #expect(closed, "the connection was not closed after the answers")
+            #expect(server.metrics.responsesBeforeDecoding == 2)
+        }
+    }
+
     @Test("pipelined requests mixing warm files and other routes are answered in order; Connection: close ends it")
     func pipelined() async throws {
         let f = try LocalServerTests.mall()
