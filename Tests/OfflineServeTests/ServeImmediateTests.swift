@@ -260,6 +260,14 @@ struct ServeImmediateTests {
         memo.keep(answer(half, heldFor: 5), host: "h", path: "/big", generation: 5)
         memo.keep(answer(half, heldFor: 5), host: "h", path: "/bigger", generation: 5)
         #expect(memo.count == 1 && memo.answer(host: "h", path: "/bigger", generation: 5) != nil)
+        // Keys count too: long Host values and paths with empty bodies fill it as well.
+        let long = String(repeating: "a", count: LocalWholeFileMemo.byteLimit / 4)
+        #expect(memo.answer(host: "h", path: "/over", generation: 6) == nil && memo.count == 0)
+        for index in 0..<3 { memo.keep(answer(0, heldFor: 6), host: long, path: "/\(index)", generation: 6) }
+        #expect(memo.count == 3)
+        // A fourth key of a quarter of the bound passes it.
+        memo.keep(answer(0, heldFor: 6), host: long, path: "/3", generation: 6)
+        #expect(memo.count == 1 && memo.answer(host: long, path: "/3", generation: 6) != nil)
     }
 
     /// Sends `text` on one connection and reads `count` responses, then whether it closed.

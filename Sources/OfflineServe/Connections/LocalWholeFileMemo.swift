@@ -14,8 +14,9 @@ import Synchronization
 /// (no inotify, a directory that could not be watched) is never kept.
 ///
 /// Used only on its loop (`LocalWholeFileResponder`), so it takes no lock. Bounded by
-/// entries and by the bytes its answers hold (shared with `LocalFileCache`, which may
-/// drop them first): past either, it starts again empty.
+/// entries and by bytes: its answers' bodies (shared with `LocalFileCache`, which may
+/// drop them first) and its keys (a `Host` and a path may each be as long as a head):
+/// past either bound, it starts again empty.
 final class LocalWholeFileMemo {
     private struct Key: Hashable {
         var host: String
@@ -25,7 +26,7 @@ final class LocalWholeFileMemo {
     static let limit = 1024
     static let byteLimit = 16 << 20
 
-    private var answers: [Key: LocalServerResponder.WholeFileAnswer] = [:]
+    private var answers: [Key: (answer: LocalServerResponder.WholeFileAnswer, bytes: Int)] = [:]
     private var bytes = 0
     /// The generation the kept answers held for.
     private var generation: UInt64 = 0
@@ -36,7 +37,7 @@ final class LocalWholeFileMemo {
             forget(since: generation)
             return nil
         }
-        return answers[Key(host: host, path: path)]
+        return answers[Key(host: host, path: path)]?.answer
     }
 
     /// Keeps `answer` for `host` and `path` when it holds for `generation`, the
@@ -44,10 +45,10 @@ final class LocalWholeFileMemo {
     func keep(_ answer: LocalServerResponder.WholeFileAnswer, host: String, path: String, generation: UInt64) {
         guard answer.heldFor == generation else { return }
         if generation != self.generation { forget(since: generation) }
-        let size = answer.content.body.readableBytes
+        let size = answer.content.body.readableBytes + host.utf8.count + path.utf8.count
         if answers.count >= Self.limit || bytes + size > Self.byteLimit { forget(since: generation) }
-        if let previous = answers.updateValue(answer, forKey: Key(host: host, path: path)) {
-            bytes -= previous.content.body.readableBytes
+        if let previous = answers.updateValue((answer, size), forKey: Key(host: host, path: path)) {
+            bytes -= previous.bytes
         }
         bytes += size
     }
