@@ -10,9 +10,9 @@ import Glibc
 /// body, reset the connection or ignore `Range`.
 package final class ScriptedServer: @unchecked Sendable {
     package struct Request: Sendable {
-        var method: String
+        package var method: String
         package var target: String
-        var headers: [String: String]
+        package var headers: [String: String]
 
         package var path: String { String(target.split(separator: "?", maxSplits: 1).first ?? "") }
         package var query: [String: String] {
@@ -165,6 +165,20 @@ package final class ScriptedServer: @unchecked Sendable {
                 for line in lines {
                     guard let colon = line.firstIndex(of: ":") else { continue }
                     headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                }
+                // A body framed by a length is read past (not kept), so the next request on
+                // the connection starts where it should.
+                var body = Int(headers["content-length"] ?? "") ?? 0
+                while body > 0 {
+                    if buffer.isEmpty {
+                        var chunk = [UInt8](repeating: 0, count: 4096)
+                        let n = recv(fd, &chunk, chunk.count, 0)
+                        if n <= 0 { return nil }
+                        buffer += chunk[0..<n]
+                    }
+                    let taken = min(body, buffer.count)
+                    buffer.removeFirst(taken)
+                    body -= taken
                 }
                 return Request(method: String(first[0]), target: String(first[1]), headers: headers)
             }

@@ -64,8 +64,10 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     /// the connection state handler above it keeps anything from them. Set once added, as
     /// `LocalServerChannel` always adds the codec first.
     private var http1: ChannelHandlerContext!
+    /// This handler's context, for the answers an exchange writes (`OriginExchangePage`).
+    private var context: ChannelHandlerContext?
 
-    /// Request heads read, of all those the connection sent (`LocalWholeFileResponder`
+    /// Request heads read, of all those the connection sent (`LocalRawResponder`
     /// counts those it passed on).
     private(set) var headsRead = 0
     /// A request's head was read and its end not yet.
@@ -76,8 +78,9 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
         pool = .of(context.eventLoop)
-        (try? context.pipeline.syncOperations.handler(type: LocalWholeFileResponder.self))?.follow(self)
+        (try? context.pipeline.syncOperations.handler(type: LocalRawResponder.self))?.follow(self)
         connectionGuard = try? context.pipeline.syncOperations.handler(type: LocalConnectionGuard.self)
         do {
             http1 = try context.pipeline.syncOperations.context(handlerType: HTTP1ToHTTPServerCodec.self)
@@ -103,7 +106,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
 
     /// Every request read so far is read to its end and answered (its response written,
     /// if not yet flushed), and the connection goes on: a response written below this
-    /// handler now comes after all of theirs (`LocalWholeFileResponder`).
+    /// handler now comes after all of theirs (`LocalRawResponder`).
     var isIdle: Bool {
         !readingRequest && owed == 0 && exchange == nil && waiting.isEmpty && !closing && !inputClosedHeld
     }
@@ -163,9 +166,14 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     ) {
         let origins = mirrors.origins
         closeAfterExchange = Self.asksToClose(request.head)
+        let fields = request.headers
+        let head = ForwardedHeaders.requestHead(
+            HTTPMethod(rawValue: request.method.rawValue), target: request.head.path ?? "/",
+            headers: ForwardedHeaders.request(fields, servePort: servePort), origin: origin,
+            contentLength: fields[.contentLength].map { $0[...] }, chunked: fields[.transferEncoding] != nil)
         let exchange = OriginExchange(
-            request.head, to: origin, servePort: servePort,
-            fallback: reason, isMirrored: { origins.contains($0) }, page: context, pageHTTP1: http1, pool: pool ?? .of(context.eventLoop),
+            head, to: origin, servePort: servePort,
+            fallback: reason, isMirrored: { origins.contains($0) }, page: self, pool: pool ?? .of(context.eventLoop),
             configuration: responder.proxy.configuration, metrics: responder.metrics,
             onEnd: { [unowned self] ending in exchangeEnded(ending, context: context) },
             onOriginWritable: { [unowned self] in resumeReading(context) })
@@ -268,6 +276,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
     func handlerRemoved(context: ChannelHandlerContext) {
         exchange?.pageClosed()
         exchange = nil
+        self.context = nil
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -285,5 +294,31 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
         if let body = response.body { http1.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(body))), promise: nil) }
         context.write(wrapOutboundOut(.end(nil)), promise: nil)
         unflushed = true
+    }
+}
+
+extension LocalImmediateResponder: OriginExchangePage {
+    var eventLoop: any EventLoop { http1.eventLoop }
+
+    var isWritable: Bool { http1.channel.isWritable }
+
+    /// Head and body below the codec (they are HTTP/1 already); the end through it, for
+    /// the connection state handler's count of answered requests.
+    func writeAnswerHead(_ status: HTTPResponseStatus, fields: ((String, String) -> Void) -> Void) {
+        var headers = HTTPHeaders()
+        fields { headers.add(name: $0, value: $1) }
+        http1.write(NIOAny(HTTPServerResponsePart.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+    }
+
+    func writeAnswerBody(_ bytes: ByteBuffer) {
+        http1.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(bytes))), promise: nil)
+    }
+
+    func writeAnswerEnd() {
+        context?.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+    }
+
+    func flushAnswer() {
+        context?.flush()
     }
 }

@@ -4,7 +4,7 @@ import Glibc
 #endif
 
 /// The `Date` value of the responses a connection's handlers write themselves
-/// (`LocalImmediateResponder`, `LocalWholeFileResponder`), as Hummingbird adds it to every
+/// (`LocalImmediateResponder`, `LocalRawResponder`), as Hummingbird adds it to every
 /// response it writes: made at most once a second (RFC 9110 §6.6.1).
 struct LocalResponseDate {
     private var second = -1

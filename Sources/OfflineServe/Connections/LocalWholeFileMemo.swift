@@ -13,7 +13,7 @@ import Synchronization
 /// everything kept here is dropped). An answer whose checks are made on every request
 /// (no inotify, a directory that could not be watched) is never kept.
 ///
-/// Used only on its loop (`LocalWholeFileResponder`), so it takes no lock. Bounded by
+/// Used only on its loop (`LocalRawResponder`), so it takes no lock. Bounded by
 /// entries and by bytes: its answers' bodies (shared with `LocalFileCache`, which may
 /// drop them first) and its keys (a `Host` and a path may each be as long as a head):
 /// past either bound, it starts again empty.
@@ -65,7 +65,7 @@ final class LocalWholeFileMemo {
 
 extension LocalWholeFileMemo {
     /// One memo per event loop of a server, handed to each connection's
-    /// `LocalWholeFileResponder` when its pipeline is built (on that loop).
+    /// `LocalRawResponder` when its pipeline is built (on that loop).
     final class Loops: Sendable {
         private let memos = Mutex<[ObjectIdentifier: NIOLoopBound<LocalWholeFileMemo>]>([:])
 

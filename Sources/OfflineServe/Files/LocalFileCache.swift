@@ -38,7 +38,7 @@ final class LocalFileCache: Sendable {
         /// them, in HTTP/1 form (`LocalServerResponder.ImmediateResponse`).
         let wholeHeaders: HTTPHeaders
         /// The same response's status line and fields as they go on the wire, without `Date`
-        /// and the empty line that ends them (`LocalWholeFileResponder` adds both).
+        /// and the empty line that ends them (`LocalRawResponder` adds both).
         let wholeHead: ByteBuffer
 
         init(record: FileFingerprint, body: ByteBuffer, validators: Validators, wholeHeaders: HTTPHeaders) {

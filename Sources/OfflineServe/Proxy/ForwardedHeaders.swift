@@ -14,15 +14,33 @@ import OfflineHTTP
 /// is kept, a body of unknown length is chunked again). Every other header passes
 /// unchanged, in order, repeated lines kept, except the ones named below.
 enum ForwardedHeaders {
-    /// Hop-by-hop names, lowercased. `Proxy-Authenticate` and `Proxy-Authorization` belong
-    /// to a proxy the page never asked for, so they go too.
-    static let hopByHop: Set<String> = [
-        "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-        "proxy-authenticate", "proxy-authorization",
+    /// What the rules make of a field, by its name (any case). Hop-by-hop: `Connection`,
+    /// `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`,
+    /// and `Proxy-Authenticate` and `Proxy-Authorization`, which belong to a proxy the page
+    /// never asked for.
+    enum Name {
+        case hopByHop, host, expect, cookie, origin, referer, location, setCookie, source, fallback, contentLength, other
+    }
+
+    /// The names the rules single out, lowercased.
+    private static let names: [(name: StaticString, kind: Name)] = [
+        ("connection", .hopByHop), ("keep-alive", .hopByHop), ("proxy-connection", .hopByHop), ("te", .hopByHop),
+        ("trailer", .hopByHop), ("transfer-encoding", .hopByHop), ("upgrade", .hopByHop), ("proxy-authenticate", .hopByHop),
+        ("proxy-authorization", .hopByHop), ("host", .host), ("expect", .expect), ("cookie", .cookie), ("origin", .origin),
+        ("referer", .referer), ("location", .location), ("content-location", .location), ("set-cookie", .setCookie),
+        ("x-offline-source", .source), ("x-offline-fallback", .fallback), ("content-length", .contentLength),
     ]
 
-    /// What a request never carries to its origin, whatever its `Connection` lists.
-    private static let requestDropped = hopByHop.union(["host", "expect"])
+    /// What the field named by `bytes` is, in any case; no string is made (every
+    /// forwarded field's name is looked up here, both ways).
+    static func name<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Name {
+        let count = bytes.count
+        for entry in names where entry.name.utf8CodeUnitCount == count {
+            let expected = UnsafeBufferPointer(start: entry.name.utf8Start, count: count)
+            if bytes.elementsEqual(expected, by: { asciiLowercased($0) == $1 }) { return entry.kind }
+        }
+        return .other
+    }
 
     /// The names a `Connection` header lists, lowercased (each is hop-by-hop too), other
     /// than `keep-alive`, which `hopByHop` already has: most origins list only that one,
@@ -61,53 +79,151 @@ enum ForwardedHeaders {
     ///   comes from the device as the page would have sent it.
     static func request(_ fields: HTTPFields, servePort: Int) -> HTTPHeaders {
         let listed = connectionOptions(fields[values: .connection])
-        let drop = listed.isEmpty ? requestDropped : requestDropped.union(listed)
         var headers = HTTPHeaders()
         headers.reserveCapacity(fields.count)
         let cookies = fields[values: .cookie]
         if !cookies.isEmpty { headers.add(name: "Cookie", value: cookies.joined(separator: "; ")) }
-        for field in fields {
-            let name = field.name.canonicalName
-            guard !drop.contains(name) else { continue }
-            switch name {
-            case "cookie":
-                continue
-            case "origin":
-                headers.add(name: field.name.rawName, value: originValue(field.value, servePort: servePort))
-            case "referer":
-                headers.add(name: field.name.rawName, value: LocationRewriter.toOrigin(field.value, servePort: servePort) ?? field.value)
-            default:
-                headers.add(name: field.name.rawName, value: field.value)
-            }
+        for field in fields where !listed.contains(field.name.canonicalName) {
+            add(field.name.rawName, field.value, as: RequestField(name(field.name.canonicalName.utf8)), servePort: servePort, to: &headers)
         }
         return headers
     }
 
+    /// `request(_:servePort:)` for a request framed from the connection's raw bytes
+    /// (`LocalRawRequest`, at the start of `bytes`), whose `Connection` lists nothing but
+    /// `keep-alive`.
+    static func request(_ raw: LocalRawRequest, in bytes: UnsafeRawBufferPointer, servePort: Int) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        var cookies: [String] = []
+        raw.forEachField(in: bytes) { rawName, rawValue in
+            let field = RequestField(name(rawName))
+            switch field {
+            case .dropped: return
+            case .cookie: return cookies.append(String(decoding: rawValue, as: UTF8.self))
+            default: add(String(decoding: rawName, as: UTF8.self), String(decoding: rawValue, as: UTF8.self), as: field, servePort: servePort, to: &headers)
+            }
+        }
+        guard !cookies.isEmpty else { return headers }
+        // First, as `request(_:servePort:)` has it.
+        var joined = HTTPHeaders([("Cookie", cookies.joined(separator: "; "))])
+        joined.add(contentsOf: headers)
+        return joined
+    }
+
+    /// What a request's field becomes on its way to the origin.
+    enum RequestField {
+        case dropped
+        /// Joined with the request's other `Cookie` lines.
+        case cookie
+        case origin
+        case referer
+        case kept
+
+        /// The rule for a field named `name` (the names a request's `Connection` lists are
+        /// the caller's to drop): hop-by-hop, `Host` and `Expect` never reach the origin.
+        init(_ name: Name) {
+            switch name {
+            case .hopByHop, .host, .expect: self = .dropped
+            case .cookie: self = .cookie
+            case .origin: self = .origin
+            case .referer: self = .referer
+            default: self = .kept
+            }
+        }
+    }
+
+    /// Adds a request's field to `headers`, as `field` says (a `.cookie` is the caller's).
+    private static func add(_ name: String, _ value: String, as field: RequestField, servePort: Int, to headers: inout HTTPHeaders) {
+        switch field {
+        case .dropped, .cookie:
+            return
+        case .origin:
+            headers.add(name: name, value: originValue(value, servePort: servePort))
+        case .referer:
+            headers.add(name: name, value: LocationRewriter.toOrigin(value, servePort: servePort) ?? value)
+        case .kept:
+            headers.add(name: name, value: value)
+        }
+    }
+
+    /// The head sent to `origin` for a request of `method` to `target` whose fields became
+    /// `headers` (`request`): the origin's `Host`, and the body framed as it came
+    /// (`contentLength`, or `chunked`). `retriable`: the request may be sent again on a new
+    /// connection when a kept one turns out closed (no body, an idempotent method, RFC 9110 §9.2.2).
+    static func requestHead(
+        _ method: HTTPMethod, target: String, headers: HTTPHeaders, origin: MirrorOrigin, contentLength: Substring?, chunked: Bool
+    ) -> (head: HTTPRequestHead, retriable: Bool) {
+        var headers = headers
+        // The origin's host, and its port when not the default (`request` dropped the page's).
+        headers.add(name: "Host", value: String(origin.authority))
+        let hasBody = chunked || (contentLength.map { $0 != "0" } ?? false)
+        if chunked, contentLength == nil {
+            headers.add(name: "Transfer-Encoding", value: "chunked")
+        } else if contentLength == nil, !bodilessMethods.contains(method.rawValue) {
+            // A POST without a body is sent framed as empty, as AsyncHTTPClient frames it
+            // (RFC 9110 §8.6: methods that expect no body get no `Content-Length`).
+            headers.add(name: "Content-Length", value: "0")
+        }
+        let head = HTTPRequestHead(version: .http1_1, method: method, uri: target, headers: headers)
+        return (head, !hasBody && idempotentMethods.contains(method.rawValue))
+    }
+
+    private static let bodilessMethods: Set<String> = ["GET", "HEAD", "DELETE", "CONNECT", "TRACE"]
+    private static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
+
     /// The origin's response headers as sent to the page: hop-by-hop dropped, `Location`
     /// and `Content-Location` moved to the mirror (`LocationRewriter`), `Set-Cookie`
     /// made to hold on the mirror host (`SetCookieRewriter`). In HTTP/1 form, as the
-    /// origin's decoder gave them and the page's encoder takes them (`OriginExchange`).
+    /// origin's decoder gave them.
     static func response(
         _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
     ) -> HTTPHeaders {
-        let listed = connectionOptions(headers["connection"])
-        let drop = listed.isEmpty ? hopByHop : hopByHop.union(listed)
         var forwarded = HTTPHeaders()
         forwarded.reserveCapacity(headers.count)
+        forEachResponseField(headers, origin: origin, servePort: servePort, isMirrored: isMirrored) { forwarded.add(name: $0, value: $1) }
+        return forwarded
+    }
+
+    /// Calls `body` with each field of `response`, in order, then, with `source`,
+    /// `X-Offline-Source: origin` and, with a `fallback`, `X-Offline-Fallback`, each replacing
+    /// any the origin sent (only this server says where an answer came from): the head
+    /// `serve` sends the page (`OriginExchange`), made in one pass.
+    static func forEachResponseField(
+        _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool,
+        source: Bool = false, fallback: String? = nil, _ body: (_ name: String, _ value: String) -> Void
+    ) {
+        // The names `Connection` lists are hop-by-hop too; most answers list only `keep-alive`.
+        var listed: Set<String> = []
+        for (name, value) in headers where isConnection(name) {
+            listed.formUnion(connectionOptions(CollectionOfOne(value)))
+        }
         for (name, value) in headers {
-            let lowercased = name.lowercased()
-            guard !drop.contains(lowercased) else { continue }
-            switch lowercased {
-            case "location", "content-location":
-                let moved = LocationRewriter.toMirror(value, servePort: servePort, isMirrored: { $0 == origin || isMirrored($0) })
-                forwarded.add(name: name, value: moved ?? value)
-            case "set-cookie":
-                forwarded.add(name: name, value: SetCookieRewriter.rewrite(value, origin: origin))
+            if !listed.isEmpty, listed.contains(name.lowercased()) { continue }
+            switch Self.name(name.utf8) {
+            case .hopByHop:
+                continue
+            case .location:
+                body(name, LocationRewriter.toMirror(value, servePort: servePort, isMirrored: { $0 == origin || isMirrored($0) }) ?? value)
+            case .setCookie:
+                body(name, SetCookieRewriter.rewrite(value, origin: origin))
+            case .source where source, .fallback where fallback != nil:
+                continue
             default:
-                forwarded.add(name: name, value: value)
+                body(name, value)
             }
         }
-        return forwarded
+        if source { body(LocalServerResponder.sourceHeader.rawName, "origin") }
+        if let fallback { body(LocalServerResponder.fallbackHeader.rawName, fallback) }
+    }
+
+    /// Whether `name` is `Transfer-Encoding`, in any case.
+    static func isTransferEncoding(_ name: String) -> Bool {
+        name.utf8.count == 17 && name.utf8.elementsEqual("transfer-encoding".utf8, by: { asciiLowercased($0) == $1 })
+    }
+
+    /// Whether `name` is `Connection`, in any case.
+    private static func isConnection(_ name: String) -> Bool {
+        name.utf8.count == 10 && name.utf8.elementsEqual("connection".utf8, by: { asciiLowercased($0) == $1 })
     }
 
     /// `response` as `HTTPFields`, for a Hummingbird `Response` (`OriginProxy`). Built field

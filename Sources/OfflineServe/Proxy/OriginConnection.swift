@@ -58,7 +58,9 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try OriginTLS.addHandler(for: origin, to: channel)
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers(leftOverBytesStrategy: .dropBytes)
+                    // No header validation of its own: every head sent comes from one the page's
+                    // decoder, or the raw grammar (`LocalRawRequest`), already checked.
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers(leftOverBytesStrategy: .dropBytes, enableOutboundHeaderValidation: false)
                     try channel.pipeline.syncOperations.addHandler(OriginConnection(origin: origin))
                 }
             }

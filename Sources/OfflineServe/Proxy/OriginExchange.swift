@@ -30,15 +30,11 @@ final class OriginExchange {
     }
 
     let origin: MirrorOrigin
-    private let page: ChannelHandlerContext
-    /// The page pipeline's HTTP/1 ↔ HTTPTypes codec: the origin's answer is HTTP/1 already,
-    /// so its head and body are written below the codec, not converted there and back (the
-    /// codec and the connection state handler above it keep nothing from either). The end
-    /// goes through `page`, for the state handler's count of answered requests.
-    private let pageHTTP1: ChannelHandlerContext
+    private let page: any OriginExchangePage
     private let pool: OriginConnectionPool
     private let configuration: OriginProxy.Configuration
     private let metrics: LocalServerMetrics?
+    /// The head sent to the origin (`ForwardedHeaders.requestHead`).
     private let head: HTTPRequestHead
     private let servePort: Int
     private let isMirrored: (MirrorOrigin) -> Bool
@@ -68,43 +64,27 @@ final class OriginExchange {
     private var timerStarted = false
     private var lastOriginByte = NIODeadline.now()
 
+    /// An exchange sending `head` (`ForwardedHeaders.requestHead`) to `origin` for a request
+    /// the page sent on the server's port `servePort`, answering on `page`.
     init(
-        _ request: HTTPRequest, to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason?,
-        isMirrored: @escaping (MirrorOrigin) -> Bool, page: ChannelHandlerContext, pageHTTP1: ChannelHandlerContext,
-        pool: OriginConnectionPool,
+        _ head: (head: HTTPRequestHead, retriable: Bool), to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason?,
+        isMirrored: @escaping (MirrorOrigin) -> Bool, page: any OriginExchangePage, pool: OriginConnectionPool,
         configuration: OriginProxy.Configuration, metrics: LocalServerMetrics?,
         onEnd: @escaping (Ending) -> Void, onOriginWritable: @escaping () -> Void
     ) {
-        var headers = ForwardedHeaders.request(request.headerFields, servePort: servePort)
-        // The origin's host, and its port when not the default.
-        headers.replaceOrAdd(name: "Host", value: String(origin.authority))
-        let length = request.headerFields[.contentLength]
-        let chunked = request.headerFields[.transferEncoding] != nil
-        let hasBody = chunked || (length.map { $0 != "0" } ?? false)
-        retriable = !hasBody && Self.idempotentMethods.contains(request.method)
-        if chunked, length == nil {
-            headers.add(name: "Transfer-Encoding", value: "chunked")
-        } else if length == nil, !Self.bodilessMethods.contains(request.method) {
-            // A POST without a body is sent framed as empty, as AsyncHTTPClient frames it
-            // (RFC 9110 §8.6: methods that expect no body get no `Content-Length`).
-            headers.add(name: "Content-Length", value: "0")
-        }
-        head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue), uri: request.path ?? "/", headers: headers)
+        self.head = head.head
+        self.retriable = head.retriable
         self.origin = origin
         self.servePort = servePort
         self.fallback = fallback
         self.isMirrored = isMirrored
         self.page = page
-        self.pageHTTP1 = pageHTTP1
         self.pool = pool
         self.configuration = configuration
         self.metrics = metrics
         self.onEnd = onEnd
         self.onOriginWritable = onOriginWritable
     }
-
-    private static let bodilessMethods: Set<HTTPRequest.Method> = [.get, .head, .delete, .connect, .trace]
-    private static let idempotentMethods: Set<HTTPRequest.Method> = [.get, .head, .options, .trace, .put, .delete]
 
     /// Whether the page connection may be read now: the request was read to its end (what
     /// follows is the next request, the responder's to hold), or its body goes on to an
@@ -185,7 +165,6 @@ final class OriginExchange {
 
     func originRead(_ part: HTTPClientResponsePart) {
         guard !ended else { return }
-        lastOriginByte = .now()
         switch part {
         case .head(let answer):
             if answer.status.code < 200, answer.status != .switchingProtocols {
@@ -196,29 +175,30 @@ final class OriginExchange {
             responseStarted = true
             originKeepsAlive = answer.isKeepAlive
             metrics?.recordForwarded(origin: origin.origin, status: Int(answer.status.code))
-            var headers = ForwardedHeaders.response(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
-            // Replacing any the origin sent: only this server says where an answer came from.
-            headers.replaceOrAdd(name: LocalServerResponder.sourceHeader.rawName, value: "origin")
-            if let fallback { headers.replaceOrAdd(name: LocalServerResponder.fallbackHeader.rawName, value: fallback.rawValue) }
-            let head = HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers)
-            pageHTTP1.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
+            page.writeAnswerHead(answer.status) { each in
+                ForwardedHeaders.forEachResponseField(
+                    answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored, source: true, fallback: fallback?.rawValue, each)
+            }
         case .body(let bytes):
             guard !informational else { return }
-            pageHTTP1.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(bytes))), promise: nil)
-            if !page.channel.isWritable { connection?.pause() }
+            page.writeAnswerBody(bytes)
+            if !page.isWritable { connection?.pause() }
         case .end:
             if informational {
                 informational = false
                 return
             }
-            page.writeAndFlush(NIOAny(HTTPResponsePart.end(nil)), promise: nil)
+            page.writeAnswerEnd()
             finish(keepOrigin: requestRead && originKeepsAlive)
         }
     }
 
+    /// The end of a read burst from the origin: what it sent goes to the page, and the
+    /// read timeout starts again (taken once per burst, not per part).
     func originReadComplete() {
         guard !ended else { return }
-        page.flush()
+        lastOriginByte = .now()
+        page.flushAnswer()
     }
 
     func originWritable() {
@@ -255,14 +235,15 @@ final class OriginExchange {
         metrics?.recordOriginFailure(origin: origin.origin, reason: failure.reason)
         guard !responseStarted else { return end(.broken) }
         let text = ByteBuffer(string: "offline-agent: cannot reach \(origin.origin): \(failure.why)\n")
-        var fields: HTTPFields = [
-            .contentType: "text/plain; charset=utf-8", .contentLength: String(text.readableBytes), .cacheControl: "no-store",
-            LocalServerResponder.sourceHeader: "origin",
-        ]
-        if let fallback { fields[LocalServerResponder.fallbackHeader] = fallback.rawValue }
-        page.write(NIOAny(HTTPResponsePart.head(HTTPResponse(status: .badGateway, headerFields: fields))), promise: nil)
-        if head.method != .HEAD { page.write(NIOAny(HTTPResponsePart.body(text)), promise: nil) }
-        page.writeAndFlush(NIOAny(HTTPResponsePart.end(nil)), promise: nil)
+        page.writeAnswerHead(.badGateway) { each in
+            each("Content-Type", "text/plain; charset=utf-8")
+            each("Content-Length", String(text.readableBytes))
+            each("Cache-Control", "no-store")
+            each(LocalServerResponder.sourceHeader.rawName, "origin")
+            if let fallback { each(LocalServerResponder.fallbackHeader.rawName, fallback.rawValue) }
+        }
+        if head.method != .HEAD { page.writeAnswerBody(text) }
+        page.writeAnswerEnd()
         connection?.close()
         connection = nil
         end(requestRead ? .complete : .unreadBody)
@@ -304,7 +285,7 @@ final class OriginExchange {
         guard timing, !ended else { return }
         let due = lastOriginByte + TimeAmount(configuration.readTimeout)
         let now = NIODeadline.now()
-        if now < due || !page.channel.isWritable {
+        if now < due || !page.isWritable {
             connection?.wake(by: max(due, now + .milliseconds(100)))
             return
         }

@@ -107,6 +107,9 @@ public struct LocalServer: Sendable {
         /// the process's one by default; tests give a server its own, so that other stores'
         /// events do not move its generation.
         package var storeWatch = LocalStoreWatch.shared
+        /// Requests are framed from the raw bytes where they can be (`LocalRawResponder`);
+        /// tests turn it off to run the same requests through the HTTP decoder's path.
+        package var framesRawRequests = true
 
         /// A configuration; the defaults listen on 127.0.0.1:8421.
         public init(
@@ -243,7 +246,7 @@ public struct LocalServer: Sendable {
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = TimeAmount(configuration.headerTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
         let metrics = self.metrics
-        let memos = LocalWholeFileMemo.Loops()
+        let memos = configuration.framesRawRequests ? LocalWholeFileMemo.Loops() : nil
         let server = HTTPServerBuilder { respond in
             LocalServerChannel(
                 http1: HTTP1Channel(responder: respond), responder: responder, limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,

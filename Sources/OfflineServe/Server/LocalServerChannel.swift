@@ -17,7 +17,7 @@ import Synchronization
 /// A connection beyond the cap is answered `503` with `Connection: close` and closed at
 /// once: it never gets a pipeline or a slot, and its descriptor is released at once.
 ///
-/// A warm package file is answered on the event loop (`LocalWholeFileResponder` before the
+/// A warm package file is answered on the event loop (`LocalRawResponder` before the
 /// HTTP decoder for a plain `GET`, `LocalImmediateResponder` after it for the others);
 /// every other request goes to Hummingbird's responder.
 ///
@@ -50,8 +50,9 @@ struct LocalServerChannel: ServerChildChannel {
     let idleTimeout: TimeAmount
     let metrics: LocalServerMetrics
     let webSockets: MirrorWebSocketUpgrade
-    /// Each event loop's whole-file answers (`LocalWholeFileResponder`).
-    let memos: LocalWholeFileMemo.Loops
+    /// Each event loop's whole-file answers (`LocalRawResponder`); nil: no request is
+    /// framed from the raw bytes, every one goes through the HTTP decoder.
+    let memos: LocalWholeFileMemo.Loops?
 
     static let refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 26\r\n"
         + "Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n\r\ntoo many open connections\n"
@@ -80,8 +81,10 @@ struct LocalServerChannel: ServerChildChannel {
             // Never a head the decoder would refuse as too large.
             let limits = LocalRawRequest.Limits(
                 bytes: min(16 * 1024, decoder.maxHeaderListSize, decoder.maxHeaderFieldSize), fields: min(100, decoder.maxHeaderFieldCount))
-            try channel.pipeline.syncOperations.addHandler(
-                LocalWholeFileResponder(responder: responder, limits: limits, memo: memos.memo(on: channel.eventLoop)))
+            if let memos {
+                try channel.pipeline.syncOperations.addHandler(
+                    LocalRawResponder(responder: responder, limits: limits, memo: memos.memo(on: channel.eventLoop)))
+            }
             let pending = Pending()
             let webSockets = self.webSockets
             let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(

@@ -90,7 +90,7 @@ public final class LocalServerMetrics: Sendable {
     /// Requests answered on the event loop (`LocalImmediateResponder`); not exported: how
     /// a response was made, not what it was, for tests.
     private let immediate = Atomic<Int>(0)
-    /// Of those, the ones answered before HTTP decoding (`LocalWholeFileResponder`).
+    /// Of those, the ones answered before HTTP decoding (`LocalRawResponder`).
     private let beforeDecoding = Atomic<Int>(0)
     /// Of those, the ones given again from a loop's memo (`LocalWholeFileMemo`).
     private let repeated = Atomic<Int>(0)
@@ -137,7 +137,7 @@ public final class LocalServerMetrics: Sendable {
     /// Requests answered on the event loop from memory (warm package files), of all those counted above.
     package var immediateResponses: Int { immediate.load(ordering: .relaxed) }
 
-    /// Of `immediateResponses`, those answered before any HTTP decoding (`LocalWholeFileResponder`).
+    /// Of `immediateResponses`, those answered before any HTTP decoding (`LocalRawResponder`).
     package var responsesBeforeDecoding: Int { beforeDecoding.load(ordering: .relaxed) }
 
     /// Of `responsesBeforeDecoding`, those given again from a loop's memo (`LocalWholeFileMemo`).

@@ -118,16 +118,15 @@ extension LocalServerResponder {
         let heldFor: UInt64?
     }
 
-    /// The kept bytes of a whole-file `GET` of `path` with one `Host` line, `authority`,
-    /// and nothing else that `immediateAnswer` reads (no `Upgrade`, no field
-    /// `asksForWholeFile` looks for), when `immediateAnswer` would answer it from them.
+    /// The kept bytes of a whole-file `GET` routed to a file (`immediateRoute`, for a request
+    /// with one `Host` line and nothing else that `immediateAnswer` reads: no `Upgrade`, no
+    /// field `asksForWholeFile` looks for), when `immediateAnswer` would answer it from them.
     /// `generation`: the watch's, read first for the request. Counts nothing: the caller
-    /// counts what it sends (`count`). `LocalWholeFileResponder` answers such requests
-    /// before any HTTP decoding.
-    func keptWholeFile(_ path: String, authority: LocalHostAuthority, generation: UInt64) -> WholeFileAnswer? {
-        guard case .file(let app, let rest, let pinned, let mirrored)? = immediateRoute(
-            path, isFileRequest: true, upgrade: false, host: hostName(authority, generation: generation), generation: generation),
-            let (pin, _, content) = keptContent(app: app, rest: rest, pinned: pinned, generation: generation), content.validators.size > 0
+    /// counts what it sends (`count`). `LocalRawResponder` answers such requests before
+    /// any HTTP decoding.
+    func keptWholeFile(_ route: ImmediateRoute?, generation: UInt64) -> WholeFileAnswer? {
+        guard case .file(let app, let rest, let pinned, let mirrored)? = route,
+              let (pin, _, content) = keptContent(app: app, rest: rest, pinned: pinned, generation: generation), content.validators.size > 0
         else { return nil }
         let held = versions.holds(app, pin, at: generation) && lifecycle.holds(app, at: generation)
             && (!mirrored || mirrors.holds(at: generation))
