@@ -680,7 +680,8 @@ struct OriginProxyTests {
         }
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
-        let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(5), readTimeout: .seconds(1))
+        // 5 s: a loaded machine once took more than 1 s for the scripted origin to answer the first.
+        let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(5), readTimeout: .seconds(5))
         try await H.withFront(origins: [origin], configuration: timeouts, via: .serve) { front in
             try await H.withClient { client in
                 let first = try await client.execute(H.request(front, origin, "/first"), timeout: .seconds(60))

@@ -24,7 +24,7 @@ extension LocalRawResponder {
         let origins = mirrors.origins
         let exchange = OriginExchange(
             head, to: origin, servePort: servePort, fallback: reason, isMirrored: { origins.contains($0) }, page: self,
-            pool: .of(context.eventLoop), configuration: responder.proxy.configuration, metrics: responder.metrics,
+            pool: pool(context), configuration: responder.proxy.configuration, metrics: responder.metrics,
             onEnd: { [unowned self] ending in exchangeEnded(ending, context: context) },
             // The whole request was read: nothing of the page waits for the origin connection.
             onOriginWritable: {})
@@ -36,6 +36,14 @@ extension LocalRawResponder {
         exchange.pageRead(.end(nil))
         // Outside a read burst nothing else flushes the request to the origin.
         if !reading { exchange.pageReadComplete() }
+    }
+
+    /// The event loop's origin connections, looked up once per page connection.
+    private func pool(_ context: ChannelHandlerContext) -> OriginConnectionPool {
+        if let originPool { return originPool }
+        let pool = OriginConnectionPool.of(context.eventLoop)
+        originPool = pool
+        return pool
     }
 
     private func exchangeEnded(_ ending: OriginExchange.Ending, context: ChannelHandlerContext) {
@@ -93,15 +101,19 @@ extension LocalRawResponder: OriginExchangePage {
         buffer.writeStaticString("\r\n")
         var hasLength = false
         fields { name, value in
-            switch ForwardedHeaders.name(name.utf8) {
-            case .contentLength:
-                guard hasBody else { return }
-                hasLength = true
-            case .hopByHop where ForwardedHeaders.isTransferEncoding(name):
-                // Framed here.
-                return
-            default:
-                break
+            // Only the framing fields' lengths need a closer look.
+            let count = name.utf8.count
+            if count == 14 || count == 17 {
+                switch ForwardedHeaders.name(name) {
+                case .contentLength:
+                    guard hasBody else { return }
+                    hasLength = true
+                case .hopByHop:
+                    // `Transfer-Encoding` (the only one of 17 bytes): framed here.
+                    return
+                default:
+                    break
+                }
             }
             buffer.writeString(name)
             buffer.writeStaticString(": ")

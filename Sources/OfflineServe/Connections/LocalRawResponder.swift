@@ -46,6 +46,8 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
     var context: ChannelHandlerContext?
     /// Inside a read burst (`channelRead` … `channelReadComplete`).
     private(set) var reading = false
+    /// Bytes were passed on in this read burst: the handlers behind are owed its end.
+    private var passedInBurst = false
 
     // MARK: A forwarded request (`LocalRawResponder+Forward`)
 
@@ -63,6 +65,8 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
     /// `HEAD`, or a status without one).
     var answerChunked = false
     var answerBodiless = false
+    /// The event loop's origin connections (`OriginConnectionPool.of`), once one was needed.
+    var originPool: OriginConnectionPool?
 
     init(responder: LocalServerResponder, limits: LocalRawRequest.Limits, memo: LocalWholeFileMemo) {
         self.responder = responder
@@ -111,6 +115,7 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
                 connectionGuard?.requestRead()
             } else {
                 passed += 1
+                passedInBurst = true
                 context.fireChannelRead(wrapInboundOut(bytes.readSlice(length: request.length)!))
             }
         }
@@ -223,7 +228,12 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
         reading = false
         exchange?.pageReadComplete()
         flush(context)
-        context.fireChannelReadComplete()
+        // A burst whose requests were all taken here is nothing to the handlers behind (the
+        // decoder, the async channel): its end is not sent through them.
+        if passedInBurst {
+            passedInBurst = false
+            context.fireChannelReadComplete()
+        }
     }
 
     func read(context: ChannelHandlerContext) {

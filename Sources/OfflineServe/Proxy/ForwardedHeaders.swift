@@ -33,13 +33,21 @@ enum ForwardedHeaders {
 
     /// What the field named by `bytes` is, in any case; no string is made (every
     /// forwarded field's name is looked up here, both ways).
-    static func name<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Name {
+    static func name(_ bytes: UnsafeRawBufferPointer) -> Name {
         let count = bytes.count
         for entry in names where entry.name.utf8CodeUnitCount == count {
-            let expected = UnsafeBufferPointer(start: entry.name.utf8Start, count: count)
-            if bytes.elementsEqual(expected, by: { asciiLowercased($0) == $1 }) { return entry.kind }
+            let expected = entry.name.utf8Start
+            var index = 0
+            while index < count, asciiLowercased(bytes[index]) == expected[index] { index += 1 }
+            if index == count { return entry.kind }
         }
         return .other
+    }
+
+    /// `name(_:)` for a field name as a string.
+    static func name(_ name: String) -> Name {
+        var name = name
+        return name.withUTF8 { Self.name(UnsafeRawBufferPointer($0)) }
     }
 
     /// The names a `Connection` header lists, lowercased (each is hop-by-hop too), other
@@ -84,7 +92,7 @@ enum ForwardedHeaders {
         let cookies = fields[values: .cookie]
         if !cookies.isEmpty { headers.add(name: "Cookie", value: cookies.joined(separator: "; ")) }
         for field in fields where !listed.contains(field.name.canonicalName) {
-            add(field.name.rawName, field.value, as: RequestField(name(field.name.canonicalName.utf8)), servePort: servePort, to: &headers)
+            add(field.name.rawName, field.value, as: RequestField(name(field.name.canonicalName)), servePort: servePort, to: &headers)
         }
         return headers
     }
@@ -199,7 +207,7 @@ enum ForwardedHeaders {
         }
         for (name, value) in headers {
             if !listed.isEmpty, listed.contains(name.lowercased()) { continue }
-            switch Self.name(name.utf8) {
+            switch Self.name(name) {
             case .hopByHop:
                 continue
             case .location:
@@ -216,14 +224,11 @@ enum ForwardedHeaders {
         if let fallback { body(LocalServerResponder.fallbackHeader.rawName, fallback) }
     }
 
-    /// Whether `name` is `Transfer-Encoding`, in any case.
-    static func isTransferEncoding(_ name: String) -> Bool {
-        name.utf8.count == 17 && name.utf8.elementsEqual("transfer-encoding".utf8, by: { asciiLowercased($0) == $1 })
-    }
-
     /// Whether `name` is `Connection`, in any case.
     private static func isConnection(_ name: String) -> Bool {
-        name.utf8.count == 10 && name.utf8.elementsEqual("connection".utf8, by: { asciiLowercased($0) == $1 })
+        guard name.utf8.count == 10 else { return false }
+        var name = name
+        return name.withUTF8 { bytes in zip(bytes, "connection".utf8).allSatisfy { asciiLowercased($0) == $1 } }
     }
 
     /// `response` as `HTTPFields`, for a Hummingbird `Response` (`OriginProxy`). Built field

@@ -6,7 +6,9 @@ import NIOPosix
 import OfflineAgent
 
 /// One request on a mirror host forwarded to its origin on the page connection's event
-/// loop (`LocalImmediateResponder`), with the same rules as `OriginProxy` (headers by
+/// loop (`LocalRawResponder` for a request framed from the raw bytes,
+/// `LocalImmediateResponder` for one the HTTP decoder read, each an `OriginExchangePage`
+/// the answer is written to), with the same rules as `OriginProxy` (headers by
 /// `ForwardedHeaders`, bodies streamed with backpressure both ways, a 502 with a one-line
 /// reason when the origin cannot be reached, a cut-off answer cut off for the page too)
 /// but no task, no async sequence and no hop off the loop: the page's parts go to the

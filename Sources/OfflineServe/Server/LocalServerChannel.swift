@@ -17,9 +17,11 @@ import Synchronization
 /// A connection beyond the cap is answered `503` with `Connection: close` and closed at
 /// once: it never gets a pipeline or a slot, and its descriptor is released at once.
 ///
-/// A warm package file is answered on the event loop (`LocalRawResponder` before the
-/// HTTP decoder for a plain `GET`, `LocalImmediateResponder` after it for the others);
-/// every other request goes to Hummingbird's responder.
+/// A warm package file is answered, and a request a mirror host sends to its origin is
+/// forwarded, on the event loop: `LocalRawResponder` before the HTTP decoder for the
+/// requests it frames from the raw bytes (a plain `GET` of a file; a forward without a body
+/// or with one `Content-Length` already read), `LocalImmediateResponder` after it for the
+/// others. Every other request goes to Hummingbird's responder.
 ///
 /// A WebSocket upgrade on a mirror host (`MirrorWebSocketUpgrade`) becomes a relay to the
 /// origin's WebSocket (`WebSocketRelay`); one the origin gives no WebSocket for gets a
