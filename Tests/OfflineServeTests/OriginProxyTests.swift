@@ -471,7 +471,16 @@ struct OriginProxyTests {
     static func raw(
         port: Int, bytes: [UInt8], halfClose: Bool = false, timeout: Int = 60
     ) async throws -> (sent: Bool, received: String, closed: Bool) {
-        try await LocalHTTP.onThread { () -> (Bool, String, Bool) in
+        let (sent, received, closed) = try await rawBytes(port: port, bytes: bytes, halfClose: halfClose, timeout: timeout)
+        return (sent, String(decoding: received, as: UTF8.self), closed)
+    }
+
+    /// `raw` with what came back as bytes; `readPause`: microseconds slept after each read
+    /// of at most 4 KiB (a slow reader).
+    static func rawBytes(
+        port: Int, bytes: [UInt8], halfClose: Bool = false, timeout: Int = 60, readPause: UInt32 = 0
+    ) async throws -> (sent: Bool, received: [UInt8], closed: Bool) {
+        try await LocalHTTP.onThread { () -> (Bool, [UInt8], Bool) in
             let fd = try LoopbackSocket.connect(port: port, timeout: timeout)
             defer { close(fd) }
             let sent = LoopbackSocket.sendAll(fd, bytes)
@@ -486,8 +495,9 @@ struct OriginProxyTests {
                     break
                 }
                 received += chunk[..<n]
+                if readPause > 0 { usleep(readPause) }
             }
-            return (sent, String(decoding: received, as: UTF8.self), closed)
+            return (sent, received, closed)
         }
     }
 
@@ -625,6 +635,71 @@ struct OriginProxyTests {
             #expect(H.Echo(parsing: text).bodyLength == 5, "\(text.prefix(600))")
         }
         await upstream.stop()
+    }
+
+    @Test("a client that ends its side behind a forwarded request and one the raw bytes leave to the decoder gets both answers, then the close")
+    func halfClosedBehindForwardThenDecoder() async throws {
+        let upstream = try await H.startOrigin()
+        let origin = Self.origin(upstream)
+        try await H.withFront(origins: [origin], via: .serve) { front in
+            let host = front.authority(origin)
+            // The second request is chunked: the raw reader leaves it, and everything after it,
+            // to the decoder once the first one's answer ended; the end of input goes with them.
+            let text = "GET /echo/first HTTP/1.1\r\nHost: \(host)\r\n\r\n"
+                + "POST /echo/second HTTP/1.1\r\nHost: \(host)\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+            let (sent, received, closed) = try await Self.raw(port: front.port, bytes: Array(text.utf8), halfClose: true, timeout: 30)
+            #expect(sent && closed, "the server closes once both are answered, not at a timeout: \(received.prefix(300))")
+            let statuses = received.components(separatedBy: "HTTP/1.1 ").dropFirst().map { $0.prefix(3) }
+            #expect(statuses == ["200", "200"], "\(received.prefix(600))")
+            #expect(received.contains("target: /echo/first") && received.contains("target: /echo/second"))
+        }
+        await upstream.stop()
+    }
+
+    @Test("a slow client that ends its side right after asking for a large forwarded answer gets all of it")
+    func halfClosedLargeForward() async throws {
+        let upstream = try await H.startOrigin()
+        let origin = Self.origin(upstream)
+        try await H.withFront(origins: [origin], via: .serve) { front in
+            let count = 4 << 20
+            let text = "GET /download?bytes=\(count) HTTP/1.1\r\nHost: \(front.authority(origin))\r\n\r\n"
+            // Read slowly, so answer bytes are still queued when the origin's answer ends and
+            // the end of input held behind it is let through: they must still be sent.
+            let (sent, received, closed) = try await Self.rawBytes(
+                port: front.port, bytes: Array(text.utf8), halfClose: true, timeout: 60, readPause: 1_000)
+            #expect(sent && closed)
+            let headEnd = received.firstRange(of: Array("\r\n\r\n".utf8))
+            let head = String(decoding: received[..<(headEnd?.lowerBound ?? 0)], as: UTF8.self)
+            #expect(head.hasPrefix("HTTP/1.1 200") && head.contains("Content-Length: \(count)"), "\(head)")
+            #expect(received.count - (headEnd?.upperBound ?? 0) == count, "\(head)")
+        }
+        await upstream.stop()
+    }
+
+    @Test("a graceful stop while a request framed from the raw bytes is forwarded answers it and the request pipelined behind it, then closes")
+    func gracefulStopDuringRawForward() async throws {
+        let upstream = try ScriptedServer { request in
+            request.path == "/slow" ? ScriptedServer.Reply(status: 200, body: Array("slow".utf8), ending: .drip(chunk: 1, pause: 0.5)) : .ok(Array("next".utf8))
+        }
+        defer { upstream.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        let fixture = LocalStoreFixture()
+        try fixture.add("proxied", version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never-requested/"])
+        var settings = LocalServer.Configuration(root: fixture.root.path, port: 0, deviceID: "device")
+        settings.origins = H.patient
+        let server = try await LocalServer(configuration: settings, logger: H.quietLogger).start()
+        let host = "\(origin.mirrorHost):\(server.port)"
+        let text = "GET /slow HTTP/1.1\r\nHost: \(host)\r\n\r\nGET /next HTTP/1.1\r\nHost: \(host)\r\n\r\n"
+        let client = Task { try await Self.raw(port: server.port, bytes: Array(text.utf8), timeout: 60) }
+        // Stopped once the origin is answering the first request (bounded: 30 s).
+        for _ in 0..<300 where upstream.requests.isEmpty { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(upstream.requests.map(\.path) == ["/slow"])
+        await server.stop()
+        let (_, received, closed) = try await client.value
+        #expect(closed)
+        #expect(received.components(separatedBy: "HTTP/1.1 200").count == 3, "\(received.prefix(600))")
+        #expect(received.contains("\r\n\r\nslow") && received.hasSuffix("\r\n\r\nnext"), "\(received.prefix(600))")
+        _ = fixture
     }
 
     @Test("an https origin that accepts but never completes the TLS handshake: 502 within the connect timeout, nothing sent")

@@ -58,25 +58,32 @@ extension LocalRawResponder {
             // `.unreadBody` cannot come: the whole body was given at the start.
             break
         }
-        if quiesceHeld {
-            quiesceHeld = false
-            userInboundEventTriggered(context: context, event: ChannelShouldQuiesceEvent())
-            guard context.channel.isActive, self.context != nil else { return }
-        }
+        // An exchange started and ended while the held bytes are framed: that framing goes on.
+        guard !drainingWaiting else { return }
         if let held = waiting {
+            let guardTold = waitingToldGuard
             waiting = nil
-            frame(held, context: context)
-            // Removed by `frame` (it left the pipeline), the handler has nothing more to send.
+            waitingToldGuard = false
+            drainingWaiting = true
+            frame(held, guardTold: guardTold, context: context)
+            drainingWaiting = false
+            // Removed by `frame` (it left the pipeline, and passed on what was held): done.
             guard self.context != nil else { return }
             if !reading { channelReadComplete(context: context) }
-        }
-        if inputClosedHeld, exchange == nil, waiting == nil {
-            inputClosedHeld = false
-            context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
         }
         if readHeld, waiting == nil {
             readHeld = false
             context.read()
+        }
+        // Held until every request read before them was answered (another forward may run now).
+        guard exchange == nil, waiting == nil else { return }
+        if quiesceHeld {
+            quiesceHeld = false
+            userInboundEventTriggered(context: context, event: ChannelShouldQuiesceEvent())
+        }
+        if inputClosedHeld, self.context != nil {
+            inputClosedHeld = false
+            userInboundEventTriggered(context: context, event: ChannelEvent.inputClosed)
         }
     }
 }

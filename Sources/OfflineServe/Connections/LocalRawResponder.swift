@@ -61,6 +61,11 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
     /// ran: passed on (or acted on) once its answer ended.
     var inputClosedHeld = false
     var quiesceHeld = false
+    /// The connection guard was told the first request in `waiting` was read.
+    var waitingToldGuard = false
+    /// `waiting` is being framed (`exchangeEnded`): an exchange that ends meanwhile leaves
+    /// what was held to that framing.
+    var drainingWaiting = false
     /// How the answer being written is framed: by chunks, or with no body at all (a
     /// `HEAD`, or a status without one).
     var answerChunked = false
@@ -95,13 +100,14 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
         frame(unwrapInboundIn(data), context: context)
     }
 
-    /// Takes, forwards or passes on each request at the start of `bytes`.
-    func frame(_ bytes: ByteBuffer, context: ChannelHandlerContext) {
+    /// Takes, forwards or passes on each request at the start of `bytes`. `guardTold`: the
+    /// connection guard was told already that the first one was read (`holdForExchange`).
+    func frame(_ bytes: ByteBuffer, guardTold: Bool = false, context: ChannelHandlerContext) {
         var bytes = bytes
+        var guardTold = guardTold
         while bytes.readableBytes > 0 {
             guard exchange == nil else {
-                // After the forwarded request's answer, in order.
-                if waiting == nil { waiting = bytes } else { waiting!.writeImmutableBuffer(bytes) }
+                holdForExchange(bytes)
                 return
             }
             let parse = bytes.withUnsafeReadableBytes { LocalRawRequest.parse($0, limits: limits) }
@@ -112,13 +118,25 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
             }
             if take(request, in: bytes, context: context) {
                 bytes.moveReaderIndex(forwardBy: request.length)
-                connectionGuard?.requestRead()
+                if !guardTold { connectionGuard?.requestRead() }
             } else {
                 passed += 1
                 passedInBurst = true
                 context.fireChannelRead(wrapInboundOut(bytes.readSlice(length: request.length)!))
             }
+            guardTold = false
         }
+    }
+
+    /// Keeps `bytes` until the forwarded request's answer ended, in order. A whole request
+    /// among them is read as far as the connection guard is concerned (as the decoder would
+    /// say at once): its wait is the origin's to bound, not timed as a body being sent.
+    private func holdForExchange(_ bytes: ByteBuffer) {
+        if waiting == nil { waiting = bytes } else { waiting!.writeImmutableBuffer(bytes) }
+        guard !waitingToldGuard, case .request = waiting!.withUnsafeReadableBytes({ LocalRawRequest.parse($0, limits: limits) })
+        else { return }
+        waitingToldGuard = true
+        connectionGuard?.requestRead()
     }
 
     /// Passes `bytes` and everything after them to the decoder, and steps out.
@@ -128,6 +146,16 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
         // Outside a read burst (bytes that waited for a forwarded answer), the burst's end is
         // this handler's to send: a context fires nothing once removed.
         if !reading { context.fireChannelReadComplete() }
+        // What was held for a forwarded answer goes on behind these bytes, to the handlers
+        // that answer them from now on.
+        if quiesceHeld {
+            quiesceHeld = false
+            context.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        }
+        if inputClosedHeld {
+            inputClosedHeld = false
+            context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        }
         if readHeld {
             readHeld = false
             context.read()
@@ -201,27 +229,37 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
         context.flush()
     }
 
-    /// A graceful shutdown closes a connection no request is owed an answer on: the
-    /// connection state handler does once it is built, but while every request was
-    /// answered here (or none came) there is none yet. A forwarded answer still coming
-    /// is let end first.
+    /// A graceful shutdown, or the client's end of input, while every request was taken
+    /// here (or none came) is this handler's to act on: the connection state handler would
+    /// once it is built, but there is none yet, and NIO's upgrade handler, still waiting for
+    /// a first request, would close at once and drop answers not yet written. A forwarded
+    /// answer still coming, and the requests read behind it, are let end first.
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is ChannelShouldQuiesceEvent {
-            if exchange != nil {
+            if exchange != nil || waiting != nil {
                 quiesceHeld = true
                 return
             }
-            if passed == 0 {
-                flush(context)
-                context.close(promise: nil)
+            if passed == 0 { return closeAfterWrites(context) }
+        }
+        if let event = event as? ChannelEvent, case .inputClosed = event {
+            if exchange != nil || waiting != nil {
+                inputClosedHeld = true
                 return
             }
-        }
-        if let event = event as? ChannelEvent, case .inputClosed = event, exchange != nil || waiting != nil {
-            inputClosedHeld = true
-            return
+            if passed == 0 { return closeAfterWrites(context) }
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    /// Closes the connection once every answer written was sent (a close cancels what is
+    /// still queued; the guard's idle timeout bounds a client that stops reading).
+    private func closeAfterWrites(_ context: ChannelHandlerContext) {
+        unflushed = false
+        let sent = context.eventLoop.makePromise(of: Void.self)
+        // Written after all the others, so it completes once they have been sent.
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: sent)
+        sent.futureResult.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
