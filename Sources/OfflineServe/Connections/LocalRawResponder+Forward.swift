@@ -73,7 +73,8 @@ extension LocalRawResponder {
         }
         if readHeld, waiting == nil {
             readHeld = false
-            context.read()
+            // From the pipeline's tail, so a handler behind that holds reads now holds this one.
+            context.channel.read()
         }
         // Held until every request read before them was answered (another forward may run now).
         guard exchange == nil, waiting == nil else { return }

@@ -156,11 +156,12 @@ final class LocalRawResponder: ChannelDuplexHandler, RemovableChannelHandler {
             inputClosedHeld = false
             context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
         }
-        if readHeld {
-            readHeld = false
-            context.read()
-        }
+        let readAgain = readHeld
+        readHeld = false
         context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        // From the pipeline's tail: a handler behind that now holds reads (a forward whose
+        // origin is not taking its body yet) holds this one too.
+        if readAgain { context.channel.read() }
     }
 
     /// Whether every request passed on was read and answered behind (so none, before the
