@@ -475,15 +475,20 @@ struct OriginProxyTests {
         return (sent, String(decoding: received, as: UTF8.self), closed)
     }
 
-    /// `raw` with what came back as bytes; `readPause`: microseconds slept after each read
-    /// of at most 4 KiB (a slow reader).
+    /// `raw` with what came back as bytes; `later`: sent 300 ms after `bytes` (in a later
+    /// read of the server's); `readPause`: microseconds slept after each read of at most
+    /// 4 KiB (a slow reader).
     static func rawBytes(
-        port: Int, bytes: [UInt8], halfClose: Bool = false, timeout: Int = 60, readPause: UInt32 = 0
+        port: Int, bytes: [UInt8], later: [UInt8] = [], halfClose: Bool = false, timeout: Int = 60, readPause: UInt32 = 0
     ) async throws -> (sent: Bool, received: [UInt8], closed: Bool) {
         try await LocalHTTP.onThread { () -> (Bool, [UInt8], Bool) in
             let fd = try LoopbackSocket.connect(port: port, timeout: timeout)
             defer { close(fd) }
-            let sent = LoopbackSocket.sendAll(fd, bytes)
+            var sent = LoopbackSocket.sendAll(fd, bytes)
+            if !later.isEmpty {
+                usleep(300_000)
+                sent = sent && LoopbackSocket.sendAll(fd, later)
+            }
             if halfClose { shutdown(fd, Int32(SHUT_WR)) }
             var received: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 4096)
             var closed = false
@@ -676,6 +681,19 @@ struct OriginProxyTests {
         await upstream.stop()
     }
 
+    /// `serve` over a store whose one app whitelists a path on `origin` no test requests (as
+    /// `H.withFront` makes it), configured by `configure`; the fixture must outlive it.
+    static func startServe(
+        for origin: MirrorOrigin, _ configure: (inout LocalServer.Configuration) -> Void = { _ in }
+    ) async throws -> (server: RunningLocalServer, fixture: LocalStoreFixture) {
+        let fixture = LocalStoreFixture()
+        try fixture.add("proxied", version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never-requested/"])
+        var settings = LocalServer.Configuration(root: fixture.root.path, port: 0, deviceID: "device")
+        settings.origins = H.patient
+        configure(&settings)
+        return (try await LocalServer(configuration: settings, logger: H.quietLogger).start(), fixture)
+    }
+
     @Test("a graceful stop while a request framed from the raw bytes is forwarded answers it and the request pipelined behind it, then closes")
     func gracefulStopDuringRawForward() async throws {
         let upstream = try ScriptedServer { request in
@@ -683,11 +701,7 @@ struct OriginProxyTests {
         }
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
-        let fixture = LocalStoreFixture()
-        try fixture.add("proxied", version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never-requested/"])
-        var settings = LocalServer.Configuration(root: fixture.root.path, port: 0, deviceID: "device")
-        settings.origins = H.patient
-        let server = try await LocalServer(configuration: settings, logger: H.quietLogger).start()
+        let (server, fixture) = try await Self.startServe(for: origin)
         let host = "\(origin.mirrorHost):\(server.port)"
         let text = "GET /slow HTTP/1.1\r\nHost: \(host)\r\n\r\nGET /next HTTP/1.1\r\nHost: \(host)\r\n\r\n"
         let client = Task { try await Self.raw(port: server.port, bytes: Array(text.utf8), timeout: 60) }
@@ -699,6 +713,27 @@ struct OriginProxyTests {
         #expect(closed)
         #expect(received.components(separatedBy: "HTTP/1.1 200").count == 3, "\(received.prefix(600))")
         #expect(received.contains("\r\n\r\nslow") && received.hasSuffix("\r\n\r\nnext"), "\(received.prefix(600))")
+        _ = fixture
+    }
+
+    @Test("a request sent behind a slow forward, in a later read, waits for it without the idle timeout closing the connection")
+    func pipelinedLaterBehindSlowForward() async throws {
+        let upstream = try await H.startServer { request in
+            if request.uri.path == "/slow" { try await Task.sleep(for: .seconds(3)) }
+            return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: request.uri.path)))
+        }
+        let origin = Self.origin(upstream)
+        // Shorter than the origin takes: only a request's own wait for its body may be timed.
+        let (server, fixture) = try await Self.startServe(for: origin) { $0.idleTimeout = .seconds(1) }
+        let host = "\(origin.mirrorHost):\(server.port)"
+        let (_, bytes, _) = try await Self.rawBytes(
+            port: server.port, bytes: Array("GET /slow HTTP/1.1\r\nHost: \(host)\r\n\r\n".utf8),
+            later: Array("GET /next HTTP/1.1\r\nHost: \(host)\r\nConnection: close\r\n\r\n".utf8), timeout: 30)
+        let received = String(decoding: bytes, as: UTF8.self)
+        await server.stop()
+        await upstream.stop()
+        #expect(received.components(separatedBy: "HTTP/1.1 200").count == 3, "\(received.prefix(600))")
+        #expect(received.contains("\r\n\r\n/slow") && received.hasSuffix("\r\n\r\n/next"), "\(received.prefix(600))")
         _ = fixture
     }
 

@@ -170,7 +170,7 @@ final class LocalImmediateResponder: ChannelDuplexHandler, RemovableChannelHandl
         let head = ForwardedHeaders.requestHead(
             HTTPMethod(rawValue: request.method.rawValue), target: request.head.path ?? "/",
             headers: ForwardedHeaders.request(fields, servePort: servePort), origin: origin,
-            contentLength: fields[.contentLength].map { $0[...] }, chunked: fields[.transferEncoding] != nil)
+            contentLength: fields[.contentLength], chunked: fields[.transferEncoding] != nil)
         let exchange = OriginExchange(
             head, to: origin, servePort: servePort,
             fallback: reason, isMirrored: { origins.contains($0) }, page: self, pool: pool ?? .of(context.eventLoop),

@@ -145,7 +145,7 @@ struct LocalRawRequest: Equatable {
                 case .selecting:
                     plain = false
                 case .connection:
-                    if !Self.equalsIgnoringCase(value, "keep-alive", in: bytes) {
+                    if !UnsafeRawBufferPointer(rebasing: bytes[value]).equalsIgnoringASCIICase("keep-alive") {
                         plain = false
                         keepsAlive = false
                     }
@@ -268,27 +268,14 @@ struct LocalRawRequest: Equatable {
             case other
         }
 
-        static let kinds: [(name: StaticString, kind: FieldKind)] = [
+        static let kinds = FieldNameTable<FieldKind>([
             ("host", .host), ("content-length", .length), ("transfer-encoding", .framing), ("upgrade", .framing),
             ("connection", .connection), ("range", .selecting), ("if-range", .selecting), ("if-none-match", .selecting),
             ("if-modified-since", .selecting), ("expect", .selecting),
-        ]
+        ])
 
         static func kind(of name: Range<Int>, in bytes: UnsafeRawBufferPointer) -> FieldKind {
-            for known in kinds where equalsIgnoringCase(name, known.name, in: bytes) { return known.kind }
-            return .other
-        }
-
-        /// Whether the bytes in `range` are `lowercase` in any case.
-        static func equalsIgnoringCase(_ range: Range<Int>, _ lowercase: StaticString, in bytes: UnsafeRawBufferPointer) -> Bool {
-            guard range.count == lowercase.utf8CodeUnitCount else { return false }
-            let expected = lowercase.utf8Start
-            for (offset, index) in range.enumerated() {
-                let byte = bytes[index]
-                guard byte == expected[offset] || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") && byte | 0x20 == expected[offset])
-                else { return false }
-            }
-            return true
+            kinds.kind(of: UnsafeRawBufferPointer(rebasing: bytes[name])) ?? .other
         }
     }
 }

@@ -13,12 +13,11 @@ extension LocalRawResponder {
         reason: FallbackReason?, context: ChannelHandlerContext
     ) {
         let head = bytes.withUnsafeReadableBytes { raw in
-            let length = request.hasLength ? Substring(String(request.body.count)) : nil
             return ForwardedHeaders.requestHead(
                 HTTPMethod(rawValue: request.method.rawValue),
                 target: String(decoding: UnsafeRawBufferPointer(rebasing: raw[request.target]), as: UTF8.self),
                 headers: ForwardedHeaders.request(request, in: raw, servePort: servePort), origin: origin,
-                contentLength: length, chunked: false)
+                contentLength: request.hasLength ? String(request.body.count) : nil, chunked: false)
         }
         answerBodiless = request.method == .head
         let origins = mirrors.origins

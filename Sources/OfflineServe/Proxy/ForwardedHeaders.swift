@@ -23,25 +23,18 @@ enum ForwardedHeaders {
     }
 
     /// The names the rules single out, lowercased.
-    private static let names: [(name: StaticString, kind: Name)] = [
+    private static let names = FieldNameTable<Name>([
         ("connection", .hopByHop), ("keep-alive", .hopByHop), ("proxy-connection", .hopByHop), ("te", .hopByHop),
         ("trailer", .hopByHop), ("transfer-encoding", .hopByHop), ("upgrade", .hopByHop), ("proxy-authenticate", .hopByHop),
         ("proxy-authorization", .hopByHop), ("host", .host), ("expect", .expect), ("cookie", .cookie), ("origin", .origin),
         ("referer", .referer), ("location", .location), ("content-location", .location), ("set-cookie", .setCookie),
         ("x-offline-source", .source), ("x-offline-fallback", .fallback), ("content-length", .contentLength),
-    ]
+    ])
 
     /// What the field named by `bytes` is, in any case; no string is made (every
     /// forwarded field's name is looked up here, both ways).
     static func name(_ bytes: UnsafeRawBufferPointer) -> Name {
-        let count = bytes.count
-        for entry in names where entry.name.utf8CodeUnitCount == count {
-            let expected = entry.name.utf8Start
-            var index = 0
-            while index < count, asciiLowercased(bytes[index]) == expected[index] { index += 1 }
-            if index == count { return entry.kind }
-        }
-        return .other
+        names.kind(of: bytes) ?? .other
     }
 
     /// `name(_:)` for a field name as a string.
@@ -51,7 +44,7 @@ enum ForwardedHeaders {
     }
 
     /// The names a `Connection` header lists, lowercased (each is hop-by-hop too), other
-    /// than `keep-alive`, which `hopByHop` already has: most origins list only that one,
+    /// than `keep-alive`, which is hop-by-hop by its name (`Name`): most origins list only that one,
     /// so most answers make no set here.
     static func connectionOptions<S: Sequence<String>>(_ connectionValues: S) -> Set<String> {
         var names: Set<String> = []
@@ -159,7 +152,7 @@ enum ForwardedHeaders {
     /// (`contentLength`, or `chunked`). `retriable`: the request may be sent again on a new
     /// connection when a kept one turns out closed (no body, an idempotent method, RFC 9110 §9.2.2).
     static func requestHead(
-        _ method: HTTPMethod, target: String, headers: HTTPHeaders, origin: MirrorOrigin, contentLength: Substring?, chunked: Bool
+        _ method: HTTPMethod, target: String, headers: HTTPHeaders, origin: MirrorOrigin, contentLength: String?, chunked: Bool
     ) -> (head: HTTPRequestHead, retriable: Bool) {
         var headers = headers
         // The origin's host, and its port when not the default (`request` dropped the page's).
@@ -228,7 +221,7 @@ enum ForwardedHeaders {
     private static func isConnection(_ name: String) -> Bool {
         guard name.utf8.count == 10 else { return false }
         var name = name
-        return name.withUTF8 { bytes in zip(bytes, "connection".utf8).allSatisfy { asciiLowercased($0) == $1 } }
+        return name.withUTF8 { UnsafeRawBufferPointer($0).equalsIgnoringASCIICase("connection") }
     }
 
     /// `response` as `HTTPFields`, for a Hummingbird `Response` (`OriginProxy`). Built field
