@@ -101,8 +101,7 @@ let package = Package(
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                // OriginProxy: the mirrored origins' upstream connections.
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                // OriginProxy: the mirrored origins' upstream connections (NIO's HTTP/1 client codec).
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 // Mirror WebSockets: the page's upgrade, the origin's connection, the frames between.
                 .product(name: "NIOWebSocket", package: "swift-nio"),

@@ -180,7 +180,7 @@ struct LifecycleCLITests {
         #expect(try await s.status()["launches"] as? Int == 1)
     }
 
-    @Test("serve: POST /.offline-agent/mark-good and mark-bad answer JSON; only POST, only this origin")
+    @Test("serve: POST /.offline-agent/mark-good and mark-bad answer JSON; only POST, only from the app's pages")
     func serveControlRoutes() async throws {
         let s = try await Setup(confirmed: false)
         let (server, port) = try Self.serve(s.h.root.path)
@@ -196,24 +196,29 @@ struct LifecycleCLITests {
         #expect(missing.status == 400)
         #expect(try await s.status()["state"] as? String == "trial")
 
-        let good = try await LocalHTTP.request(
+        // The plain host speaks for an app only from a page under its directory (its Referer).
+        let page = [("Referer", "http://127.0.0.1:\(port)/mall/index.html")]
+        let origin = try await LocalHTTP.request(
             port: port, "/.offline-agent/mark-good?app=mall", method: "POST", headers: [("Origin", "http://127.0.0.1:\(port)")])
+        #expect(origin.status == 403)
+        let good = try await LocalHTTP.request(
+            port: port, "/.offline-agent/mark-good?app=mall", method: "POST", headers: [("Origin", "http://127.0.0.1:\(port)")] + page)
         #expect(good.status == 200, "\(good.text)")
         let goodJSON = try #require(try JSONSerialization.jsonObject(with: Data(good.body)) as? [String: Any])
         #expect(goodJSON["state"] as? String == "good" && goodJSON["version"] as? String == "1.1.0")
         #expect(try await s.status()["state"] as? String == "good")
 
-        let bad = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall&reason=render%20failed", method: "POST")
+        let bad = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall&reason=render%20failed", method: "POST", headers: page)
         #expect(bad.status == 200, "\(bad.text)")
         let badJSON = try #require(try JSONSerialization.jsonObject(with: Data(bad.body)) as? [String: Any])
         #expect(badJSON["state"] as? String == "bad" && badJSON["active"] as? String == "1.0.0")
         #expect(s.h.activeMatches("1.0.0"))
         // Now 1.0.0 is the first version left: marking it bad leaves nothing; serve answers network.
-        let last = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall", method: "POST")
+        let last = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall", method: "POST", headers: page)
         #expect(last.status == 200)
         let lastJSON = try #require(try JSONSerialization.jsonObject(with: Data(last.body)) as? [String: Any])
         #expect(lastJSON["active"] is NSNull)
-        let again = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall", method: "POST")
+        let again = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall", method: "POST", headers: page)
         #expect(again.status == 409)
         let open = try await Self.open(port)
         // Nothing served offline: the mirror of the origin still (it forwards), so the page keeps its origin.

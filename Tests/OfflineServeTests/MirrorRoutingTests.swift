@@ -46,15 +46,14 @@ struct MirrorRoutingTests {
 
     // MARK: Mirrored origins
 
-    @Test("a stable store's apps directory is listed once across requests, and again when an app comes",
-          arguments: [true, false])
-    func appsListedOnce(watched: Bool) throws {
+    @Test("a stable store's apps directory is listed once across requests, and again when an app comes")
+    func appsListedOnce() throws {
         let f = try Self.store()
         // Older than the second in which a listing may miss an app (LocalMirrors.currentKey).
         let old = timespec(tv_sec: time(nil) - 10, tv_nsec: 0)
         var times = [old, old]
         try #require(utimensat(AT_FDCWD, f.root.path + "/apps", &times, 0) == 0)
-        let mirrors = LocalMirrors(store: f.store, watch: LocalStoreWatch(enabled: watched))
+        let mirrors = LocalMirrors(store: f.store)
         let spa = try #require(MirrorOrigin(url: URL(string: Self.origin)!))
         for _ in 0..<5 { #expect(mirrors.snapshot().origins.contains(spa)) }
         #expect(mirrors.listings.load(ordering: .relaxed) == 1)

@@ -43,19 +43,9 @@ enum ProxyHarness {
         }
     }
 
-    /// What forwards in a front: `serve` itself, or `OriginProxy` behind a bare server.
+    /// What forwards in a front: `serve` (its mirror route decides, `OriginProxy` forwards).
     enum Forwarder: String, CaseIterable, Sendable, CustomTestStringConvertible {
-        /// `LocalServer`: a request its event loop decides to forward goes to the origin
-        /// there (`OriginExchange`), as nearly every forward in `serve` does; one framed
-        /// from the raw bytes (`LocalRawResponder`) is answered in bytes encoded there.
         case serve
-        /// `LocalServer` with no request framed from the raw bytes: every forward decided on
-        /// the event loop goes through the HTTP decoder and encoder (`LocalImmediateResponder`),
-        /// as a request the raw grammar leaves (a chunked or large body) does in `serve`.
-        case decoded
-        /// `OriginProxy.forward` in a task (AsyncHTTPClient): what `serve` uses for a
-        /// forward its responder decides (a first request, a request pipelined behind one).
-        case task
         var testDescription: String { rawValue }
     }
 
@@ -86,33 +76,14 @@ enum ProxyHarness {
         let front: Front
         let stop: @Sendable () async -> Void
         switch forwarder {
-        case .serve, .decoded:
+        case .serve:
             let fixture = LocalStoreFixture()
             try fixture.add("proxied", version: "1.0.0", fixture: nil, whitelist: origins.map { "\($0.origin)/never-requested/" })
             var settings = LocalServer.Configuration(root: fixture.root.path, port: 0, deviceID: "device")
             settings.origins = configuration
-            settings.framesRawRequests = forwarder == .serve
             let server = try await LocalServer(configuration: settings, logger: quietLogger).start()
             front = Front(port: server.port, metrics: server.metrics, forwarder: forwarder)
             stop = { await server.stop(); _ = fixture }
-        case .task:
-            let metrics = LocalServerMetrics()
-            let proxy = OriginProxy(configuration: configuration, metrics: metrics)
-            let allowed = Set(origins)
-            let port = PortBox()
-            let service = try await startServer { request in
-                let host = request.head.authority.map { String($0.split(separator: ":").first ?? "") } ?? ""
-                guard let origin = MirrorOrigin(mirrorHost: host), allowed.contains(origin) else {
-                    return Response(status: .forbidden, body: .init(byteBuffer: ByteBuffer(string: "not mirrored\n")))
-                }
-                return await proxy.forward(request, to: origin, servePort: port.value, isMirrored: { allowed.contains($0) })
-            }
-            port.value = service.port
-            front = Front(port: service.port, metrics: metrics, forwarder: forwarder)
-            stop = {
-                await service.stop()
-                await proxy.shutdown()
-            }
         }
         do {
             let result = try await body(front)

@@ -62,6 +62,7 @@ struct ServeMetricsExportTests {
                 ("offline_agent_file_responses_total", ["app": "old", "code": "302"], 1),
                 ("offline_agent_forbidden_host_total", [:], 1),
                 ("offline_agent_refused_connections_total", [:], 0),
+                ("offline_agent_evicted_connections_total", [:], 0),
                 ("offline_agent_timed_out_connections_total", ["timeout": "header"], 0),
                 ("offline_agent_timed_out_connections_total", ["timeout": "idle"], 0),
             ]
@@ -78,7 +79,7 @@ struct ServeMetricsExportTests {
             let families = [
                 "offline_agent_offline_hits_total", "offline_agent_network_fallbacks_total", "offline_agent_file_responses_total",
                 "offline_agent_forbidden_host_total", "offline_agent_refused_connections_total",
-                "offline_agent_timed_out_connections_total",
+                "offline_agent_evicted_connections_total", "offline_agent_timed_out_connections_total",
             ]
             for family in families {
                 #expect(scraped.types[family] == "counter", "\(family)")

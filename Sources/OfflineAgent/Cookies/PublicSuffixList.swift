@@ -6,11 +6,11 @@ import FoundationEssentials
 ///
 /// Read from the system's copy (Debian package `publicsuffix`); where there is none,
 /// only the list's implicit rule holds: a single label is a public suffix.
-struct PublicSuffixList: Sendable {
+public struct PublicSuffixList: Sendable {
     static let systemPath = "/usr/share/publicsuffix/public_suffix_list.dat"
 
     /// Loaded on first use: only a `Domain` attribute needs it.
-    static let system = PublicSuffixList(path: systemPath) ?? PublicSuffixList(text: "")
+    public static let system = PublicSuffixList(path: systemPath) ?? PublicSuffixList(text: "")
 
     private var rules: Set<String> = []
     /// `*.ck` kept as `ck`: every direct child of it is a suffix.
@@ -25,7 +25,7 @@ struct PublicSuffixList: Sendable {
 
     /// Parses the list's format: one rule per line, `//` comments; a rule is the
     /// first white-space-free word of its line.
-    init(text: String) {
+    public init(text: String) {
         for line in text.split(whereSeparator: \.isNewline) {
             guard let word = line.split(whereSeparator: \.isWhitespace).first, !word.hasPrefix("//") else { continue }
             let rule = word.lowercased()
@@ -40,7 +40,7 @@ struct PublicSuffixList: Sendable {
     }
 
     /// Whether `domain` (lower-case, no leading or trailing dot) is itself a public suffix.
-    func isPublicSuffix(_ domain: String) -> Bool {
+    public func isPublicSuffix(_ domain: String) -> Bool {
         if exceptions.contains(domain) { return false }
         if rules.contains(domain) { return true }
         guard let dot = domain.firstIndex(of: ".") else { return true }  // the implicit "*" rule

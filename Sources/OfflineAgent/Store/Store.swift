@@ -85,7 +85,7 @@ public struct Store: Sendable {
         FileSystem.exists(currentLink(app)) && active(app) == nil
     }
 
-    func metadata(_ app: String, _ version: Version) -> InstalledVersion? {
+    package func metadata(_ app: String, _ version: Version) -> InstalledVersion? {
         guard let data = FileManager.default.contents(atPath: metadataPath(app, version)) else { return nil }
         return try? Self.decoder.decode(InstalledVersion.self, from: data)
     }

@@ -1,15 +1,13 @@
 import OfflineAgent
 
-/// What a `Host` value says before any mirror is looked up: parsed once per value, so a
-/// connection whose requests all name the same host (`LocalImmediateResponder` keeps the
-/// last one) parses it once, not once per request.
+/// What a `Host` value says before any mirror is looked up (`LocalRouter`).
 struct LocalHostAuthority: Sendable {
     /// The `Host` value (the request's authority); nil when the request had none.
     let value: String?
     /// The host, without the port; nil for a missing or malformed value.
     let host: Substring?
     /// A name under `.localhost` other than `localhost` itself, lowercased and without a
-    /// trailing dot: a mirror host or nothing (`LocalServerResponder.mirrorName`).
+    /// trailing dot: a mirror host or nothing (`LocalRouter.mirrorName`).
     let mirrorName: String?
     /// Whether `host` is a loopback name or address (`LocalHost.isLoopback(host:)`).
     let isLoopback: Bool
@@ -20,14 +18,8 @@ struct LocalHostAuthority: Sendable {
         self.value = value
         let parts = value.flatMap { WebAddress.split(authority: $0) }
         host = parts?.host
-        mirrorName = parts.flatMap { LocalServerResponder.mirrorName($0.host) }
+        mirrorName = parts.flatMap { LocalRouter.mirrorName($0.host) }
         isLoopback = parts.map { LocalHost.isLoopback(host: $0.host) } ?? false
         port = parts?.port ?? 80
-    }
-
-    /// `known` when it was made from `value`, else a new one.
-    static func of(_ value: String?, known: Self?) -> Self {
-        if let known, known.value == value { return known }
-        return Self(value)
     }
 }

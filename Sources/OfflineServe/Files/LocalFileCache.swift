@@ -1,6 +1,5 @@
 import FoundationEssentials
 import Hummingbird
-import NIOHTTP1
 import OfflineAgent
 import OfflineHTTP
 import Synchronization
@@ -34,22 +33,6 @@ final class LocalFileCache: Sendable {
         var record: FileFingerprint
         var body: ByteBuffer
         var validators: Validators
-        /// The headers of a `200` with the whole body, as `LocalServerResponder.reply` makes
-        /// them, in HTTP/1 form (`LocalServerResponder.ImmediateResponse`).
-        let wholeHeaders: HTTPHeaders
-        /// The same response's status line and fields as they go on the wire, without `Date`
-        /// and the empty line that ends them (`LocalRawResponder` adds both).
-        let wholeHead: ByteBuffer
-
-        init(record: FileFingerprint, body: ByteBuffer, validators: Validators, wholeHeaders: HTTPHeaders) {
-            self.record = record
-            self.body = body
-            self.validators = validators
-            self.wholeHeaders = wholeHeaders
-            var head = ByteBuffer(string: "HTTP/1.1 200 OK\r\n")
-            for (name, value) in wholeHeaders { head.writeString("\(name): \(value)\r\n") }
-            wholeHead = head
-        }
     }
 
     struct Entry {
@@ -91,19 +74,13 @@ final class LocalFileCache: Sendable {
         return entry
     }
 
-    /// The file and kept bytes of `rest` in `directory`, when both are known and the bytes
-    /// were read under `record`: a request answered from memory alone, no filesystem call.
-    func kept(_ rest: String, in directory: String, record: FileFingerprint) -> (Entry, Content)? {
-        let key = Self.key(directory, rest)
-        return state.withLock { state in
-            guard let entry = state.entries[key], let content = entry.content, content.record == record else { return nil }
-            return (entry, content)
-        }
-    }
-
     /// The kept bytes of `rest` in `directory`, when read under `record`.
     func content(_ rest: String, in directory: String, record: FileFingerprint) -> Content? {
-        kept(rest, in: directory, record: record)?.1
+        let key = Self.key(directory, rest)
+        return state.withLock { state in
+            guard let content = state.entries[key]?.content, content.record == record else { return nil }
+            return content
+        }
     }
 
     /// Keeps the bytes of a small file read under `record`.

@@ -20,7 +20,7 @@ final class LocalMirrors: Sendable {
         var url: ParsedURL
     }
 
-    /// The mirrored origins at one store generation.
+    /// The mirrored origins the store names at one moment.
     struct Snapshot: Sendable {
         /// Every origin an active whitelist names (and that `MirrorOrigin` can mirror).
         var origins: Set<MirrorOrigin> = []
@@ -54,47 +54,21 @@ final class LocalMirrors: Sendable {
 
     private let store: Store
     private let appsDirectory: String
-    private let watch: LocalStoreWatch
     /// How many times the apps directory was listed (tests: a stable store is listed once).
     package let listings = Atomic<Int>(0)
-    /// The apps list and its directory's identity, the key and snapshot made from them,
-    /// and the watch generation the snapshot holds for (nil: checked on every request).
-    private let state = Mutex<(names: (FileFingerprint?, [String])?, key: Key?, snapshot: Snapshot, generation: UInt64?)>(
-        (nil, nil, Snapshot(), nil))
+    /// The apps list and its directory's identity, and the key and snapshot made from them.
+    private let state = Mutex<(names: (FileFingerprint?, [String])?, key: Key?, snapshot: Snapshot)>((nil, nil, Snapshot()))
 
-    init(store: Store, watch: LocalStoreWatch) {
+    init(store: Store) {
         self.store = store
-        self.watch = watch
         appsDirectory = "\(store.root)/apps"
     }
 
-    /// The mirrored origins of the store as it is now.
-    ///
-    /// While the store's watched directories have no event (`LocalStoreWatch`), the kept
-    /// snapshot is returned after one `poll` of the watch; after one, the key is read
-    /// again as below, with the apps known so far watched first, so a change from then on
-    /// is an event. An app listed for the first time is watched only after its key was
-    /// read: that snapshot is checked again on the next request, by then with it watched.
-    ///
-    /// `generation`: the watch's, read earlier in the same request.
-    func snapshot(generation now: UInt64? = nil) -> Snapshot {
-        let (keptGeneration, known) = state.withLock { ($0.generation, $0.names?.1 ?? []) }
-        if let keptGeneration, keptGeneration == now ?? watch.generation() { return state.withLock { $0.snapshot } }
-        var watched = watch.watch(appsDirectory: appsDirectory, apps: known)
-        let generation = watch.generation()
+    /// The mirrored origins of the store as it is now: the kept snapshot while its key
+    /// (`currentKey`) is unchanged.
+    func snapshot() -> Snapshot {
         let key = currentKey()
-        let added = key.entries.map(\.app).filter { !known.contains($0) }
-        if !added.isEmpty {
-            _ = watch.watch(appsDirectory: appsDirectory, apps: added)
-            watched = false
-        }
-        if let kept = state.withLock({ state -> Snapshot? in
-            guard state.key == key else { return nil }
-            state.generation = watched ? generation : nil
-            return state.snapshot
-        }) {
-            return kept
-        }
+        if let kept = state.withLock({ $0.key == key ? $0.snapshot : nil }) { return kept }
         var snapshot = Snapshot()
         for entry in key.entries {
             guard let installed = store.active(entry.app) else { continue }
@@ -109,15 +83,8 @@ final class LocalMirrors: Sendable {
         state.withLock {
             $0.key = key
             $0.snapshot = snapshot
-            $0.generation = watched ? generation : nil
         }
         return snapshot
-    }
-
-    /// True when the kept snapshot holds for `generation` (no check is made on a request
-    /// while the generation is unchanged).
-    func holds(at generation: UInt64) -> Bool {
-        state.withLock { $0.generation == generation }
     }
 
     /// What the snapshot depends on, read now (the apps list only when its directory changed).

@@ -16,8 +16,6 @@ import Glibc
 /// rewritten record (new rollout) or a new check state (new known miniVersion) is seen
 /// by the very next request, and each response holds its pin until its body is written.
 /// Identities are taken before the files are read: a change after that is a new triple.
-/// While the store's watched directories have no event (`LocalStoreWatch`), those
-/// `readlink` and `stat`s are skipped: the kept pin still stands.
 ///
 /// The kept pin is replaced by the first request after a swap: until then (an idle
 /// server) the version that was active at the last request stays locked, and the next
@@ -36,39 +34,31 @@ final class LocalVersions: Sendable {
         }
     }
 
-    /// A kept pin: what it was validated against, the path of its check state (made
-    /// once), and the watch generation it holds for (nil: checked on every request).
+    /// A kept pin: what it was validated against, and the path of its check state (made once).
     private struct Kept {
         var key: Key
         var pin: LocalPin
         var checkPath: String
-        var generation: UInt64?
     }
 
     let resolver: Resolver
     var store: Store { resolver.store }
     private let appsDirectory: String
-    let watch: LocalStoreWatch
     private let pins = Mutex<[String: Kept]>([:])
-    /// How many times a kept pin was checked against the files (tests: none while the store is unchanged).
-    package let checks = Atomic<Int>(0)
 
-    init(resolver: Resolver, watch: LocalStoreWatch) {
+    init(resolver: Resolver) {
         self.resolver = resolver
-        self.watch = watch
         appsDirectory = "\(resolver.store.root)/apps"
     }
 
-    /// Pins the active version of `app`, or nil when none is usable (no active version, or its record or directory gone).
+    /// Pins the active version of `app`, or nil when none is usable (no active version, or
+    /// its record or directory gone).
     func pin(_ app: String) -> LocalPin? {
         guard AppName.isValid(app) else { return nil }
         if let pin = keptPin(app) { return pin }
         let appDirectory = "\(appsDirectory)/\(app)"
         // Two tries: a swap plus collection may land between reading the link and locking.
         for _ in 0..<2 {
-            // Watched before anything is read: a change from here on is an event.
-            let watched = watch.watch(appsDirectory: appsDirectory, apps: [app])
-            let generation = watch.generation()
             guard let target = Self.readLink("\(appDirectory)/current") else {
                 pins.withLock { $0[app] = nil }
                 return nil
@@ -99,43 +89,38 @@ final class LocalVersions: Sendable {
                 app: app, installed: active, directory: directory, record: record, recordIdentity: FileFingerprint(st),
                 fallback: resolver.fallbackReason(app: app, installed: active), lock: readerLock)
             pins.withLock {
-                $0[app] = Kept(key: Key(target: target, st, check: check), pin: pin, checkPath: checkPath, generation: watched ? generation : nil)
+                $0[app] = Kept(key: Key(target: target, st, check: check), pin: pin, checkPath: checkPath)
             }
             return pin
         }
         return nil
     }
 
-    /// The kept pin of `app` while `current`, its record and the check state are those it
-    /// was pinned with; nil when `pin` has work to do (a first request, a change), which
-    /// may wait for a lock. For the event loop (`LocalImmediateResponder`): a `readlink`
-    /// and two `stat`s, never a lock or a read.
-    ///
-    /// While nothing in the app's directories changed (`LocalStoreWatch`), the kept pin
-    /// is returned after one `poll` of the watch instead. After a change anywhere in the
-    /// store, the pin is checked once the old way and, when it holds, kept for the new
-    /// generation.
-    ///
-    /// `generation`: the watch's, read earlier in the same request (one `read` per request).
-    func keptPin(_ app: String, generation now: UInt64? = nil) -> LocalPin? {
-        guard let kept = pins.withLock({ $0[app] }) else { return nil }
-        if let generation = kept.generation, generation == now ?? watch.generation() { return kept.pin }
-        checks.add(1, ordering: .relaxed)
-        let watched = watch.watch(appsDirectory: appsDirectory, apps: [app])
-        let generation = watch.generation()
-        guard let target = Self.readLink("\(appsDirectory)/\(app)/current"), Self.holds(kept, target: target) else { return nil }
-        if watched {
-            pins.withLock { pins in
-                if pins[app]?.pin === kept.pin { pins[app]?.generation = generation }
-            }
-        }
-        return kept.pin
+    /// Pins `version` of `app`, kept but not active: the version a recorded rollback is
+    /// switching to (`LocalLifecycle.rollbackTarget`), served in the moment before `current`
+    /// names it. Not kept: the switch ends that moment.
+    func pin(_ app: String, version: Version) -> LocalPin? {
+        let directory = store.versionDirectory(app, version)
+        let record = "\(directory).json"
+        var st = stat(), locked = stat(), dir = stat()
+        guard stat(record, &st) == 0, let readerLock = ReaderLock.shared(record),
+              stat(record, &locked) == 0, FileFingerprint(locked) == FileFingerprint(st),
+              let installed = store.metadata(app, version), installed.version == version,
+              stat(directory, &dir) == 0, (dir.st_mode & S_IFMT) == S_IFDIR
+        else { return nil }
+        return LocalPin(
+            app: app, installed: installed, directory: directory, record: record, recordIdentity: FileFingerprint(st),
+            fallback: resolver.fallbackReason(app: app, installed: installed), lock: readerLock)
     }
 
-    /// True when `pin` is `app`'s kept pin and holds for `generation` (no check is made on
-    /// a request while the generation is unchanged).
-    func holds(_ app: String, _ pin: LocalPin, at generation: UInt64) -> Bool {
-        pins.withLock { pins in pins[app].map { $0.pin === pin && $0.generation == generation } ?? false }
+    /// The kept pin of `app` while `current`, its record and the check state are those it
+    /// was pinned with; nil when `pin` has work to do (a first request, a change), which
+    /// may wait for a lock: a `readlink` and two `stat`s, never a lock or a read.
+    private func keptPin(_ app: String) -> LocalPin? {
+        guard let kept = pins.withLock({ $0[app] }),
+              let target = Self.readLink("\(appsDirectory)/\(app)/current"), Self.holds(kept, target: target)
+        else { return nil }
+        return kept.pin
     }
 
     /// True when the kept pin still stands for `current` linking to `target`.

@@ -14,20 +14,18 @@ final class LocalLifecycle: Sendable {
     let lifecycle: Lifecycle
     /// `serve --max-trial-launches`; nil uses the limit the installing sync recorded.
     let maxTrialLaunches: Int?
-    /// Per app: the record file's fingerprint, the record read under it, and the watch
-    /// generation it holds for, so a file response or the launch of a confirmed version
+    /// Per app: the record file's fingerprint and the record read under it, so a file
+    /// response or the launch of a confirmed version
     /// costs one `stat` here, or none while nothing changed.
-    private let records = Mutex<[String: (fingerprint: FileFingerprint?, record: VersionLifecycle?, generation: UInt64?)]>([:])
-    private let watch: LocalStoreWatch
+    private let records = Mutex<[String: (fingerprint: FileFingerprint?, record: VersionLifecycle?)]>([:])
     /// Where launches are counted and versions marked: those steps lock, fsync and may
     /// remove a version's tree, which must not hold a thread of the cooperative pool
     /// that every request of the server runs on.
     private let pool = BlockingPool(threads: 1)
 
-    init(store: Store, maxTrialLaunches: Int?, watch: LocalStoreWatch) {
+    init(store: Store, maxTrialLaunches: Int?) {
         lifecycle = Lifecycle(store: store)
         self.maxTrialLaunches = maxTrialLaunches
-        self.watch = watch
     }
 
     /// Runs a lifecycle step on the pool; it completes even if the request goes away.
@@ -36,30 +34,27 @@ final class LocalLifecycle: Sendable {
         return try await pool.run(.serve, cancellable: false) { try body(lifecycle) }
     }
 
-    /// The app's lifecycle record, read again when its file changed; while the app's
-    /// directory has no event (`LocalStoreWatch`), the kept one without a `stat`.
-    private func record(_ app: String, generation now: UInt64? = nil) -> VersionLifecycle? {
+    /// The app's lifecycle record, read again when its file changed (one `stat`).
+    private func record(_ app: String) -> VersionLifecycle? {
         let kept = records.withLock { $0[app] }
-        if let kept, let generation = kept.generation, generation == now ?? watch.generation() { return kept.record }
-        // Watched before the file is looked at: a change from here on is an event.
-        let watched = watch.watch(appsDirectory: "\(lifecycle.store.root)/apps", apps: [app])
-        let generation = watch.generation()
         let fingerprint = FileFingerprint(path: lifecycle.recordPath(app))
         let record = kept.flatMap { $0.fingerprint == fingerprint ? $0.record : nil } ?? (fingerprint == nil ? nil : lifecycle.record(app))
-        records.withLock { $0[app] = (fingerprint, record, watched ? generation : nil) }
+        records.withLock { $0[app] = (fingerprint, record) }
         return record
     }
 
-    /// True when `app`'s kept record holds for `generation` (no check is made on a request
-    /// while the generation is unchanged).
-    func holds(_ app: String, at generation: UInt64) -> Bool {
-        records.withLock { $0[app]?.generation == generation }
+    /// True when `version` of `app` is marked bad (then its files are not served).
+    func isBad(_ app: String, _ version: Version) -> Bool {
+        record(app)?.isBad(version) ?? false
     }
 
-    /// True when `version` of `app` is marked bad (then its files are not served).
-    /// `generation`: the watch's, read earlier in the same request.
-    func isBad(_ app: String, _ version: Version, generation: UInt64? = nil) -> Bool {
-        record(app, generation: generation)?.isBad(version) ?? false
+    /// The version a rollback from the bad `version` of `app` is switching to: the record
+    /// names it as soon as the rollback is recorded, before `current` does. Nil when
+    /// `version` is not bad, or the record names no other version that is not bad.
+    func rollbackTarget(_ app: String, from version: Version) -> Version? {
+        guard let record = record(app), record.isBad(version), let target = record.version, target != version,
+              !record.isBad(target) else { return nil }
+        return target
     }
 
     /// Counts a launch of the app `resolution` names; a trial version out of launches is

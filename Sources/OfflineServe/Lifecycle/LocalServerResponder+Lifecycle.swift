@@ -4,30 +4,11 @@ import Logging
 import OfflineAgent
 
 extension LocalServerResponder {
-    /// `POST /.offline-agent/mark-good?app=NAME` and `/.offline-agent/mark-bad?app=NAME[&reason=TEXT]`:
-    /// a JSON answer. Only POST, only with a loopback `Host`, and only from the server's own
-    /// origin when the request names one (`Origin`), so another site's page cannot send it.
-    func lifecycleControl(_ request: Request) async -> Response {
-        let action = String(request.uri.path.dropFirst(LocalLifecycle.routePrefix.count))
-        guard action == "mark-good" || action == "mark-bad" else {
-            return Self.json(.notFound, ["error": "unknown control route; POST /.offline-agent/mark-good or /.offline-agent/mark-bad"])
-        }
-        guard request.method == .post else {
-            var response = Self.json(.methodNotAllowed, ["error": "only POST"])
-            response.headers[.allow] = "POST"
-            return response
-        }
-        guard let authority = request.head.authority, LocalHost.isLoopback(authority: authority) else {
-            return Self.json(.forbidden, ["error": "Host is not a loopback name"])
-        }
-        if let origin = request.headers[.origin], origin != "http://\(authority)" {
-            return Self.json(.forbidden, ["error": "Origin \(origin) is not this server"])
-        }
-        guard let app = request.uri.queryParameters[values: "app"].last.map(String.init), AppName.isValid(app) else {
-            return Self.json(.badRequest, ["error": "missing or invalid query parameter 'app'"])
-        }
+    /// `POST /.offline-agent/mark-good?app=NAME` and `/.offline-agent/mark-bad?app=NAME[&reason=TEXT]`
+    /// from a page `LocalRouter.mayControl` allowed to speak for `app`: a JSON answer.
+    func mark(_ mark: LocalMark, app: String, request: Request) async -> Response {
         do {
-            if action == "mark-good" {
+            if mark == .good {
                 let (wasGood, version) = try await lifecycle.run { ($0.status(app).state == .good, try $0.markGood(app)) }
                 // Pages confirm on every load; only the first confirmation is news.
                 if !wasGood { logger.notice("\(app): \(version) confirmed good by the page") }

@@ -33,7 +33,7 @@ struct MirrorWebSocketUpgrade: Sendable {
         let hosts = head.headers["Host"]
         guard head.method == .GET, hosts.count == 1, head.uri.hasPrefix("/"), !head.uri.hasPrefix(LocalLifecycle.routePrefix),
               head.headers[canonicalForm: "upgrade"].contains(where: { $0.lowercased() == "websocket" }),
-              let authority = WebAddress.split(authority: hosts[0]), let name = LocalServerResponder.mirrorName(authority.host),
+              let authority = WebAddress.split(authority: hosts[0]), let name = LocalRouter.mirrorName(authority.host),
               let origin = mirrors.snapshot().byMirrorHost[name]
         else { return nil }
         return origin

@@ -23,49 +23,36 @@ enum ForwardedHeaders {
     }
 
     /// The names the rules single out, lowercased.
-    private static let names = FieldNameTable<Name>([
-        ("connection", .hopByHop), ("keep-alive", .hopByHop), ("proxy-connection", .hopByHop), ("te", .hopByHop),
-        ("trailer", .hopByHop), ("transfer-encoding", .hopByHop), ("upgrade", .hopByHop), ("proxy-authenticate", .hopByHop),
-        ("proxy-authorization", .hopByHop), ("host", .host), ("expect", .expect), ("cookie", .cookie), ("origin", .origin),
-        ("referer", .referer), ("location", .location), ("content-location", .location), ("set-cookie", .setCookie),
-        ("x-offline-source", .source), ("x-offline-fallback", .fallback), ("content-length", .contentLength),
-    ])
+    private static let names: [String: Name] = [
+        "connection": .hopByHop, "keep-alive": .hopByHop, "proxy-connection": .hopByHop, "te": .hopByHop,
+        "trailer": .hopByHop, "transfer-encoding": .hopByHop, "upgrade": .hopByHop, "proxy-authenticate": .hopByHop,
+        "proxy-authorization": .hopByHop, "host": .host, "expect": .expect, "cookie": .cookie, "origin": .origin,
+        "referer": .referer, "location": .location, "content-location": .location, "set-cookie": .setCookie,
+        "x-offline-source": .source, "x-offline-fallback": .fallback, "content-length": .contentLength,
+    ]
 
-    /// What the field named by `bytes` is, in any case; no string is made (every
-    /// forwarded field's name is looked up here, both ways).
-    static func name(_ bytes: UnsafeRawBufferPointer) -> Name {
-        names.kind(of: bytes) ?? .other
-    }
-
-    /// `name(_:)` for a field name as a string.
+    /// What the field named `name` is, in any case.
     static func name(_ name: String) -> Name {
-        var name = name
-        return name.withUTF8 { Self.name(UnsafeRawBufferPointer($0)) }
+        names[name.lowercased()] ?? .other
     }
 
-    /// The names a `Connection` header lists, lowercased (each is hop-by-hop too), other
-    /// than `keep-alive`, which is hop-by-hop by its name (`Name`): most origins list only that one,
-    /// so most answers make no set here.
+    /// The fields that frame a message (RFC 9112 §6): never hop-by-hop by a `Connection`
+    /// listing, whatever it says. Dropping one would send a body unframed: the origin would
+    /// read it as a request of its own.
+    private static let framing: Set<String> = ["content-length", "transfer-encoding", "host"]
+
+    /// The names `Connection` headers list, lowercased (each is hop-by-hop too), other than
+    /// `keep-alive` (hop-by-hop by its name) and the framing fields, which stay what they are.
     static func connectionOptions<S: Sequence<String>>(_ connectionValues: S) -> Set<String> {
         var names: Set<String> = []
-        for value in connectionValues where !isKeepAlive(value[...]) {
+        for value in connectionValues {
             for token in value.split(separator: ",") {
-                let name = token.trimmingWhitespace()
-                if name.isEmpty || isKeepAlive(name) { continue }
-                names.insert(name.lowercased())
+                let name = token.trimmingWhitespace().lowercased()
+                if name.isEmpty || name == "keep-alive" || framing.contains(name) { continue }
+                names.insert(name)
             }
         }
         return names
-    }
-
-    /// Whether `token` is `keep-alive`, in any case.
-    private static func isKeepAlive(_ token: Substring) -> Bool {
-        token.utf8.elementsEqual("keep-alive".utf8, by: { asciiLowercased($0) == $1 })
-    }
-
-    /// `byte`, lowercased when it is an ASCII capital letter.
-    private static func asciiLowercased(_ byte: UInt8) -> UInt8 {
-        (0x41...0x5A).contains(byte) ? byte | 0x20 : byte
     }
 
     /// The request's headers as sent to `origin`.
@@ -88,27 +75,6 @@ enum ForwardedHeaders {
             add(field.name.rawName, field.value, as: RequestField(name(field.name.canonicalName)), servePort: servePort, to: &headers)
         }
         return headers
-    }
-
-    /// `request(_:servePort:)` for a request framed from the connection's raw bytes
-    /// (`LocalRawRequest`, at the start of `bytes`), whose `Connection` lists nothing but
-    /// `keep-alive`.
-    static func request(_ raw: LocalRawRequest, in bytes: UnsafeRawBufferPointer, servePort: Int) -> HTTPHeaders {
-        var headers = HTTPHeaders()
-        var cookies: [String] = []
-        raw.forEachField(in: bytes) { rawName, rawValue in
-            let field = RequestField(name(rawName))
-            switch field {
-            case .dropped: return
-            case .cookie: return cookies.append(String(decoding: rawValue, as: UTF8.self))
-            default: add(String(decoding: rawName, as: UTF8.self), String(decoding: rawValue, as: UTF8.self), as: field, servePort: servePort, to: &headers)
-            }
-        }
-        guard !cookies.isEmpty else { return headers }
-        // First, as `request(_:servePort:)` has it.
-        var joined = HTTPHeaders([("Cookie", cookies.joined(separator: "; "))])
-        joined.add(contentsOf: headers)
-        return joined
     }
 
     /// What a request's field becomes on its way to the origin.
@@ -161,7 +127,7 @@ enum ForwardedHeaders {
         if chunked, contentLength == nil {
             headers.add(name: "Transfer-Encoding", value: "chunked")
         } else if contentLength == nil, !bodilessMethods.contains(method.rawValue) {
-            // A POST without a body is sent framed as empty, as AsyncHTTPClient frames it
+            // A POST without a body is sent framed as empty, as browsers frame it
             // (RFC 9110 §8.6: methods that expect no body get no `Content-Length`).
             headers.add(name: "Content-Length", value: "0")
         }
@@ -172,32 +138,17 @@ enum ForwardedHeaders {
     private static let bodilessMethods: Set<String> = ["GET", "HEAD", "DELETE", "CONNECT", "TRACE"]
     private static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
 
-    /// The origin's response headers as sent to the page: hop-by-hop dropped, `Location`
-    /// and `Content-Location` moved to the mirror (`LocationRewriter`), `Set-Cookie`
-    /// made to hold on the mirror host (`SetCookieRewriter`). In HTTP/1 form, as the
-    /// origin's decoder gave them.
-    static func response(
-        _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
-    ) -> HTTPHeaders {
-        var forwarded = HTTPHeaders()
-        forwarded.reserveCapacity(headers.count)
-        forEachResponseField(headers, origin: origin, servePort: servePort, isMirrored: isMirrored) { forwarded.add(name: $0, value: $1) }
-        return forwarded
-    }
-
-    /// Calls `body` with each field of `response`, in order, then, with `source`,
-    /// `X-Offline-Source: origin` and, with a `fallback`, `X-Offline-Fallback`, each replacing
-    /// any the origin sent (only this server says where an answer came from): the head
-    /// `serve` sends the page (`OriginExchange`), made in one pass.
+    /// Calls `body` with each field of the origin's answer as the page gets it, in order:
+    /// hop-by-hop dropped, `Location` and `Content-Location` moved to the mirror
+    /// (`LocationRewriter`), `Set-Cookie` made to hold on the mirror host
+    /// (`SetCookieRewriter`); then, with `source`, `X-Offline-Source: origin` and, with a
+    /// `fallback`, `X-Offline-Fallback`, each replacing any the origin sent (only this server
+    /// says where an answer came from).
     static func forEachResponseField(
         _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool,
         source: Bool = false, fallback: String? = nil, _ body: (_ name: String, _ value: String) -> Void
     ) {
-        // The names `Connection` lists are hop-by-hop too; most answers list only `keep-alive`.
-        var listed: Set<String> = []
-        for (name, value) in headers where isConnection(name) {
-            listed.formUnion(connectionOptions(CollectionOfOne(value)))
-        }
+        let listed = connectionOptions(headers[canonicalForm: "connection"].map(String.init))
         for (name, value) in headers {
             if !listed.isEmpty, listed.contains(name.lowercased()) { continue }
             switch Self.name(name) {
@@ -215,25 +166,6 @@ enum ForwardedHeaders {
         }
         if source { body(LocalServerResponder.sourceHeader.rawName, "origin") }
         if let fallback { body(LocalServerResponder.fallbackHeader.rawName, fallback) }
-    }
-
-    /// Whether `name` is `Connection`, in any case.
-    private static func isConnection(_ name: String) -> Bool {
-        guard name.utf8.count == 10 else { return false }
-        var name = name
-        return name.withUTF8 { UnsafeRawBufferPointer($0).equalsIgnoringASCIICase("connection") }
-    }
-
-    /// `response` as `HTTPFields`, for a Hummingbird `Response` (`OriginProxy`). Built field
-    /// by field: NIO's conversion of `HTTPHeaders` is for request heads and drops a `Host`.
-    static func responseFields(
-        _ headers: HTTPHeaders, origin: MirrorOrigin, servePort: Int, isMirrored: (MirrorOrigin) -> Bool
-    ) -> HTTPFields {
-        var fields = HTTPFields()
-        for (name, value) in response(headers, origin: origin, servePort: servePort, isMirrored: isMirrored) {
-            if let name = HTTPField.Name(name) { fields.append(HTTPField(name: name, value: value)) }
-        }
-        return fields
     }
 
     /// An `Origin` header naming a mirror, as the origin it stands for; `null` and

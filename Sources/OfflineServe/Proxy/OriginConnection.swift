@@ -59,7 +59,7 @@ final class OriginConnection: ChannelDuplexHandler, RemovableChannelHandler {
                 channel.eventLoop.makeCompletedFuture {
                     try OriginTLS.addHandler(for: origin, to: channel)
                     // No header validation of its own: every head sent comes from one the page's
-                    // decoder, or the raw grammar (`LocalRawRequest`), already checked.
+                    // HTTP decoder already checked.
                     try channel.pipeline.syncOperations.addHTTPClientHandlers(leftOverBytesStrategy: .dropBytes, enableOutboundHeaderValidation: false)
                     try channel.pipeline.syncOperations.addHandler(OriginConnection(origin: origin))
                 }

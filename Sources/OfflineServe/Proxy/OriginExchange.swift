@@ -5,19 +5,21 @@ import NIOHTTPTypes
 import NIOPosix
 import OfflineAgent
 
-/// One request on a mirror host forwarded to its origin on the page connection's event
-/// loop (`LocalRawResponder` for a request framed from the raw bytes,
-/// `LocalImmediateResponder` for one the HTTP decoder read, each an `OriginExchangePage`
-/// the answer is written to), with the same rules as `OriginProxy` (headers by
-/// `ForwardedHeaders`, bodies streamed with backpressure both ways, a 502 with a one-line
-/// reason when the origin cannot be reached, a cut-off answer cut off for the page too)
-/// but no task, no async sequence and no hop off the loop: the page's parts go to the
-/// origin as they are read, and the origin's to the page.
+/// One request on a mirror host forwarded to its origin (`docs/PROTOCOL.md`,
+/// "Forwarding"): the head (`ForwardedHeaders.requestHead`, the page's target byte for
+/// byte) and body go to the origin as the page sends them, the answer comes back to the
+/// page (`OriginCall`, for `OriginProxy`), with backpressure both
+/// ways; a 502 with a one-line reason when the origin cannot be reached, and an answer cut
+/// off after it began is cut off for the page too. Runs on one event loop, its origin
+/// connection's.
 ///
 /// The origin connection comes from the loop's `OriginConnectionPool` and goes back to it
 /// once both messages ended on a connection the origin keeps alive. A request without a
 /// body and with an idempotent method that meets a pooled connection the origin had
-/// closed is sent once more, on a new connection (sending it twice is harmless).
+/// closed is sent once more, on a new connection (sending it twice is harmless). An
+/// origin that answers `101 Switching Protocols` to a request that asked for no upgrade
+/// (no upgrade is ever forwarded here: `MirrorWebSocketUpgrade` relays WebSockets) gets a
+/// `502`, and its connection is closed, never reused.
 final class OriginExchange {
     /// How the page connection goes on once the exchange is over.
     enum Ending {
@@ -31,8 +33,11 @@ final class OriginExchange {
         case broken
     }
 
+    /// What a page whose answer was cut off after it began is told (`Ending.broken`).
+    struct Broken: Error {}
+
     let origin: MirrorOrigin
-    private let page: any OriginExchangePage
+    private let page: OriginCall
     private let pool: OriginConnectionPool
     private let configuration: OriginProxy.Configuration
     private let metrics: LocalServerMetrics?
@@ -70,7 +75,7 @@ final class OriginExchange {
     /// the page sent on the server's port `servePort`, answering on `page`.
     init(
         _ head: (head: HTTPRequestHead, retriable: Bool), to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason?,
-        isMirrored: @escaping (MirrorOrigin) -> Bool, page: any OriginExchangePage, pool: OriginConnectionPool,
+        isMirrored: @escaping (MirrorOrigin) -> Bool, page: OriginCall, pool: OriginConnectionPool,
         configuration: OriginProxy.Configuration, metrics: LocalServerMetrics?,
         onEnd: @escaping (Ending) -> Void, onOriginWritable: @escaping () -> Void
     ) {
@@ -95,13 +100,11 @@ final class OriginExchange {
         ended || requestRead || connection?.isWritable == true
     }
 
-    /// Takes a pooled connection or opens one, and sends the request head. `duringRead`:
-    /// called while the page's read burst is handled, whose end (`pageReadComplete`)
-    /// flushes, so a head and the body after it in the same burst leave in one write.
-    func start(duringRead: Bool = false) {
+    /// Takes a pooled connection or opens one, and sends the request head.
+    func start() {
         if let pooled = pool.take(origin) {
             reused = true
-            attach(pooled, flush: !duringRead)
+            attach(pooled, flush: true)
             return
         }
         reused = false
@@ -128,15 +131,10 @@ final class OriginExchange {
         if connection.isWritable { onOriginWritable() }
     }
 
-    /// A body part or the end of the page's request.
-    func pageRead(_ part: HTTPRequestPart) {
-        let forwarded: HTTPClientRequestPart
-        switch part {
-        case .head: return
-        case .body(let bytes): forwarded = .body(.byteBuffer(bytes))
-        case .end: forwarded = .end(nil)
-        }
-        if case .end = forwarded { requestRead = true }
+    /// A part of the page's request body, or its end (nil).
+    func pageRead(_ bytes: ByteBuffer?) {
+        let forwarded: HTTPClientRequestPart = bytes.map { .body(.byteBuffer($0)) } ?? .end(nil)
+        if bytes == nil { requestRead = true }
         guard !ended else { return }
         guard let connection else { return early.append(forwarded) }
         connection.write(forwarded)
@@ -169,7 +167,12 @@ final class OriginExchange {
         guard !ended else { return }
         switch part {
         case .head(let answer):
-            if answer.status.code < 200, answer.status != .switchingProtocols {
+            if answer.status == .switchingProtocols {
+                // The connection now speaks something else, or nothing: never read on or reused.
+                fail(("unreachable", "the origin switched protocols without an upgrade request"))
+                return
+            }
+            if answer.status.code < 200 {
                 informational = true
                 return
             }

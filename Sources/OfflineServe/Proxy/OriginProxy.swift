@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,14 +9,20 @@ import OfflineAgent
 import OfflineHTTP
 
 /// Forwards a request made on a mirrored origin (`MirrorOrigin`) to the origin itself
-/// and streams the answer back (`docs/PROTOCOL.md`, "Mirrored origins", "Forwarding").
+/// and streams the answer back (`docs/PROTOCOL.md`, "Mirrored origins", "Forwarding"):
+/// the one origin client of `serve`.
 ///
-/// The method, the path and query, the headers (see `ForwardedHeaders`) and the body go
-/// to the origin as they came, the body streamed with its framing (`Content-Length`, or
-/// chunked); the origin's status, headers and body come back the same way, streamed
-/// with backpressure, so neither body is ever held whole in memory. Redirects are
-/// passed to the page (their `Location` moved to the mirror), never followed here, and
-/// nothing is decompressed.
+/// The method, the target (path and query, byte for byte as the page sent them), the
+/// headers (see `ForwardedHeaders`) and the body go to the origin as they came, the body
+/// streamed with its framing (`Content-Length`, or chunked); the origin's status,
+/// headers and body come back the same way, streamed with backpressure, so neither body
+/// is ever held whole in memory (`OriginExchange`, on pooled connections of its own).
+/// Redirects are passed to the page (their `Location` moved to the mirror), never
+/// followed here, and nothing is decompressed.
+///
+/// AsyncHTTPClient, which the agent uses for its own downloads, rebuilds a request's
+/// target from a parsed URL: a path with `%ff` reached an origin as `/`, and `%` or `\`
+/// were re-encoded. A forward must not change what the page asked for.
 ///
 /// An origin that cannot be reached (refused, unresolvable, no connection within the
 /// connect timeout, no byte of an answer within the read timeout) gets a 502 with a
@@ -27,120 +32,72 @@ import OfflineHTTP
 /// The responder decides *what* is forwarded (only origins an active whitelist names);
 /// the proxy decides *how*.
 package struct OriginProxy: Sendable {
-    /// Timeouts and pool size for the connections to origins.
+    /// Timeouts for the connections to origins.
     package struct Configuration: Sendable, Equatable {
         /// A connection to the origin must be made within this time (refused fails at once).
         package var connectTimeout: Duration
         /// The origin must send something within this time whenever the proxy waits for it.
         package var readTimeout: Duration
-        /// Connections kept per origin (the pool's soft limit).
-        package var connectionsPerOrigin: Int
 
-        package init(connectTimeout: Duration = .seconds(5), readTimeout: Duration = .seconds(60), connectionsPerOrigin: Int = 64) {
+        package init(connectTimeout: Duration = .seconds(5), readTimeout: Duration = .seconds(60)) {
             self.connectTimeout = connectTimeout
             self.readTimeout = readTimeout
-            self.connectionsPerOrigin = connectionsPerOrigin
         }
     }
 
-    /// The timeouts, also those of forwards made on the event loop (`OriginExchange`).
     package let configuration: Configuration
-    private let client: HTTPClient
-    private let ownsClient: Bool
     private let metrics: LocalServerMetrics?
 
-    /// A proxy over the process's shared client (default configuration), which lives as
-    /// long as the process: nothing to shut down.
-    package init(metrics: LocalServerMetrics? = nil) {
-        self.configuration = Configuration()
-        self.client = Self.shared
-        self.ownsClient = false
-        self.metrics = metrics
-    }
-
-    /// A proxy with a client of its own; call ``shutdown()`` when the server stops.
-    package init(configuration: Configuration, metrics: LocalServerMetrics? = nil) {
+    package init(configuration: Configuration = Configuration(), metrics: LocalServerMetrics? = nil) {
         self.configuration = configuration
-        self.client = Self.makeClient(configuration)
-        self.ownsClient = true
         self.metrics = metrics
-    }
-
-    /// Closes the connections of a proxy made with `init(configuration:)`; a no-op for the shared client.
-    package func shutdown() async {
-        guard ownsClient else { return }
-        try? await client.shutdown()
-    }
-
-    /// One client for the whole process, made on first use and never shut down.
-    private static let shared = makeClient(Configuration())
-
-    private static func makeClient(_ configuration: Configuration) -> HTTPClient {
-        var settings = HTTPClient.Configuration(
-            redirectConfiguration: .disallow,
-            timeout: .init(connect: .init(configuration.connectTimeout), read: .init(configuration.readTimeout)),
-            connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.connectionsPerOrigin),
-            decompression: .disabled)
-        settings.httpVersion = .http1Only
-        // A refused connection must fail at once, not be retried until the connect timeout.
-        settings.connectionPool.retryConnectionEstablishment = false
-        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: settings)
     }
 
     /// Forwards `request` to `origin` (the request arrived on `origin.mirrorHost`, on
-    /// the server's port `servePort`). `isMirrored` says which other origins are
-    /// mirrored, for rewriting `Location` headers that point at them.
+    /// the server's port `servePort`), on a connection of `eventLoop`'s pool. `fallback`: why
+    /// the package did not answer, for `X-Offline-Fallback`. `isMirrored` says which other
+    /// origins are mirrored, for rewriting `Location` headers that point at them.
     package func forward(
-        _ request: Request, to origin: MirrorOrigin, servePort: Int,
+        _ request: Request, to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason? = nil, on eventLoop: any EventLoop,
         isMirrored: @escaping @Sendable (MirrorOrigin) -> Bool
     ) async -> Response {
-        let name = origin.origin
-        var upstream = HTTPClientRequest(url: name + (request.head.path ?? "/"))
-        upstream.method = HTTPMethod(rawValue: request.method.rawValue)
-        upstream.headers = ForwardedHeaders.request(request.headers, servePort: servePort)
+        let fields = request.headers
+        let contentLength = fields[.contentLength], chunked = fields[.transferEncoding] != nil
+        let head = ForwardedHeaders.requestHead(
+            HTTPMethod(rawValue: request.method.rawValue), target: request.head.path ?? "/",
+            headers: ForwardedHeaders.request(fields, servePort: servePort), origin: origin, contentLength: contentLength, chunked: chunked)
+        let configuration = configuration, metrics = metrics
+        let hasBody = chunked || (contentLength.map { $0 != "0" } ?? false)
+        let call = await OriginCall.start(on: eventLoop, hasBody: hasBody) { page, onEnd, onOriginWritable in
+            OriginExchange(
+                head, to: origin, servePort: servePort, fallback: fallback, isMirrored: isMirrored, page: page,
+                pool: .of(eventLoop), configuration: configuration, metrics: metrics, onEnd: onEnd, onOriginWritable: onOriginWritable)
+        }
         let upload = UploadProgress()
-        let forwardedBody = ForwardedRequestBody(body: request.body, progress: upload)
-        if let length = request.headers[.contentLength].flatMap({ Int64($0.trimmingWhitespace()) }) {
-            upstream.body = .stream(forwardedBody, length: .known(length))
-        } else if request.headers[.transferEncoding] != nil {
-            upstream.body = .stream(forwardedBody, length: .unknown)
-        }
-        let answer: HTTPClientResponse
-        do {
-            // No overall deadline: a long upload or download may take as long as it
-            // needs while bytes keep moving; the read timeout catches a silent origin.
-            answer = try await client.execute(upstream, deadline: .distantFuture)
-        } catch {
-            let (reason, why) = Self.describe(error)
-            metrics?.recordOriginFailure(origin: name, reason: reason)
-            let text = ByteBuffer(string: "offline-agent: cannot reach \(name): \(why)\n")
-            var response = Response(
-                status: .badGateway,
-                body: ResponseBody(contentLength: text.readableBytes) { writer in
-                    try await writer.write(text)
-                    try await writer.finish(nil)
-                    try await Self.closeIfUploading(upload)
-                })
-            response.headers[.contentType] = "text/plain; charset=utf-8"
-            response.headers[.cacheControl] = "no-store"
-            return response
-        }
-        metrics?.recordForwarded(origin: name, status: Int(answer.status.code))
-        let headers = ForwardedHeaders.responseFields(answer.headers, origin: origin, servePort: servePort, isMirrored: isMirrored)
-        let metrics = self.metrics
-        let body = ResponseBody { writer in
-            do {
-                for try await chunk in answer.body { try await writer.write(chunk) }
-            } catch {
-                // Thrown out of the body, the error makes the server close the
-                // connection: the page sees a broken response, not a short one.
-                metrics?.recordOriginFailure(origin: name, reason: "broken")
-                throw error
+        if hasBody {
+            let body = ForwardedRequestBody(body: request.body, progress: upload)
+            Task {
+                do {
+                    for try await chunk in body {
+                        guard await call.send(chunk) else { return }
+                    }
+                    _ = await call.send(nil)
+                } catch {
+                    // The page's connection failed: the exchange goes with it (`OriginCall.terminated`).
+                }
             }
+        }
+        guard let answer = try? await call.head.get() else {
+            return Response(status: .badGateway, headers: [.contentLength: "0", .cacheControl: "no-store", .connection: "close"])
+        }
+        let body = ResponseBody { writer in
+            // Thrown out of the body, an error makes the server close the connection: the
+            // page sees a broken response, not a short one.
+            for try await chunk in call.body { try await writer.write(chunk) }
             try await writer.finish(nil)
             try await Self.closeIfUploading(upload)
         }
-        return Response(status: .init(code: Int(answer.status.code), reasonPhrase: answer.status.reasonPhrase), headers: headers, body: body)
+        return Response(status: answer.status, headers: answer.fields, body: body)
     }
 
     /// Thrown after a complete response, so the server closes the connection rather than
@@ -153,14 +110,6 @@ package struct OriginProxy: Sendable {
 
     /// The metrics reason and the one-line explanation of a failed request.
     static func describe(_ error: any Error) -> (reason: String, why: String) {
-        if let error = error as? HTTPClientError {
-            switch error {
-            case .connectTimeout: return ("timeout", "no connection within the connect timeout")
-            case .readTimeout: return ("timeout", "no answer within the read timeout")
-            case .remoteConnectionClosed: return ("unreachable", "the origin closed the connection before answering")
-            default: break
-            }
-        }
         if error is OriginConnection.HandshakeTimeout {
             return ("timeout", "no TLS handshake within the connect timeout")
         }

@@ -45,24 +45,30 @@ import ServiceLifecycle
 /// `h5.example.com.localhost`) with the origin's paths: whitelisted files from the
 /// package (`X-Offline-Source: package`), navigations to single-page routes with the
 /// manifest's `fallback` page, and everything else forwarded to the origin
-/// (`OriginExchange` on the event loop, or `OriginProxy`; `X-Offline-Source: origin`),
-/// the kill switch included; a WebSocket
+/// (`OriginProxy`; `X-Offline-Source: origin`), the kill switch included; a WebSocket
 /// upgrade there is relayed to the origin's WebSocket (`WebSocketRelay`). `/open` and
 /// `/session/item` redirect URLs on a mirrored origin to their mirror URL. Any other
 /// name under `.localhost` gets 403.
 ///
 /// Requests whose `Host` header is not a loopback name (`localhost`, `127.x.x.x`,
 /// `[::1]`, any port) get 403 unless `allowRemote` is set (DNS-rebinding defence);
-/// a request with two `Host` lines gets 400 either way.
+/// a request with two `Host` lines gets 400 either way. `CONNECT` gets 405.
 ///
 /// The kill switch holds on every route: an app whose active version is below the
 /// known miniVersion or outside rollout for this device (`Resolver.fallbackReason`)
 /// has no response made from its files; `/<app>/…` answers 302 to the network URL it
 /// stands for, with `X-Offline-Fallback: <reason>`, as `/open` redirects to the network.
 ///
-/// Hostile clients: at most `maxConnections` connections (one more gets 503 and is
-/// closed at once), a request head within `headerTimeout`, and no connection idle for
-/// longer than `idleTimeout` (see `Configuration`).
+/// Every request takes one path: NIO's HTTP/1 decoder, one decision (`LocalRouter`), one
+/// responder (`LocalServerResponder`), one origin client (`OriginProxy`). A request the
+/// decoder refuses gets `400` (`431` for a head too large) and the connection closes at
+/// once, as it does after any answer to an HTTP/1.0 request without keep-alive or a
+/// request with `Connection: close` (`LocalRequestFraming`).
+///
+/// Hostile clients: at most `maxConnections` connections (at the cap, the connection idle
+/// longest without a request is closed to admit a new one; with none idle, the new one
+/// gets 503 and is closed at once), a request head within `headerTimeout`, and no
+/// connection idle for longer than `idleTimeout` (see `Configuration`).
 ///
 /// Each file response pins the version it reads (a shared lock on its record, see
 /// `LocalVersions`) and takes every byte from one source: a descriptor opened once and
@@ -70,9 +76,7 @@ import ServiceLifecycle
 /// chunks), or the kept bytes of a file read under that same version record
 /// (`LocalFileCache`, at most 64 MiB). An install or a garbage collection during the
 /// response never mixes versions or cuts a file short, and the next request after a
-/// swap sees the new version (`current` is read on every request). A request for a file
-/// whose bytes are kept is answered on the connection's event loop
-/// (`LocalImmediateResponder`), with the same checks and the same response.
+/// swap sees the new version (`current` is read on every request).
 public struct LocalServer: Sendable {
     /// Where to listen and what to serve.
     public struct Configuration: Sendable {
@@ -90,8 +94,9 @@ public struct LocalServer: Sendable {
         /// nil uses the limit the installing sync recorded (`AgentConfiguration.maxTrialLaunches`).
         public var maxTrialLaunches: Int?
         /// At most this many connections at once (256 by default, lowered to
-        /// (soft `RLIMIT_NOFILE` − 64) / 2 when that is smaller); one beyond it gets a
-        /// 503 and is closed at once.
+        /// (soft `RLIMIT_NOFILE` − 64) / 2 when that is smaller). At the cap, the one idle
+        /// longest without a request is closed for a new one; with none idle, the new one
+        /// gets a 503 and is closed at once.
         public var maxConnections: Int
         /// A new connection, or one whose next request has begun, must send a complete
         /// request head within this time (10 s by default), or it is closed.
@@ -101,16 +106,8 @@ public struct LocalServer: Sendable {
         /// closed (60 s by default): an idle keep-alive connection, a client that
         /// stopped reading its response, or one that stopped sending its body.
         public var idleTimeout: Duration
-        /// Timeouts and pool size for forwarded requests (the defaults of `OriginProxy.Configuration`).
+        /// Timeouts of forwarded requests (the defaults of `OriginProxy.Configuration`).
         package var origins = OriginProxy.Configuration()
-        /// What tells the server's checks that the store may have changed (`LocalStoreWatch`):
-        /// the process's one by default; tests give a server its own, so that other stores'
-        /// events do not move its generation.
-        package var storeWatch = LocalStoreWatch.shared
-        /// Requests are framed from the raw bytes where they can be (`LocalRawResponder`);
-        /// tests turn it off to run the same requests through the HTTP decoder's path.
-        package var framesRawRequests = true
-
         /// A configuration; the defaults listen on 127.0.0.1:8421.
         public init(
             root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false,
@@ -181,12 +178,9 @@ public struct LocalServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
-        let proxy = makeProxy()
         do {
-            try await ServiceRunner.run(makeApplication(proxy: proxy, onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
-            await proxy.shutdown()
+            try await ServiceRunner.run(makeApplication(onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
         } catch {
-            await proxy.shutdown()
             throw listenFailure(error)
         }
     }
@@ -197,12 +191,10 @@ public struct LocalServer: Sendable {
     /// - Throws: `OfflineAgentError(.serve, cause: .listenFailed)` when the address
     ///   cannot be bound (in use, not on this machine, not permitted).
     public func start() async throws -> RunningLocalServer {
-        let proxy = makeProxy()
         do {
-            let service = try await ServiceRunner.start(logger: logger) { makeApplication(proxy: proxy, onListening: $0) }
-            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service, resolver: resolver, proxy: proxy)
+            let service = try await ServiceRunner.start(logger: logger) { makeApplication(onListening: $0) }
+            return RunningLocalServer(host: configuration.host, metrics: metrics, service: service, resolver: resolver)
         } catch {
-            await proxy.shutdown()
             throw listenFailure(error)
         }
     }
@@ -227,30 +219,24 @@ public struct LocalServer: Sendable {
         return OfflineAgentError(.serve, "cannot serve on \(address): \(why)", cause: .listenFailed)
     }
 
-    /// The process's shared proxy, or one of its own for other timeouts (shut down with the server).
-    private func makeProxy() -> OriginProxy {
-        configuration.origins == OriginProxy.Configuration()
-            ? OriginProxy(metrics: metrics) : OriginProxy(configuration: configuration.origins, metrics: metrics)
-    }
-
-    private func makeApplication(proxy: OriginProxy, onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
+    private func makeApplication(onListening: @escaping @Sendable (String, Int) async -> Void) -> some Service {
         let host = configuration.host
-        let watch = configuration.storeWatch
-        let mirrors = LocalMirrors(store: resolver.store, watch: watch)
+        let mirrors = LocalMirrors(store: resolver.store)
+        let router = LocalRouter(
+            versions: LocalVersions(resolver: resolver), files: LocalFileCache(),
+            lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches),
+            mirrors: mirrors, checkHost: !configuration.allowRemote)
         let responder = LocalServerResponder(
-            versions: LocalVersions(resolver: resolver, watch: watch), resolver: resolver, metrics: metrics, checkHost: !configuration.allowRemote,
-            logger: logger,
-            lifecycle: LocalLifecycle(store: resolver.store, maxTrialLaunches: configuration.maxTrialLaunches, watch: watch),
-            mirrors: mirrors, proxy: proxy)
+            router: router, resolver: resolver, metrics: metrics, logger: logger,
+            proxy: OriginProxy(configuration: configuration.origins, metrics: metrics))
         let webSockets = MirrorWebSocketUpgrade(mirrors: mirrors, metrics: metrics, limits: WebSocketRelay.Limits())
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = TimeAmount(configuration.headerTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
         let metrics = self.metrics
-        let memos = configuration.framesRawRequests ? LocalWholeFileMemo.Loops() : nil
         let server = HTTPServerBuilder { respond in
             LocalServerChannel(
-                http1: HTTP1Channel(responder: respond), responder: responder, limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
-                metrics: metrics, webSockets: webSockets, memos: memos)
+                http1: HTTP1Channel(responder: respond), limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
+                metrics: metrics, webSockets: webSockets)
         }
         return Application(
             responder: responder,

@@ -11,17 +11,13 @@ import ServiceLifecycle
 import Synchronization
 
 /// The connections of `offline-agent serve`: Hummingbird's HTTP/1.1 channel behind a
-/// connection cap and `LocalConnectionGuard`'s timeouts, so hostile or stuck clients
-/// cannot take every descriptor or every slot for good.
+/// connection cap (`LocalConnectionLimiter`), `LocalConnectionGuard`'s timeouts and
+/// `LocalRequestFraming`, so hostile or stuck clients cannot take every descriptor or
+/// every slot for good, and every request NIO's decoder refuses is answered.
 ///
-/// A connection beyond the cap is answered `503` with `Connection: close` and closed at
-/// once: it never gets a pipeline or a slot, and its descriptor is released at once.
-///
-/// A warm package file is answered, and a request a mirror host sends to its origin is
-/// forwarded, on the event loop: `LocalRawResponder` before the HTTP decoder for the
-/// requests it frames from the raw bytes (a plain `GET` of a file; a forward without a body
-/// or with one `Content-Length` already read), `LocalImmediateResponder` after it for the
-/// others. Every other request goes to Hummingbird's responder.
+/// At the cap, a new connection takes the place of the one idle longest (closed at once);
+/// when none is idle it is answered `503` with `Connection: close` and closed at once: it
+/// never gets a pipeline or a slot.
 ///
 /// A WebSocket upgrade on a mirror host (`MirrorWebSocketUpgrade`) becomes a relay to the
 /// origin's WebSocket (`WebSocketRelay`); one the origin gives no WebSocket for gets a
@@ -45,16 +41,11 @@ struct LocalServerChannel: ServerChildChannel {
     }
 
     let http1: HTTP1Channel
-    /// Answers warm package files on the event loop (`LocalImmediateResponder`).
-    let responder: LocalServerResponder
     let limiter: LocalConnectionLimiter
     let headerTimeout: TimeAmount
     let idleTimeout: TimeAmount
     let metrics: LocalServerMetrics
     let webSockets: MirrorWebSocketUpgrade
-    /// Each event loop's whole-file answers (`LocalRawResponder`); nil: no request is
-    /// framed from the raw bytes, every one goes through the HTTP decoder.
-    let memos: LocalWholeFileMemo.Loops?
 
     static let refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 26\r\n"
         + "Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n\r\ntoo many open connections\n"
@@ -65,28 +56,26 @@ struct LocalServerChannel: ServerChildChannel {
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        guard limiter.acquire() else {
+        switch limiter.acquire(channel) {
+        case .refused:
             metrics.recordRefusedConnection()
             return channel.eventLoop.makeSucceededFuture(Value(channel: channel, connection: nil))
+        case .admittedClosing(let evicted):
+            metrics.recordEvictedConnection()
+            evicted.close(promise: nil)
+        case .admitted:
+            break
         }
         let limiter = self.limiter, metrics = self.metrics
         metrics.recordConnection(opened: true)
         channel.closeFuture.whenComplete { _ in
-            limiter.release()
+            limiter.release(channel)
             metrics.recordConnection(opened: false)
         }
-        let responder = self.responder
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(
                 LocalConnectionGuard(headerTimeout: headerTimeout, idleTimeout: idleTimeout, metrics: metrics))
             let decoder = http1.configuration.httpDecoder
-            // Never a head the decoder would refuse as too large.
-            let limits = LocalRawRequest.Limits(
-                bytes: min(16 * 1024, decoder.maxHeaderListSize, decoder.maxHeaderFieldSize), fields: min(100, decoder.maxHeaderFieldCount))
-            if let memos {
-                try channel.pipeline.syncOperations.addHandler(
-                    LocalRawResponder(responder: responder, limits: limits, memo: memos.memo(on: channel.eventLoop)))
-            }
             let pending = Pending()
             let webSockets = self.webSockets
             let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(
@@ -110,8 +99,10 @@ struct LocalServerChannel: ServerChildChannel {
                             throw ChannelError.inappropriateOperationForState
                         }
                         // Frames, not heads, from now on: the relay keeps its own timeouts.
-                        let guardContext = try channel.pipeline.syncOperations.context(handlerType: LocalConnectionGuard.self)
-                        channel.pipeline.syncOperations.removeHandler(context: guardContext, promise: nil)
+                        for handler in [LocalConnectionGuard.self, LocalRequestFraming.self] as [any RemovableChannelHandler.Type] {
+                            let context = try channel.pipeline.syncOperations.context(handlerType: handler)
+                            channel.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+                        }
                         let page = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
                             wrappingChannelSynchronously: channel, configuration: WebSocketRelay.channelConfiguration)
                         return .webSocket(page: page, origin: origin)
@@ -123,7 +114,6 @@ struct LocalServerChannel: ServerChildChannel {
                         // As `HTTP1Channel.setup` builds it, after the HTTP/1 codec.
                         try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try channel.pipeline.syncOperations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
-                        try channel.pipeline.syncOperations.addHandler(LocalImmediateResponder(responder: responder))
                         let http = try HTTP1Channel.Value(
                             wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
                         if case .failed(let body) = pending.decision.withLock({ $0 }) { return .failedUpgrade(http, body) }
@@ -138,6 +128,7 @@ struct LocalServerChannel: ServerChildChannel {
             configuration.decoderConfiguration.maxHeaderFieldCount = decoder.maxHeaderFieldCount
             let connection = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: configuration)
             let upgradeHandler = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPServerUpgradeHandler<Connection>.self)
+            try channel.pipeline.syncOperations.addHandler(LocalRequestFraming(limiter: limiter), position: .before(upgradeHandler))
             try channel.pipeline.syncOperations.addHandler(MirrorUpgradeFilter(upgrades: webSockets), position: .before(upgradeHandler))
             return Value(channel: channel, connection: connection)
         }

@@ -26,7 +26,9 @@ import OfflineHTTP
 /// - `offline_agent_open_connections` — connections open now (a gauge; printed as a
 ///   floating-point number, `2.0`, as swift-prometheus writes gauges).
 /// - `offline_agent_refused_connections_total` — connections closed at once (503)
-///   because `maxConnections` were open.
+///   because `maxConnections` were open and none was idle.
+/// - `offline_agent_evicted_connections_total` — idle connections closed to admit a new
+///   one at the cap.
 /// - `offline_agent_timed_out_connections_total{timeout}` — connections closed by the
 ///   `header` or `idle` timeout.
 ///
@@ -47,6 +49,7 @@ public final class LocalServerMetrics: Sendable {
         static let forbidden = "offline_agent_forbidden_host_total"
         static let open = "offline_agent_open_connections"
         static let refused = "offline_agent_refused_connections_total"
+        static let evicted = "offline_agent_evicted_connections_total"
         static let timeouts = "offline_agent_timed_out_connections_total"
         static let forwarded = "offline_agent_forwarded_requests_total"
         static let originFailures = "offline_agent_origin_failures_total"
@@ -58,7 +61,8 @@ public final class LocalServerMetrics: Sendable {
         Name.files: "Responses to GET and HEAD of package files, by status code.",
         Name.forbidden: "Requests refused because their Host header is not a loopback name.",
         Name.open: "Connections open now.",
-        Name.refused: "Connections closed at once because the connection cap was reached.",
+        Name.refused: "Connections closed at once because the connection cap was reached and none was idle.",
+        Name.evicted: "Idle connections closed to admit a new one at the connection cap.",
         Name.timeouts: "Connections closed by the header or idle timeout.",
         Name.forwarded: "Requests on a mirrored origin forwarded to it, by the origin's status class.",
         Name.originFailures: "Forwarded requests the origin failed, by reason.",
@@ -66,6 +70,7 @@ public final class LocalServerMetrics: Sendable {
     // The series every request may touch, made once.
     private let forbidden: CoreMetrics.Counter
     private let refused: CoreMetrics.Counter
+    private let evicted: CoreMetrics.Counter
     private let open: Meter
     private let timeouts: [LocalConnectionTimeout: CoreMetrics.Counter]
 
@@ -87,17 +92,10 @@ public final class LocalServerMetrics: Sendable {
         return counter
     }
 
-    /// Requests answered on the event loop (`LocalImmediateResponder`); not exported: how
-    /// a response was made, not what it was, for tests.
-    private let immediate = Atomic<Int>(0)
-    /// Of those, the ones answered before HTTP decoding (`LocalRawResponder`).
-    private let beforeDecoding = Atomic<Int>(0)
-    /// Of those, the ones given again from a loop's memo (`LocalWholeFileMemo`).
-    private let repeated = Atomic<Int>(0)
-
     public init() {
         forbidden = registry.counter(Name.forbidden)
         refused = registry.counter(Name.refused)
+        evicted = registry.counter(Name.evicted)
         open = registry.meter(Name.open)
         var timeouts: [LocalConnectionTimeout: CoreMetrics.Counter] = [:]
         for kind in LocalConnectionTimeout.allCases {
@@ -105,43 +103,6 @@ public final class LocalServerMetrics: Sendable {
         }
         self.timeouts = timeouts
     }
-
-    /// Counts one request answered on the event loop; `beforeDecoding`: from its raw bytes.
-    func recordImmediateResponse(beforeDecoding: Bool = false) {
-        immediate.add(1, ordering: .relaxed)
-        if beforeDecoding { self.beforeDecoding.add(1, ordering: .relaxed) }
-    }
-
-    /// What a whole-file answer before decoding counts (`LocalServerResponder.WholeFileAnswer`):
-    /// its series, looked up once, so an answer given again counts without a lookup.
-    struct WholeFileSeries {
-        /// `offline_agent_serve_files_total{app,code="200"}`.
-        let file: CoreMetrics.Counter
-        /// The mirror hit, on a mirror host.
-        let hit: CoreMetrics.Counter?
-    }
-
-    func wholeFileSeries(app: String, mirrored: Bool) -> WholeFileSeries {
-        WholeFileSeries(file: fileCounter(app: app, code: 200), hit: mirrored ? hitCounter(app: app) : nil)
-    }
-
-    /// Counts one whole-file response answered before any HTTP decoding; `repeated`: an
-    /// answer given again from its loop's memo (`LocalWholeFileMemo`).
-    func record(_ series: WholeFileSeries, repeated: Bool) {
-        series.file.increment()
-        series.hit?.increment()
-        recordImmediateResponse(beforeDecoding: true)
-        if repeated { self.repeated.add(1, ordering: .relaxed) }
-    }
-
-    /// Requests answered on the event loop from memory (warm package files), of all those counted above.
-    package var immediateResponses: Int { immediate.load(ordering: .relaxed) }
-
-    /// Of `immediateResponses`, those answered before any HTTP decoding (`LocalRawResponder`).
-    package var responsesBeforeDecoding: Int { beforeDecoding.load(ordering: .relaxed) }
-
-    /// Of `responsesBeforeDecoding`, those given again from a loop's memo (`LocalWholeFileMemo`).
-    package var repeatedResponses: Int { repeated.load(ordering: .relaxed) }
 
     /// Counts one `/open` resolution.
     public func recordOpen(_ resolution: Resolution) {
@@ -182,6 +143,14 @@ public final class LocalServerMetrics: Sendable {
     func recordRefusedConnection() {
         refused.increment()
     }
+
+    /// Counts one idle connection closed to admit a new one at the cap.
+    func recordEvictedConnection() {
+        evicted.increment()
+    }
+
+    /// Idle connections closed to admit a new one at the cap.
+    public var evictedConnections: Int { count(Name.evicted) }
 
     /// Counts one connection closed by the header or idle timeout.
     func recordTimeout(_ kind: LocalConnectionTimeout) {

@@ -1,26 +1,24 @@
 import FoundationEssentials
 import Hummingbird
 import Logging
-import NIOHTTP1
-import NIOHTTPTypesHTTP1
+import NIOCore
 import OfflineAgent
 import OfflineHTTP
 
-/// Answers the loopback package server's requests (see `LocalServer`).
+/// Answers every request of the loopback package server (see `LocalServer`): the one
+/// place a `LocalRoute` (`LocalRouter`, where it is decided) becomes a response, and
+/// where what it counts is counted.
 struct LocalServerResponder: HTTPResponder {
-    typealias Context = BasicRequestContext
+    typealias Context = LocalRequestContext
 
-    let versions: LocalVersions
-    let files = LocalFileCache()
+    let router: LocalRouter
+    var versions: LocalVersions { router.versions }
+    var files: LocalFileCache { router.files }
+    var lifecycle: LocalLifecycle { router.lifecycle }
+    var mirrors: LocalMirrors { router.mirrors }
     let resolver: Resolver
     let metrics: LocalServerMetrics
-    /// Refuse requests whose `Host` is not a loopback name (off with `--allow-remote`).
-    let checkHost: Bool
     let logger: Logger
-    /// Launch counting, bad versions and the page's mark-good/mark-bad.
-    let lifecycle: LocalLifecycle
-    /// The origins an active whitelist names, each answered on its own mirror host.
-    let mirrors: LocalMirrors
     /// Forwards what a mirrored origin does not serve offline (counted in `metrics`).
     let proxy: OriginProxy
 
@@ -33,95 +31,77 @@ struct LocalServerResponder: HTTPResponder {
     static let allocator = ByteBufferAllocator()
 
     func respond(to request: Request, context: Context) async throws -> Response {
-        let response: Response
-        switch hostRoute(request) {
-        case .refused(let refusal): response = refusal
-        case .plain: response = await route(request)
-        case .mirror(let origin, let snapshot): response = await mirror(request, origin: origin, mirrors: snapshot)
-        }
+        let response = await answer(router.route(request), to: request, on: context.eventLoop)
         logger.debug("\(request.method) \(request.uri) \(response.status.code)")
         return response
     }
 
-    /// The routes of the plain loopback host (`hostRoute` has checked the `Host`).
-    private func route(_ request: Request) async -> Response {
-        let path = request.uri.path
-        if path.hasPrefix(LocalLifecycle.routePrefix) { return await lifecycleControl(request) }
-        guard request.method == .get || request.method == .head else {
-            var response = Self.text(.methodNotAllowed, "only GET and HEAD\n")
-            response.headers[.allow] = "GET, HEAD"
-            return response
-        }
+    /// The response to `request`, which `router` sent to `route`; a forward's origin
+    /// connection is on `eventLoop`, the page connection's.
+    func answer(_ route: LocalRoute, to request: Request, on eventLoop: any EventLoop) async -> Response {
         let head = request.method == .head
-        switch Self.controlRoute(path) {
-        case .open:
-            return await open(request, launch: !head)
-        case .sessionRestore:
-            return await restoreSession(request, head: head)
-        case .sessionItem:
+        switch route {
+        case .refuse(let refusal):
+            return refuse(refusal, head: head)
+        case .redirect(let location, let mirroredApp):
+            var response = Self.redirect(.movedPermanently, to: location)
+            if let mirroredApp {
+                metrics.recordMirrorHit(app: mirroredApp)
+                response.headers[Self.sourceHeader] = "package"
+            }
+            return response
+        case .network(let pinned, let rest, let reason):
+            return networkFallback(request, pinned: pinned, rest: rest, reason: reason)
+        case .file(let pinned, let rest, let source):
+            var response = file(request, pinned: pinned, rest: rest, head: head)
+            guard source != .plain else { return response }
+            metrics.recordMirrorHit(app: pinned.app)
+            response.headers[Self.sourceHeader] = "package"
+            if source == .entryPage, response.status == .ok || response.status == .notModified {
+                response.headers[.cacheControl] = "no-cache"
+            }
+            return response
+        case .forward(let origin, let snapshot, let fallback):
+            if let fallback { metrics.recordFallback(app: fallback.app, reason: fallback.reason) }
+            // A missing file is counted, but says nothing to the page: the origin answers as it would.
+            let header = fallback.flatMap { $0.reason == .missingFile ? nil : $0.reason }
+            let origins = snapshot.origins
+            return await proxy.forward(
+                request, to: origin, servePort: LocalHostAuthority(request.head.authority).port, fallback: header,
+                on: eventLoop, isMirrored: { origins.contains($0) })
+        case .control(.open(let launch)):
+            return await open(request, launch: launch)
+        case .control(.sessionRestore(let launch)):
+            return await restoreSession(request, head: head, launch: launch)
+        case .control(.sessionItem):
             // A restored history entry: the same redirect as /open (not a new launch).
             return await open(request, launch: false)
-        case .metrics:
+        case .control(.metrics):
             var response = Self.text(.ok, metrics.prometheusText(), head: head)
             response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
             return response
-        case .index:
+        case .control(.index):
             return Self.text(
                 .notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /session/restore?history=JSON, /session/item?url=URL, /metrics\n",
                 head: head)
-        case nil:
-            break
-        }
-        let (app, slashRest) = Self.appPath(path)
-        guard AppName.isValid(app) else {
-            metrics.recordFile(app: "", code: 404)
-            return Self.text(.notFound, "not found\n", head: head)
-        }
-        let rest = slashRest ?? ""
-        // The pin holds the version's directory until the response is fully written.
-        guard let pinned = versions.pin(app) else {
-            metrics.recordFile(app: "", code: 404)
-            return Self.text(.notFound, "no active version of '\(app)'\n", head: head)
-        }
-        // The kill switch, in one place for every response made from an app's files
-        // (bytes, ranges, 304s, redirects): below miniVersion or outside rollout, the
-        // request goes to the network like a URL `/open` does not serve offline.
-        if let reason = pinned.fallback {
-            return networkFallback(request, pinned: pinned, rest: rest, reason: reason)
-        }
-        // A version marked bad is not served, whatever `current` still names.
-        if lifecycle.isBad(app, pinned.version) {
-            return networkFallback(request, pinned: pinned, rest: rest, reason: .badVersion)
-        }
-        guard slashRest != nil else {
-            // `/<app>`: the app root is a directory; relative links need the slash.
-            return Self.redirect(.movedPermanently, to: "/\(app)/" + Self.query(of: request))
-        }
-        return file(request, pinned: pinned, rest: rest, head: head)
-    }
-
-    /// The plain host's own routes, which no app's files shadow.
-    enum ControlRoute {
-        case open, sessionRestore, sessionItem, metrics, index
-    }
-
-    /// The control route `path` names, nil for `/<app>[/<rest>]`.
-    static func controlRoute(_ path: String) -> ControlRoute? {
-        switch path {
-        case "/open": .open
-        case "/session/restore": .sessionRestore
-        case "/session/item": .sessionItem
-        case "/metrics": .metrics
-        case "/": .index
-        default: nil
+        case .control(.mark(let mark, let app)):
+            return await self.mark(mark, app: app, request: request)
         }
     }
 
-    /// `/<app>[/<rest>]` split: the app's name, and what follows its slash (nil when no slash does).
-    static func appPath(_ path: String) -> (app: String, rest: String?) {
-        let afterSlash = path.dropFirst()
-        guard let slash = afterSlash.firstIndex(of: "/") else { return (String(afterSlash), nil) }
-        return (String(afterSlash[..<slash]), String(afterSlash[afterSlash.index(after: slash)...]))
+    /// A refused request's answer, counted as `refusal` says.
+    private func refuse(_ refusal: LocalRefusal, head: Bool) -> Response {
+        switch refusal.counted {
+        case .nothing: break
+        case .forbiddenHost: metrics.recordForbiddenHost()
+        case .file(let app): metrics.recordFile(app: app, code: Int(refusal.status.code))
+        }
+        var response = refusal.json ? Self.json(refusal.status, ["error": refusal.text]) : Self.text(refusal.status, refusal.text, head: head)
+        if let allow = refusal.allow { response.headers[.allow] = allow }
+        // A request refused for what it is (not for a file that is missing) ends its
+        // connection: whoever sent it gets nothing more on it (`LocalRequestFraming`).
+        if refusal.status != .notFound { response.headers[.connection] = "close" }
+        return response
     }
 
     /// A request for a version the kill switch turns off: 302 to the URL it stands for
@@ -157,7 +137,10 @@ struct LocalServerResponder: HTTPResponder {
         metrics.recordOpen(resolution)
         // A mirrored origin keeps its own local origin whatever the kill switch says: the
         // page's storage stays put, and the mirror forwards what it does not serve.
-        if let location = mirrorLocation(of: url, request: request) { return Self.redirect(.found, to: location) }
+        if let origin = MirrorOrigin(url: url), mirrors.snapshot().origins.contains(origin),
+           let location = origin.mirrorURL(for: url, servePort: LocalHostAuthority(request.head.authority).port) {
+            return Self.redirect(.found, to: location)
+        }
         switch resolution {
         case .file(let file):
             // Query and fragment don't select the file, but the page may read them.
@@ -175,8 +158,10 @@ struct LocalServerResponder: HTTPResponder {
 
     /// A file of `pinned`, a version the kill switch lets through.
     func file(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
+        // `LocalRouter` found the file; the cache may have dropped it since.
         guard let entry = files.resolve(rest, in: pinned.directory) else {
-            return missingFile(request, pinned: pinned, rest: rest, head: head)
+            metrics.recordFile(app: pinned.app, code: 404)
+            return Self.text(.notFound, "not found\n", head: head)
         }
         switch load(entry, pinned: pinned, rest: rest, head: head) {
         case .ready(let source, let validators):
@@ -241,16 +226,6 @@ struct LocalServerResponder: HTTPResponder {
         return .bytes(status, headers, bytes)
     }
 
-    /// Whether `reply` answers `request` (a GET) with the whole file: it names none of the
-    /// fields `reply` reads. Such a `200`'s head is kept with the file's bytes
-    /// (`LocalFileCache.Content.wholeHeaders`); a field `reply` comes to read belongs here too.
-    static func asksForWholeFile(_ request: Request) -> Bool {
-        !request.headers.contains { selectingFields.contains($0.name) }
-    }
-
-    /// The request fields `reply` reads (`If-Range` only with `Range`).
-    private static let selectingFields: [HTTPFields.Element.Name] = [.range, .ifNoneMatch, .ifModifiedSince]
-
     /// The headers of every response with the file `validators` describe (`reply`).
     static func fileHeaders(pinned: LocalPin, contentType: String, validators: LocalFileCache.Validators) -> HTTPFields {
         var headers: HTTPFields = [
@@ -263,22 +238,6 @@ struct LocalServerResponder: HTTPResponder {
         ]
         headers[Self.versionHeader] = pinned.versionText
         return headers
-    }
-
-    /// No file at `rest`: a 400 for broken percent-encoding, a redirect for a directory
-    /// asked for without its slash, else a 404.
-    private func missingFile(_ request: Request, pinned: LocalPin, rest: String, head: Bool) -> Response {
-        let app = pinned.app
-        if rest.percentDecoded == nil {
-            metrics.recordFile(app: app, code: 400)
-            return Self.text(.badRequest, "invalid percent-encoding\n", head: head)
-        }
-        // A directory asked for without its slash: send the browser to it.
-        if !rest.isEmpty, !rest.hasSuffix("/"), Resolver.file(at: rest + "/", in: pinned.directory) != nil {
-            return Self.redirect(.movedPermanently, to: "/\(app)/\(rest)/" + Self.query(of: request))
-        }
-        metrics.recordFile(app: app, code: 404)
-        return Self.text(.notFound, "not found\n", head: head)
     }
 
     /// Where the bytes of the file at `path` come from: kept contents read under this very
@@ -298,12 +257,7 @@ struct LocalServerResponder: HTTPResponder {
         guard file.size <= Self.keepLimit else { return .ready(.open(file), validators) }
         do {
             let body = try file.read(offset: 0, count: Int(file.size), allocator: Self.allocator)
-            // The head of the response most requests get (`keptFile`), made once.
-            var wholeHeaders = Self.fileHeaders(pinned: pinned, contentType: entry.contentType, validators: validators)
-            wholeHeaders[.contentLength] = String(validators.size)
-            files.keep(
-                .init(record: pinned.recordIdentity, body: body, validators: validators, wholeHeaders: HTTPHeaders(wholeHeaders)),
-                for: rest, in: pinned.directory)
+            files.keep(.init(record: pinned.recordIdentity, body: body, validators: validators), for: rest, in: pinned.directory)
             return .ready(.memory(body), validators)
         } catch {
             logger.error("reading \(path): \(error)")
@@ -379,7 +333,8 @@ struct LocalServerResponder: HTTPResponder {
     static let versionHeader = HTTPFields.Element.Name("X-Offline-Version")!
     /// On a response the kill switch sent to the network: why (a `FallbackReason`).
     static let fallbackHeader = HTTPFields.Element.Name("X-Offline-Fallback")!
-    static let hostField = HTTPFields.Element.Name("Host")!
+    /// Which responses say where they came from: `package` or `origin`.
+    static let sourceHeader = HTTPFields.Element.Name("X-Offline-Source")!
 
     /// A file's source and validators, or the response that says why there is none.
     private enum Loaded {
@@ -394,10 +349,6 @@ struct LocalServerResponder: HTTPResponder {
     }
 
     // MARK: Responses
-
-    static func query(of request: Request) -> String {
-        request.uri.query.map { "?\($0)" } ?? ""
-    }
 
     static func redirect(_ status: HTTPResponse.Status, to location: String) -> Response {
         Response(status: status, headers: [.location: location, .cacheControl: "no-store", .contentLength: "0"])

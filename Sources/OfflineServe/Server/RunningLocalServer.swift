@@ -15,14 +15,12 @@ public final class RunningLocalServer: Sendable {
     public let metrics: LocalServerMetrics
     private let service: BackgroundService
     private let resolver: Resolver
-    private let proxy: OriginProxy
 
-    init(host: String, metrics: LocalServerMetrics, service: BackgroundService, resolver: Resolver, proxy: OriginProxy) {
+    init(host: String, metrics: LocalServerMetrics, service: BackgroundService, resolver: Resolver) {
         self.host = host
         self.metrics = metrics
         self.service = service
         self.resolver = resolver
-        self.proxy = proxy
     }
 
     /// The port it listens on (the one picked, when configured with 0).
@@ -41,6 +39,5 @@ public final class RunningLocalServer: Sendable {
     /// Shuts the server down gracefully and waits until it has stopped.
     public func stop() async {
         await service.stop()
-        await proxy.shutdown()
     }
 }

@@ -7,7 +7,8 @@ extension LocalServerResponder {
     static let referrerPolicy = HTTPFields.Element.Name("Referrer-Policy")!
 
     /// `GET|HEAD /session/restore?history=<JSON>`: the restore page, or 400 with the reason.
-    func restoreSession(_ request: Request, head: Bool) async -> Response {
+    /// `launch`: the request may count a launch (`LocalRouter.mayCountLaunch`).
+    func restoreSession(_ request: Request, head: Bool, launch: Bool) async -> Response {
         guard let raw = request.uri.queryParameters[values: "history"].last, !raw.isEmpty else {
             return Self.text(
                 .badRequest, "missing query parameter 'history' (percent-encoded JSON {\"history\": [URL, …], \"currentPage\": 0 or less})\n",
@@ -22,7 +23,7 @@ extension LocalServerResponder {
             return Self.text(.badRequest, "invalid 'history'\n", head: head)
         }
         // Restoring a session launches the app of its current entry.
-        if !head { _ = await lifecycle.countLaunch(resolver.resolve(history.entries[history.currentIndex]), logger: logger) }
+        if launch { _ = await lifecycle.countLaunch(resolver.resolve(history.entries[history.currentIndex]), logger: logger) }
         let buffer = Self.allocator.buffer(string: LocalSessionPage.html(history))
         let headers: HTTPFields = [
             .contentType: "text/html; charset=utf-8",
