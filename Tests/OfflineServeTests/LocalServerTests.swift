@@ -167,16 +167,16 @@ struct LocalServerTests {
 
     @Test("Host header parsing")
     func hostParsing() {
-        #expect(LocalHost.isLoopback(authority: "127.0.0.1"))
-        #expect(LocalHost.isLoopback(authority: "127.255.0.9:65535"))
-        #expect(LocalHost.isLoopback(authority: "[::1]:80"))
-        #expect(!LocalHost.isLoopback(authority: "[::1]:"))
-        #expect(!LocalHost.isLoopback(authority: "::1"))  // IPv6 needs brackets in a Host header
-        #expect(!LocalHost.isLoopback(authority: "127.0.0.1:123456"))
-        #expect(!LocalHost.isLoopback(authority: "127.0.0.1 "))
-        #expect(!LocalHost.isLoopback(authority: "0x7f.0.0.1"))
-        #expect(!LocalHost.isLoopback(authority: "2130706433"))
-        #expect(!LocalHost.isLoopback(authority: nil))
+        #expect(LocalHostAuthority("127.0.0.1").isLoopback)
+        #expect(LocalHostAuthority("127.255.0.9:65535").isLoopback)
+        #expect(LocalHostAuthority("[::1]:80").isLoopback)
+        #expect(!LocalHostAuthority("[::1]:").isLoopback)
+        #expect(!LocalHostAuthority("::1").isLoopback)  // IPv6 needs brackets in a Host header
+        #expect(!LocalHostAuthority("127.0.0.1:123456").isLoopback)
+        #expect(!LocalHostAuthority("127.0.0.1 ").isLoopback)
+        #expect(!LocalHostAuthority("0x7f.0.0.1").isLoopback)
+        #expect(!LocalHostAuthority("2130706433").isLoopback)
+        #expect(!LocalHostAuthority(nil).isLoopback)
     }
 
     @Test("Range requests get 206 with the right bytes, 416 past the end")

@@ -155,13 +155,13 @@ struct ServeEdgeTests {
 
     // MARK: The connection cap
 
-    /// Opens `count` connections that each ask for a file larger than any socket buffer
-    /// and, once its answer has begun, read no more: their answers never end, so they stay busy.
-    static func busyConnections(_ count: Int, port: Int) async throws -> [Int32] {
+    /// Opens `count` connections that each wait for an answer that has begun and never
+    /// ends (an origin that sends its head, then nothing): they stay busy.
+    static func busyConnections(_ count: Int, port: Int, mirror: String) async throws -> [Int32] {
         try await LocalHTTP.onThread {
             try (0..<count).map { _ in
-                let fd = try LocalHTTP.connect(port: port, receiveBuffer: 4096)
-                try LocalHTTP.send(fd, Array("GET /mall/huge.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+                let fd = try LocalHTTP.connect(port: port)
+                try LocalHTTP.send(fd, Array("GET /slow HTTP/1.1\r\nHost: \(mirror)\r\n\r\n".utf8))
                 _ = try LocalHTTP.readHead(fd)
                 return fd
             }
@@ -182,17 +182,21 @@ struct ServeEdgeTests {
 
     private static func capEvictsIdleAlone() async throws {
         _ = HostileSocket.raiseDescriptorLimit(to: 8192)
+        let upstream = try ScriptedServer { _ in .init(status: 200, body: Array("never all of it".utf8), ending: .stall(seconds: 120)) }
+        defer { upstream.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
         let f = try LocalServerTests.mall()
-        try f.add(version: "1.1.0", files: ["huge.bin": localRandomBytes(32 << 20, seed: 3)])
+        try f.add("proxied", version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never/"])
         // Long timeouts: only the cap closes connections here.
         let server = try await ServeHostileClientTests.start(f, maxConnections: 8, header: .seconds(600), idle: .seconds(600))
-        let port = server.port
-        let busy = try await Self.busyConnections(4, port: port)
+        let port = server.port, mirror = "\(origin.mirrorHost):\(port)"
+        let busy = try await Self.busyConnections(4, port: port, mirror: mirror)
         // Four idle ones, oldest first: a local process holding sockets without a request.
+        // Each accepted before the next connects: the server's order is the sockets' order.
         var idle: [Int32] = []
-        for _ in 0..<4 {
+        for n in 5...8 {
             idle.append(try #require(HostileSocket.connect(port: port)))
-            try await Task.sleep(for: .milliseconds(50))
+            #expect(try await Self.open(n, on: server))
         }
         #expect(try await Self.open(8, on: server))
         // The web view's request is served; the oldest idle socket is the one closed for it.
@@ -201,7 +205,7 @@ struct ServeEdgeTests {
         #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(oldest, until: .now + .seconds(20)).closed }, "the oldest idle connection was kept")
         #expect(server.metrics.evictedConnections == 1 && server.metrics.refusedConnections == 0)
         // Four more busy ones: one takes the free slot, each other one the oldest idle one's.
-        let more = try await Self.busyConnections(4, port: port)
+        let more = try await Self.busyConnections(4, port: port, mirror: mirror)
         for fd in idle {
             #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(20)).closed }, "an idle connection was kept")
         }

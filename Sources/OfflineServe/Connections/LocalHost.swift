@@ -28,10 +28,4 @@ enum LocalHost {
         }
         return false
     }
-
-    /// Whether a `Host` header value (`host`, `host:port`, `[v6]`, `[v6]:port`) names a
-    /// loopback host. A missing or malformed value is not.
-    static func isLoopback(authority: String?) -> Bool {
-        LocalHostAuthority(authority).isLoopback
-    }
 }

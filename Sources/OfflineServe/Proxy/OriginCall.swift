@@ -50,15 +50,17 @@ final class OriginCall {
         }
     }
 
-    /// Starts `makeExchange`'s exchange (answering on the new call) on `eventLoop`; a
-    /// request without a body (`hasBody` false) is whole from the start, so an origin that
-    /// answers at once finds it complete.
+    /// Starts `makeExchange`'s exchange (answering on the new call) on the event loop of
+    /// `page`, the page's connection; when it closes, the exchange ends and lets its origin
+    /// connection go at once. A request without a body (`hasBody` false) is whole from the
+    /// start, so an origin that answers at once finds it complete.
     static func start(
-        on eventLoop: any EventLoop, hasBody: Bool,
+        for page: any Channel, hasBody: Bool,
         _ makeExchange: @escaping @Sendable (_ page: OriginCall, _ onEnd: @escaping (OriginExchange.Ending) -> Void, _ onOriginWritable: @escaping () -> Void)
             -> OriginExchange
     ) async -> Handle {
-        try! await eventLoop.submit {
+        let eventLoop = page.eventLoop
+        return try! await eventLoop.submit {
             let call = OriginCall(eventLoop: eventLoop)
             let bound = NIOLoopBound(call, eventLoop: eventLoop)
             let delegate = Delegate(call: NIOLoopBound(Weak(call), eventLoop: eventLoop))
@@ -69,6 +71,8 @@ final class OriginCall {
             call.exchange = exchange
             if !hasBody { exchange.pageRead(nil) }
             exchange.start()
+            let weak = NIOLoopBound(Weak(call), eventLoop: eventLoop)
+            page.closeFuture.whenComplete { _ in weak.value.call?.pageClosed() }
             return Handle(call: bound, head: call.head.futureResult, body: body.sequence)
         }.get()
     }
@@ -122,6 +126,12 @@ final class OriginCall {
     private func produceMore() {
         isWritable = true
         exchange?.pageWritable()
+    }
+
+    /// The page's connection closed: the answer goes nowhere, the origin's connection goes too.
+    private func pageClosed() {
+        source?.finish(OriginExchange.Broken())
+        terminated()
     }
 
     /// The consumer went away (the page's connection closed): so does the origin's.

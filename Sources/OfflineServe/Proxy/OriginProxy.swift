@@ -54,11 +54,12 @@ package struct OriginProxy: Sendable {
     }
 
     /// Forwards `request` to `origin` (the request arrived on `origin.mirrorHost`, on
-    /// the server's port `servePort`), on a connection of `eventLoop`'s pool. `fallback`: why
-    /// the package did not answer, for `X-Offline-Fallback`. `isMirrored` says which other
-    /// origins are mirrored, for rewriting `Location` headers that point at them.
+    /// the server's port `servePort`) over the connection `page`, on an origin connection of
+    /// its event loop's pool. `fallback`: why the package did not answer, for
+    /// `X-Offline-Fallback`. `isMirrored` says which other origins are mirrored, for
+    /// rewriting `Location` headers that point at them.
     package func forward(
-        _ request: Request, to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason? = nil, on eventLoop: any EventLoop,
+        _ request: Request, to origin: MirrorOrigin, servePort: Int, fallback: FallbackReason? = nil, page: any Channel,
         isMirrored: @escaping @Sendable (MirrorOrigin) -> Bool
     ) async -> Response {
         let fields = request.headers
@@ -68,9 +69,10 @@ package struct OriginProxy: Sendable {
             headers: ForwardedHeaders.request(fields, servePort: servePort), origin: origin, contentLength: contentLength, chunked: chunked)
         let configuration = configuration, metrics = metrics
         let hasBody = chunked || (contentLength.map { $0 != "0" } ?? false)
-        let call = await OriginCall.start(on: eventLoop, hasBody: hasBody) { page, onEnd, onOriginWritable in
+        let eventLoop = page.eventLoop
+        let call = await OriginCall.start(for: page, hasBody: hasBody) { call, onEnd, onOriginWritable in
             OriginExchange(
-                head, to: origin, servePort: servePort, fallback: fallback, isMirrored: isMirrored, page: page,
+                head, to: origin, servePort: servePort, fallback: fallback, isMirrored: isMirrored, page: call,
                 pool: .of(eventLoop), configuration: configuration, metrics: metrics, onEnd: onEnd, onOriginWritable: onOriginWritable)
         }
         let upload = UploadProgress()

@@ -1,5 +1,4 @@
 import CoreMetrics
-import Synchronization
 import OfflineAgent
 import OfflineHTTP
 
@@ -74,24 +73,6 @@ public final class LocalServerMetrics: Sendable {
     private let open: Meter
     private let timeouts: [LocalConnectionTimeout: CoreMetrics.Counter]
 
-    /// The labelled series a request touches most (a file's response, a mirror's hit, a
-    /// forward's answer), by a key of their label values: one lookup per request instead
-    /// of the label arrays and strings the registry's own key is built from.
-    private struct Series: Hashable {
-        enum Family: Hashable { case hits, files, forwarded }
-        var family: Family
-        var label: String
-        var code = 0
-    }
-    private let series = Mutex<[Series: CoreMetrics.Counter]>([:])
-
-    private func counter(_ key: Series, _ make: () -> CoreMetrics.Counter) -> CoreMetrics.Counter {
-        if let counter = series.withLock({ $0[key] }) { return counter }
-        let counter = make()
-        series.withLock { $0[key] = counter }
-        return counter
-    }
-
     public init() {
         forbidden = registry.counter(Name.forbidden)
         refused = registry.counter(Name.refused)
@@ -114,18 +95,13 @@ public final class LocalServerMetrics: Sendable {
         }
     }
 
-    /// Counts one request on a mirror host that `app`'s package answered (nil: none, not counted).
-    func recordMirrorHit(app: String?) {
-        guard let app else { return }
+    /// Counts one request on a mirror host that `app`'s package answered.
+    func recordMirrorHit(app: String) {
         hit(app: app)
     }
 
     private func hit(app: String) {
-        hitCounter(app: app).increment()
-    }
-
-    private func hitCounter(app: String) -> CoreMetrics.Counter {
-        counter(Series(family: .hits, label: app)) { registry.counter(Name.hits, [("app", app)]) }
+        registry.counter(Name.hits, [("app", app)]).increment()
     }
 
     /// Counts one request of `app` sent to the network for `reason`: under `/<app>/` by the
@@ -163,14 +139,12 @@ public final class LocalServerMetrics: Sendable {
     }
 
     private func fileCounter(app: String, code: Int) -> CoreMetrics.Counter {
-        counter(Series(family: .files, label: app, code: code)) { registry.counter(Name.files, [("app", app), ("code", String(code))]) }
+        registry.counter(Name.files, [("app", app), ("code", String(code))])
     }
 
     /// Counts one forwarded request the origin answered with `status`.
     func recordForwarded(origin: String, status: Int) {
-        counter(Series(family: .forwarded, label: origin, code: status / 100)) {
-            registry.counter(Name.forwarded, [("origin", origin), ("status", "\(status / 100)xx")])
-        }.increment()
+        registry.counter(Name.forwarded, [("origin", origin), ("status", "\(status / 100)xx")]).increment()
     }
 
     /// Counts one forwarded request the origin failed (`unreachable`, `timeout`, `broken`).

@@ -31,14 +31,13 @@ struct LocalServerResponder: HTTPResponder {
     static let allocator = ByteBufferAllocator()
 
     func respond(to request: Request, context: Context) async throws -> Response {
-        let response = await answer(router.route(request), to: request, on: context.eventLoop)
+        let response = await answer(router.route(request), to: request, page: context.page)
         logger.debug("\(request.method) \(request.uri) \(response.status.code)")
         return response
     }
 
-    /// The response to `request`, which `router` sent to `route`; a forward's origin
-    /// connection is on `eventLoop`, the page connection's.
-    func answer(_ route: LocalRoute, to request: Request, on eventLoop: any EventLoop) async -> Response {
+    /// The response to `request`, which `router` sent to `route`, on the connection `page`.
+    func answer(_ route: LocalRoute, to request: Request, page: any Channel) async -> Response {
         let head = request.method == .head
         switch route {
         case .refuse(let refusal):
@@ -68,7 +67,7 @@ struct LocalServerResponder: HTTPResponder {
             let origins = snapshot.origins
             return await proxy.forward(
                 request, to: origin, servePort: LocalHostAuthority(request.head.authority).port, fallback: header,
-                on: eventLoop, isMirrored: { origins.contains($0) })
+                page: page, isMirrored: { origins.contains($0) })
         case .control(.open(let launch)):
             return await open(request, launch: launch)
         case .control(.sessionRestore(let launch)):
