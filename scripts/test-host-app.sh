@@ -76,11 +76,21 @@ step "build (dependencies from the tagged clone, scratch path $work/build)"
 build_started=$SECONDS
 # A kept work directory reuses the dependencies' build, never the previous resolution.
 rm -rf "$work/build/workspace-state.json"
+# A cold build of the example and its dependencies takes minutes (about 5 on two
+# cores): say so, and show that it moves, instead of minutes of silence.
+echo "   (a cold build takes about 5 minutes; progress every 30 s, log $work/build.log)"
+( while sleep 30; do
+      echo "   ... building: $(grep -c '^\[' "$work/build.log" 2>/dev/null || echo 0) steps done, $(tail -1 "$work/build.log" 2>/dev/null | cut -c1-80)"
+  done ) &
+progress=$!
+pids+=("$progress")
 if ! timeout 2400 swift build --package-path "$package" --scratch-path "$work/build" --disable-dependency-cache \
     >"$work/build.log" 2>&1; then
+    kill "$progress" 2>/dev/null || true
     tail -40 "$work/build.log" >&2
     fail "swift build of host-app failed (log: $work/build.log)"
 fi
+kill "$progress" 2>/dev/null || true
 grep "$package/Sources/.*warning:" "$work/build.log" | sort -u | head -20 || true   # the examples' own warnings
 # The pin of the canonical URL (found by its location, whatever identity SwiftPM gives it).
 pin="$(grep -A5 "\"location\" : \"$canonical\"" "$package/Package.resolved" || true)"

@@ -21,6 +21,7 @@ struct OfflineAgentCommand: AsyncParsableCommand {
             PatchCommand.self, ExtractCommand.self, ServeCommand.self,
             CookiesCommand.self, SessionURLCommand.self, CheckConfigCommand.self,
             MarkGoodCommand.self, MarkBadCommand.self, HoldCommand.self, UnholdCommand.self, HistoryCommand.self,
+            ForgetBadCommand.self,
         ]
     )
 
@@ -42,6 +43,15 @@ struct OfflineAgentCommand: AsyncParsableCommand {
                 exit(withError: error)
             }
             return
+        }
+        // A first word that names no command is a usage error whatever follows: without
+        // this, `offline-agent publish --version` printed the version and exited 0, as if
+        // the agent had a `publish` command.
+        if let first = arguments.first, !first.hasPrefix("-"), first != "help",
+           !configuration.subcommands.contains(where: { $0.configuration.commandName == first }) {
+            let names = configuration.subcommands.compactMap { $0.configuration.commandName }.joined(separator: ", ")
+            printError("offline-agent: usage: unknown command '\(first)' (commands: \(names); see offline-agent --help)")
+            exit(withError: ExitCode(64))
         }
         await main(nil)
     }

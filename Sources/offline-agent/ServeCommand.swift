@@ -71,7 +71,7 @@ struct ServeCommand: AsyncParsableCommand {
             }
             let server = try LocalServer(
                 configuration: .init(
-                    root: try ExistingRoot.url(root).path, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote,
+                    root: try ExistingRoot.url(root, phase: .serve).path, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote,
                     maxTrialLaunches: maxTrialLaunches, maxConnections: maxConnections,
                     headerTimeout: .milliseconds(Int64((headerTimeout * 1000).rounded(.up))),
                     idleTimeout: .milliseconds(Int64((idleTimeout * 1000).rounded(.up)))),

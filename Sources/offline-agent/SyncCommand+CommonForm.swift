@@ -8,7 +8,7 @@ extension SyncCommand {
         "max-trial-launches",
     ]
     /// `sync`'s flags, by long name.
-    static let flags: Set<String> = ["force", "verbose", "json", "no-manifest-query"]
+    static let flags: Set<String> = ["force", "verbose", "json", "no-manifest-query", "allow-unsigned"]
 
     /// `sync`'s arguments read in the common form a cron line or a unit file uses, without
     /// ArgumentParser; nil leaves them to it.
@@ -58,6 +58,7 @@ extension SyncCommand {
         sync.verbose = given.contains("verbose")
         sync.json = given.contains("json")
         sync.noManifestQuery = given.contains("no-manifest-query")
+        sync.allowUnsigned = given.contains("allow-unsigned")
         do { try sync.validate() } catch { return nil }
         return sync
     }

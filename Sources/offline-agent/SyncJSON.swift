@@ -53,7 +53,19 @@ struct SyncJSON: Encodable {
         return String(decoding: (try? encoder.encode(self)) ?? Data(), as: UTF8.self)
     }
 
-    static func line(_ report: SyncReport) -> String {
+    /// The line of an app whose sync a signal stopped: what stays, and that it resumes.
+    static func interruptedLine(_ report: SyncReport, keptBytes: Int64) -> String {
+        let active = report.version.map { "\($0) stays active" } ?? "nothing is installed yet"
+        let offered = report.offeredVersion.map { " of \($0)" } ?? ""
+        let kept = keptBytes > 0
+            ? "\(keptBytes) bytes of the download\(offered) kept; the next sync resumes from there"
+            : "nothing downloaded to keep; the next sync starts again"
+        return "\(report.app): interrupted: \(kept) (not counted as a check); \(active)"
+    }
+
+    /// The one line of a sync. `activeIsBad`: the version left active is itself marked
+    /// bad (a rollback found nothing to go back to), so it is not said to stay in use.
+    static func line(_ report: SyncReport, activeIsBad: Bool = false) -> String {
         let version = report.version?.description ?? "none"
         switch report.result {
         case .updated:
@@ -63,7 +75,13 @@ struct SyncJSON: Encodable {
         case .throttled: return "\(report.app): throttled, next check \(report.nextCheck.map(RFC3339.string(from:)) ?? "later")"
         case .deferred: return "\(report.app): deferred until an unmetered network"
         case .held: return "\(report.app): held at \(version); nothing downloaded (offline-agent unhold)"
-        case .knownBad: return "\(report.app): the offered version is marked bad here; \(version) stays active"
+        case .knownBad:
+            // The same words as `status`: a bad version is "marked bad", and not used offline.
+            let offered = report.offeredVersion?.description ?? "the offered version"
+            let active = activeIsBad
+                ? "\(version) is marked bad too: nothing of \(report.app) is used offline"
+                : "\(version) stays active"
+            return "\(report.app): \(offered) is marked bad here and not installed; \(active) (offline-agent forget-bad --app \(report.app) clears the marks)"
         case .failed:
             // Busy is not a fault: another run is doing the work.
             if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }

@@ -10,7 +10,7 @@ struct FleetReportCLITests {
         let h: SyncHarness
         let collector: ReportCollector
         var sync: [String] {
-            ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
+            ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
              "--report", collector.url.absoluteString, "--report-deadline", "60", "--json"]
         }
 
@@ -121,7 +121,7 @@ struct FleetReportCLITests {
             let bad = try await CLI.run(command)
             #expect(bad.status == 64 && bad.stderr.contains("report: invalid report URL 'ftp://x/report'"), "\(bad.stderr)")
         }
-        let flag = try await CLI.run(["sync", "--root", s.h.root.path, "--app", "mall", "--manifest", manifest, "--report", "not a url"])
+        let flag = try await CLI.run(["sync", "--allow-unsigned", "--root", s.h.root.path, "--app", "mall", "--manifest", manifest, "--report", "not a url"])
         #expect(flag.status == 64, "\(flag.stderr)")
     }
 

@@ -37,7 +37,7 @@ struct StaticCDNTests {
 
     /// `offline-agent sync --json` for one device root.
     static func sync(root: String, manifest: String, key: SigningKey?, extra: [String] = []) async throws -> [String: Any] {
-        var arguments = ["sync", "--root", root, "--app", "sample", "--manifest", manifest, "--force", "--json"] + extra
+        var arguments = ["sync", "--allow-unsigned", "--root", root, "--app", "sample", "--manifest", manifest, "--force", "--json"] + extra
         if let key { arguments += ["--public-key", key.publicKeyBase64] }
         let result = try await CLI.run(arguments)
         return CLI.json(result.stdout) ?? ["stderr": result.stderr, "status": Int(result.status)]
@@ -154,7 +154,7 @@ struct StaticCDNTests {
         let manifest = "\(nginx.baseURL)/sample/manifest.json"
         let root = dir.file("device")
 
-        let running = try CLI.start(["sync", "--root", root, "--app", "sample", "--manifest", manifest, "--force", "--json",
+        let running = try CLI.start(["sync", "--allow-unsigned", "--root", root, "--app", "sample", "--manifest", manifest, "--force", "--json",
                                      "--public-key", key.publicKeyBase64])
         let downloads = Store(root: root).downloadsDirectory("sample")
         let deadline = Date().addingTimeInterval(30)
@@ -220,7 +220,7 @@ struct StaticCDNTests {
 
         // Device A: killed half way through the (slowed) full download, then resumed: the
         // proxy answers the Range from its cached copy.
-        let running = try CLI.start(["sync", "--root", first, "--app", "sample", "--manifest", manifest, "--force", "--json"])
+        let running = try CLI.start(["sync", "--allow-unsigned", "--root", first, "--app", "sample", "--manifest", manifest, "--force", "--json"])
         let downloads = Store(root: first).downloadsDirectory("sample")
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, running.process.isRunning {

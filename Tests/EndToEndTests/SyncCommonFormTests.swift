@@ -64,7 +64,7 @@ struct SyncCommonFormTests {
             "\(sync.root as Any)", "\(sync.app as Any)", "\(sync.manifest as Any)", "\(sync.config as Any)",
             "\(sync.publicKey as Any)", "\(sync.network as Any)", "\(sync.report as Any)", "\(sync.reportDeadline as Any)",
             "\(sync.profile as Any)", "\(sync.maxTrialLaunches as Any)",
-            "\(sync.force)", "\(sync.verbose)", "\(sync.json)", "\(sync.noManifestQuery)",
+            "\(sync.force)", "\(sync.verbose)", "\(sync.json)", "\(sync.noManifestQuery)", "\(sync.allowUnsigned)",
         ]
     }
 }

@@ -6,6 +6,8 @@ public struct Manifest: Sendable, Equatable, Codable {
     public enum NetworkType: String, Sendable, Codable { case any, wifi }
     /// Transport compression of the full-package file.
     public enum Compression: String, Sendable, Codable { case none, gzip }
+    /// The largest `trialLaunches` a manifest may ask for.
+    public static let maxTrialLaunches = 1000
 
     /// The app the manifest is for; must equal the app synced.
     public var app: String
@@ -47,6 +49,11 @@ public struct Manifest: Sendable, Equatable, Codable {
     /// The package's entry page for single-page routes on a mirrored origin (e.g.
     /// `index.html`): a normalised relative path of a file in the package; nil when none.
     public var fallback: String?
+    /// The publisher's trial request (`offline-publish publish --trial-launches N`): the
+    /// version stays on trial for N launches and is rolled back unless the host confirms
+    /// it (`mark-good`). Nil or 0: no trial, the version is good once installed. A device
+    /// setting (`AgentConfiguration.maxTrialLaunches`) wins over it.
+    public var trialLaunches: Int?
 
     /// A manifest with every field given; `Manifest.decode` is what checks a server's manifest.
     public init(
@@ -54,7 +61,8 @@ public struct Manifest: Sendable, Equatable, Codable {
         url: String, size: Int64, sha256: String, packageSha256: String,
         fullUrl: String? = nil, fullSize: Int64? = nil, fullSha256: String? = nil,
         whitelist: [String], networkType: NetworkType = .any, rollout: Int = 100,
-        expires: Date? = nil, compression: Compression = .none, patches: [ManifestPatch] = [], fallback: String? = nil
+        expires: Date? = nil, compression: Compression = .none, patches: [ManifestPatch] = [], fallback: String? = nil,
+        trialLaunches: Int? = nil
     ) {
         self.app = app
         self.version = version
@@ -75,11 +83,13 @@ public struct Manifest: Sendable, Equatable, Codable {
         self.compression = compression
         self.patches = patches
         self.fallback = fallback
+        self.trialLaunches = trialLaunches
     }
 
     enum CodingKeys: String, CodingKey {
         case app, version, miniVersion, isPatch, baseVersion, url, size, sha256, packageSha256
         case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression, patches, fallback
+        case trialLaunches
     }
 
     /// Decodes the wire form (see `Manifest.decode` for the strict checks a server's bytes get).
@@ -103,6 +113,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         compression = try c.decodeIfPresent(Compression.self, forKey: .compression) ?? .none
         patches = try c.decodeIfPresent([ManifestPatch].self, forKey: .patches) ?? []
         fallback = try c.decodeIfPresent(String.self, forKey: .fallback)
+        trialLaunches = try c.decodeIfPresent(Int.self, forKey: .trialLaunches)
         if let text = try c.decodeIfPresent(String.self, forKey: .expires) {
             guard let date = RFC3339.date(from: text) else {
                 throw DecodingError.dataCorruptedError(forKey: .expires, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
@@ -136,6 +147,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         // Absent rather than empty: manifests without patches keep their bytes (and ETags, signatures).
         if !patches.isEmpty { try c.encode(patches, forKey: .patches) }
         try c.encodeIfPresent(fallback, forKey: .fallback)
+        try c.encodeIfPresent(trialLaunches, forKey: .trialLaunches)
     }
 
     /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
@@ -175,7 +187,8 @@ public struct Manifest: Sendable, Equatable, Codable {
             expires: fields.optional("expires", fields.time),
             compression: fields.optional("compression", fields.compression) ?? .none,
             patches: fields.optional("patches", fields.patches) ?? [],
-            fallback: fields.optional("fallback", fields.fallback))
+            fallback: fields.optional("fallback", fields.fallback),
+            trialLaunches: fields.optional("trialLaunches", fields.trialLaunches))
         try manifest.checkFields()
         return manifest
     }
@@ -191,6 +204,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail(ManifestFields.rule("fullSha256")) }
         if let fullSize, fullSize < 0 { throw fail(ManifestFields.rule("fullSize")) }
         if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail(ManifestFields.rule("fallback")) }
+        if let trialLaunches, !(0...Manifest.maxTrialLaunches).contains(trialLaunches) { throw fail(ManifestFields.rule("trialLaunches")) }
         if isPatch {
             guard let baseVersion else { throw fail("baseVersion is required when isPatch is true") }
             guard baseVersion < version else { throw fail("baseVersion \(baseVersion) is not below version \(version)") }

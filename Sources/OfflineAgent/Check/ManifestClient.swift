@@ -100,9 +100,13 @@ struct ManifestClient: Sendable {
                 failure = error
             }
         }
-        if let failure = failure as? OfflineAgentError, failure.cause == .manifestInvalid {
-            // A signature that is malformed or verifies with no trusted key: say which.
-            throw OfflineAgentError(failure.code, failure.reason, cause: .signatureInvalid, path: failure.path, underlying: failure.underlying)
+        if let failure = failure as? OfflineAgentError {
+            // Name the keys tried: the usual cause is a device configured with another
+            // key than the one the publisher signs with (`offline-publish keygen` prints
+            // the fingerprint of the key it makes).
+            let trusted = keys.map { "SHA256:" + SHA256.hash(data: $0.rawRepresentation).prefix(8).hex }.joined(separator: ", ")
+            let reason = "\(failure.reason) with any trusted key (trusted: \(trusted)); check that the device trusts the publisher's public key"
+            throw OfflineAgentError(failure.code, reason, cause: .signatureInvalid, path: failure.path, underlying: failure.underlying)
         }
         if let failure { throw failure }
     }

@@ -29,6 +29,7 @@ package struct ManifestFields {
         case "compression": "compression must be \"none\" or \"gzip\""
         case "fallback":
             "fallback must be a normalised relative path of a file in the package (no leading '/', no empty, '.' or '..' segments, no trailing '/', no '\\', NUL, '?' or '#', at most \(maxPackagePath) bytes)"
+        case "trialLaunches": "trialLaunches must be an integer 0…\(Manifest.maxTrialLaunches)"
         case "patches": "patches must be an array of at most \(ManifestPatch.maxCount) objects {baseVersion, url, size, sha256}"
         default: "\(field) is invalid"
         }
@@ -85,6 +86,11 @@ package struct ManifestFields {
 
     func rollout(_ field: String) throws -> Int {
         guard let value = try integer(field), value <= 100 else { throw invalid(field) }
+        return Int(value)
+    }
+
+    func trialLaunches(_ field: String) throws -> Int {
+        guard let value = try integer(field), value <= Manifest.maxTrialLaunches else { throw invalid(field) }
         return Int(value)
     }
 

@@ -37,6 +37,7 @@ public enum PublishManifest {
                 ManifestPatch(baseVersion: $0.from, url: fileURLPrefix + $0.file, size: $0.size, sha256: $0.sha256)
             },
             fallback: state.fallback)
+        manifest.trialLaunches = release.trialLaunches
         if offerPatch, let current, let patch = state.patches.first(where: { $0.from == current && $0.to == state.latest }) {
             manifest.isPatch = true
             manifest.baseVersion = patch.from

@@ -48,6 +48,13 @@ public struct PublishOptions: Sendable {
     /// `fallback`, e.g. `index.html`): a file of the package. nil: the previous value
     /// (none on a first publish).
     public var fallback: String?
+    /// This version's trial request (`publish --trial-launches N`): devices keep it on
+    /// trial for N launches and roll it back unless the host confirms it. nil or 0: no
+    /// trial, good once installed. Not kept for later versions: each asks for itself.
+    public var trialLaunches: Int?
+    /// Refuse a publish whose whitelist (given or kept) is empty: such a package is
+    /// installed by every device and served by none (the CLI sets it).
+    public var requireWhitelist = false
 
     public init(
         app: String, version: Version, sourceDirectory: String, publishDirectory: String,

@@ -17,13 +17,18 @@ public struct PublishState: Sendable, Equatable, Codable {
         /// Byte length and SHA-256 of `<version>.zip.gz`.
         public var gzipSize: Int64
         public var gzipSha256: String
+        /// The publisher's trial request for this version (`publish --trial-launches`),
+        /// written into its manifest as `trialLaunches`; nil: no trial (absent from
+        /// older states, whose bytes stay as they were).
+        public var trialLaunches: Int?
 
-        public init(version: Version, size: Int64, sha256: String, gzipSize: Int64, gzipSha256: String) {
+        public init(version: Version, size: Int64, sha256: String, gzipSize: Int64, gzipSha256: String, trialLaunches: Int? = nil) {
             self.version = version
             self.size = size
             self.sha256 = sha256
             self.gzipSize = gzipSize
             self.gzipSha256 = gzipSha256
+            self.trialLaunches = trialLaunches
         }
 
         /// File name of the package, relative to the app directory.
@@ -136,6 +141,9 @@ public struct PublishState: Sendable, Equatable, Codable {
         for release in versions {
             guard release.size >= 0, release.gzipSize >= 0, SHA256Hex.isValid(release.sha256), SHA256Hex.isValid(release.gzipSha256) else {
                 throw fail("bad size or hash for \(release.version)")
+            }
+            if let trial = release.trialLaunches, !(0...Manifest.maxTrialLaunches).contains(trial) {
+                throw fail("trialLaunches \(trial) of \(release.version) is outside 0…\(Manifest.maxTrialLaunches)")
             }
         }
         for patch in patches {

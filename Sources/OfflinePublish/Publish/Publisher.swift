@@ -96,7 +96,8 @@ public enum Publisher {
         let package = try PublishZip.write(entries, to: "\(staging)/\(version).zip")
         let gzip = try PublishGzip.compress("\(staging)/\(version).zip", to: "\(staging)/\(version).zip.gz")
         let release = PublishState.Release(
-            version: version, size: package.size, sha256: package.sha256, gzipSize: gzip.size, gzipSha256: gzip.sha256)
+            version: version, size: package.size, sha256: package.sha256, gzipSize: gzip.size, gzipSha256: gzip.sha256,
+            trialLaunches: (options.trialLaunches ?? 0) > 0 ? options.trialLaunches : nil)
         var files = [release.packageFile, release.gzipFile]
 
         var patches: [PublishState.Patch] = []
@@ -122,6 +123,11 @@ public enum Publisher {
             versions: (previous?.versions ?? []) + [release],
             patches: patches,
             fallback: options.fallback ?? previous?.fallback)
+        if options.requireWhitelist, state.whitelist.isEmpty {
+            throw OfflineAgentError(
+                .usage,
+                "no whitelist: devices would install \(options.app) \(version) and serve none of it; give --whitelist URL_PREFIX (e.g. https://h5.example.com/\(options.app)/), repeated for several")
+        }
         // The entry page must be a file of this very package, or every deep link would fail.
         if let fallback = state.fallback, !entries.contains(where: { $0.name == fallback }) {
             throw OfflineAgentError(.usage, "fallback '\(fallback)' is not a file of the package")
@@ -217,6 +223,9 @@ public enum Publisher {
             throw usage("base URL '\(baseURL)' is not an absolute http(s) URL")
         }
         guard options.patchBaseCount >= 0 else { throw usage("negative patch count") }
+        if let trial = options.trialLaunches, !(0...Manifest.maxTrialLaunches).contains(trial) {
+            throw usage("--trial-launches \(trial) is outside 0…\(Manifest.maxTrialLaunches)")
+        }
         if let fallback = options.fallback, !ManifestFields.isPackagePath(fallback) {
             throw usage("fallback '\(fallback)' must be a normalised relative path of a file in the package (like index.html)")
         }
