@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves the library works as a dependency, the way an app developer adds it: builds
-# examples/host-app (and the README's library example beside it) against a throw-away
+# examples/host-app (and docs/LIBRARY.md's library example beside it) against a throw-away
 # clone of this repository at HEAD, tagged with AgentVersion.current and reached through
 # the canonical git URL (a SwiftPM mirror in a scratch copy; nothing is written into the
 # repository), then runs host-app against the fixture app published and served by the
@@ -54,18 +54,16 @@ package="$work/host-app"
 rm -rf "$package/.build" "$package/.swiftpm" "$package/Package.resolved"
 swift package --package-path "$package" config set-mirror --original "$canonical" --mirror "file://$clone"
 
-# The README's library example, compiled as written: the first swift block under
-# "## Library" that starts with an import, as a second executable of the scratch package.
+# The library example of docs/LIBRARY.md, compiled as written: its first swift block
+# that starts with an import, as a second executable of the scratch package.
 mkdir -p "$package/Sources/readme-example"
-awk '/^## Library/ {section = 1; next}
-     section && /^## / {exit}
-     section && !inblock && /^```swift$/ {inblock = 1; block = ""; next}
+awk '!inblock && /^```swift$/ {inblock = 1; block = ""; next}
      inblock && /^```$/ {inblock = 0; if (block ~ /^import /) {printf "%s", block; exit}; next}
-     inblock {block = block $0 "\n"}' "$clone/README.md" >"$package/Sources/readme-example/main.swift"
-[[ -s "$package/Sources/readme-example/main.swift" ]] || fail "no swift block starting with an import under '## Library' in README.md"
+     inblock {block = block $0 "\n"}' "$clone/docs/LIBRARY.md" >"$package/Sources/readme-example/main.swift"
+[[ -s "$package/Sources/readme-example/main.swift" ]] || fail "no swift block starting with an import in docs/LIBRARY.md"
 cat >>"$package/Package.swift" <<'SWIFT'
 
-// Added by scripts/test-host-app.sh: README.md's library example, as written.
+// Added by scripts/test-host-app.sh: docs/LIBRARY.md's library example, as written.
 package.targets.append(.executableTarget(
     name: "readme-example",
     dependencies: [.product(name: "OfflineAgent", package: "offline-agent")]

@@ -12,7 +12,7 @@ struct OfflineAgentCommand: AsyncParsableCommand {
         abstract: "Keeps offline H5 packages current and serves them.",
         discussion: """
             The wire contract (manifests, signatures, whitelist rules, error codes) is docs/PROTOCOL.md \
-            in the offline-agent repository; README.md documents every command. Packages are published \
+            in the offline-agent repository; docs/CLI.md documents every command. Packages are published \
             with offline-publish (docs/PUBLISHING.md).
             """,
         version: AgentVersion.current,

@@ -41,7 +41,7 @@ struct SyncCommand: AsyncParsableCommand {
             --network auto (the default) asks NetworkManager (nmcli) whether the connection is metered when a manifest \
             wants an unmetered network, and assumes unmetered, with one log line, where it cannot be read.
             Trials: a version is on trial (rolled back unless confirmed by mark-good within N launches) only when its \
-            manifest asks (offline-publish publish --trial-launches N). --max-trial-launches N (or "maxTrialLaunches", \
+            manifest asks (its publisher's trial request, docs/PUBLISHING.md). --max-trial-launches N (or "maxTrialLaunches", \
             top level or per app) turns trials on for a host that confirms, whatever the manifest asks; 0 turns them off.
             Without a trusted key (--public-key, or a key in the config file) sync refuses to run: give --allow-unsigned \
             (or "allowUnsigned": true) to accept unsigned manifests.

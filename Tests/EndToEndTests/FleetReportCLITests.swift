@@ -17,7 +17,8 @@ struct FleetReportCLITests {
         init() throws {
             h = try SyncHarness()
             collector = try ReportCollector()
-            h.origin.setManifest(h.full("1.0.0"))
+            // On trial (the publisher asks), so a later mark-good is a transition that reports.
+            h.origin.setManifest(h.full("1.0.0", ["trialLaunches": 3]))
         }
 
         var queue: ReportQueue? { ReportQueue.all(root: h.root.path, maxEvents: 1000).first }

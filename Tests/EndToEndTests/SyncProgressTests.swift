@@ -42,11 +42,18 @@ struct SyncProgressTests {
 
     @Test("on a terminal: one redrawn line with bytes, rate and 'resuming from', cleared before the summary")
     func terminalLine() async throws {
-        let (h, _) = try SyncInterruptionTests.slowHarness()
-        // Keep part of the package from an interrupted run, so the next one resumes.
-        let (interrupted, _) = try await SyncInterruptionTests.interrupt(h, with: SIGINT)
-        #expect(interrupted.status == 130, "\(interrupted.stderr)")
-        let result = try await Self.onTerminal(Self.sync(h))
+        let (h, bytes) = try SyncInterruptionTests.slowHarness()
+        // Keep 32 KiB of the package from a run whose connection closed, so the next one
+        // resumes (no timing involved: the server cuts the body itself).
+        h.origin.override("big.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .close(afterBodyBytes: 32 << 10)
+            return reply
+        }
+        #expect(await h.sync().result == .failed)
+        h.origin.slow("big.zip", chunk: 2048, pause: 0.02)
+        let result = try await Self.onTerminal(Self.sync(h) + ["--force"])
+        #expect(bytes.count > 200 << 10)
         #expect(result.status == 0, "\(result.stdout)")
         let screen = result.stdout
         let clear = "\r\u{1B}[K"
