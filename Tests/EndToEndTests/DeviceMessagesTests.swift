@@ -83,6 +83,13 @@ struct DeviceMessagesTests {
         #expect(result.stderr.hasPrefix("offline-agent: usage: unknown command '\(arguments[0])' (commands: sync, status,"), "\(result.stderr)")
     }
 
+    @Test("offline-publish: an unknown command is a usage error too, beside --version")
+    func unknownPublishCommand() async throws {
+        let result = try await CLI.run(["sync", "--version"], executable: CLI.publisher)
+        #expect(result.status == 64 && result.stdout.isEmpty, "\(result.stdout) \(result.stderr)")
+        #expect(result.stderr.hasPrefix("offline-publish: usage: unknown command 'sync' (commands: publish, keygen"), "\(result.stderr)")
+    }
+
     @Test("rollback with nothing kept says lifecycle, not install, and what stays")
     func rollbackNothingKept() async throws {
         let h = try SyncHarness()

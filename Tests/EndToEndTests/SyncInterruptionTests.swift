@@ -10,7 +10,7 @@ import Glibc
 /// was kept, exit 130 / 143, and no check counted, so the next plain run resumes at once.
 @Suite("Sync interruption", .serialized)
 struct SyncInterruptionTests {
-    /// A harness offering a 256 KiB stored package served 2 KiB every 20 ms (~10 s in all).
+    /// A harness offering a 256 KiB stored package served 2 KiB every 20 ms (~3 s in all).
     static func slowHarness() throws -> (SyncHarness, [UInt8]) {
         let h = try SyncHarness()
         var zip = ZipBuilder()
@@ -28,17 +28,24 @@ struct SyncInterruptionTests {
         return (h, bytes)
     }
 
-    /// Starts a sync and sends `signal` once at least 16 KiB of the package are on disk.
+    /// Starts a sync and sends `signal` once 32 KiB of the package are on disk. The
+    /// server sends those and then holds the connection (however slowly this test's task
+    /// is scheduled, the download is still under way when the signal comes).
     static func interrupt(_ h: SyncHarness, with signal: Int32, json: Bool = false) async throws -> (CLI.Result, Int64) {
+        h.origin.override("big.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .hold(afterBodyBytes: 32 << 10, seconds: 120)
+            return reply
+        }
         let arguments = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString]
         let running = try CLI.start(arguments + (json ? ["--json"] : []))
         let downloads = Store(root: h.root.path).downloadsDirectory("mall")
-        let deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(120)
         var partial: Int64 = 0
         while Date() < deadline, running.process.isRunning {
             partial = ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
                 .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0
-            if partial >= 16 << 10 { break }
+            if partial >= 32 << 10 { break }
             try await Task.sleep(for: .milliseconds(20))
         }
         kill(running.process.processIdentifier, signal)
@@ -49,7 +56,7 @@ struct SyncInterruptionTests {
     func sigint() async throws {
         let (h, bytes) = try Self.slowHarness()
         let (result, partial) = try await Self.interrupt(h, with: SIGINT)
-        #expect(partial >= 16 << 10, "the download was under way: \(result.stderr)")
+        #expect(partial >= 32 << 10, "the download was under way: \(result.stderr)")
         #expect(!result.signaled && result.status == 130, "\(result.status) \(result.stderr)")
         let lines = result.stderr.split(separator: "\n")
         #expect(lines.count == 1, "\(result.stderr)")
@@ -66,7 +73,7 @@ struct SyncInterruptionTests {
         #expect(report["result"] as? String == "updated", "\(report)")
         let ranges = h.origin.requests(for: "/files/big.zip").compactMap { $0.header("Range") }
         let offset = ranges.last.flatMap { Int($0.dropFirst("bytes=".count).prefix { $0 != "-" }) } ?? 0
-        #expect(offset >= 16 << 10, "\(ranges)")
+        #expect(offset >= 32 << 10, "\(ranges)")
         #expect((report["bytesDownloaded"] as? Int ?? .max) <= bytes.count - offset, "\(report)")
     }
 
