@@ -28,15 +28,15 @@ struct OfflineAgentCommand: AsyncParsableCommand {
     /// `sync` is parsed on its own first. cron and systemd run it every minute and nearly
     /// every run is a throttled no-op, so start-up is most of its cost: parsing against
     /// the root command builds every subcommand's argument table by reflection (runtime
-    /// conformance lookups over the whole binary) before reading one flag. The common form
-    /// of a cron line skips ArgumentParser altogether (`SyncCommand.parseCommonForm`).
+    /// conformance lookups over the whole binary) before reading one flag. Parsed alone, a
+    /// throttled no-op stays within its 5 ms (median 3.7–4.0 ms on the shipped build,
+    /// docs/PERFORMANCE.md), so `sync` has no second, hand-written parser to keep in step.
     /// Whatever `sync` alone does not parse (help, a usage error, completion scripts,
     /// another command) goes through the full parser, so help and errors read exactly as before.
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first == SyncCommand.configuration.commandName,
-           let sync = SyncCommand.parseCommonForm(Array(arguments.dropFirst()))
-            ?? (try? SyncCommand.parse(Array(arguments.dropFirst()))) {
+           let sync = try? SyncCommand.parse(Array(arguments.dropFirst())) {
             do {
                 try await sync.run()
             } catch {

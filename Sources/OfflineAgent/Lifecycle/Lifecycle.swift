@@ -42,7 +42,10 @@ public struct Lifecycle: Sendable {
     /// The lifecycle of `app` as it stands now.
     public func status(_ app: String) -> LifecycleStatus {
         let active = AppName.isValid(app) ? store.active(app)?.version : nil
-        let record = (AppName.isValid(app) ? record(app) : nil) ?? VersionLifecycle(legacyActive: active)
+        var record = (AppName.isValid(app) ? record(app) : nil) ?? VersionLifecycle(legacyActive: active)
+        // An install not yet in the record (a crash right after the swap) reads as the
+        // next lifecycle step will record it: with the trial its version record asked for.
+        record.adopt(active, trialLaunches: active.flatMap { store.metadata(app, $0)?.trialLaunches }, at: Date())
         let state = active.map { record.state(of: $0) }
         return LifecycleStatus(
             app: app, version: active, state: state, launches: active.map { record.launches(of: $0) } ?? 0,
