@@ -36,7 +36,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Allow a non-loopback --host and accept any Host header (turns off the DNS-rebinding check).")
     var allowRemote = false
     @Flag(help: "Log one line per request on stderr.") var verbose = false
-    @Option(help: "Launches (/open, /session/restore) a new version may have unconfirmed before it is rolled back (default: the sync's, 3; 0: never).")
+    @Option(help: "Launches (/open, /session/restore) a version on trial may have unconfirmed before it is rolled back (default: what its install recorded; 0: never). Versions not on trial are never rolled back.")
     var maxTrialLaunches: Int?
 
     @Option(help: "At most this many connections at once (lowered to fit the descriptor limit).")
