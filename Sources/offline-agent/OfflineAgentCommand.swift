@@ -29,7 +29,7 @@ struct OfflineAgentCommand: AsyncParsableCommand {
     /// every run is a throttled no-op, so start-up is most of its cost: parsing against
     /// the root command builds every subcommand's argument table by reflection (runtime
     /// conformance lookups over the whole binary) before reading one flag. Parsed alone, a
-    /// throttled no-op stays within its 5 ms (median 3.7–4.0 ms on the shipped build,
+    /// throttled no-op stays within its 5 ms (a median of about 4 ms on the shipped build,
     /// docs/PERFORMANCE.md), so `sync` has no second, hand-written parser to keep in step.
     /// Whatever `sync` alone does not parse (help, a usage error, completion scripts,
     /// another command) goes through the full parser, so help and errors read exactly as before.

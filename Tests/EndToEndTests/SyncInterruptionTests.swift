@@ -40,15 +40,24 @@ struct SyncInterruptionTests {
         let arguments = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString]
         let running = try CLI.start(arguments + (json ? ["--json"] : []))
         let downloads = Store(root: h.root.path).downloadsDirectory("mall")
-        let deadline = Date().addingTimeInterval(120)
-        var partial: Int64 = 0
-        while Date() < deadline, running.process.isRunning {
-            partial = ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
-                .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0
-            if partial >= 32 << 10 { break }
-            try await Task.sleep(for: .milliseconds(20))
+        let pid = running.process.processIdentifier
+        // Watched and signalled from a thread of its own: on a loaded machine the
+        // cooperative pool can leave a sleeping task unscheduled for longer than the
+        // agent's read timeout.
+        let partial = await withCheckedContinuation { (done: CheckedContinuation<Int64, Never>) in
+            Thread.detachNewThread {
+                let deadline = Date().addingTimeInterval(120)
+                var partial: Int64 = 0
+                while Date() < deadline, running.process.isRunning {
+                    partial = ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
+                        .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0
+                    if partial >= 32 << 10 { break }
+                    Thread.sleep(forTimeInterval: 0.02)
+                }
+                kill(pid, signal)
+                done.resume(returning: partial)
+            }
         }
-        kill(running.process.processIdentifier, signal)
         return (await CLI.finish(running), partial)
     }
 
