@@ -64,6 +64,10 @@ struct SyncJSON: Encodable {
         case .deferred: return "\(report.app): deferred until an unmetered network"
         case .held: return "\(report.app): held at \(version); nothing downloaded (offline-agent unhold)"
         case .knownBad: return "\(report.app): the offered version is marked bad here; \(version) stays active"
+        case .notInStage:
+            let offered = report.offeredVersion?.description ?? "the offered version"
+            let stage = report.stage.map { " (stage \($0.percent)%, this device's bucket \($0.bucket))" } ?? ""
+            return "\(report.app): \(offered) is not rolled out to this device yet\(stage); \(version) stays active"
         case .failed:
             // Busy is not a fault: another run is doing the work.
             if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }

@@ -40,6 +40,9 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Make the static manifest's URLs absolute: BASE_URL/APP/FILE.") var baseUrl: String?
     @Option(help: "The entry page (a file of the package, e.g. index.html) that single-page routes get on a mirrored origin.")
     var fallback: String?
+    @Option(help: "Staged rollout: share of devices (0-100) that may take this version (default 100).") var stage: Int?
+    @Option(help: "Staged rollout in time after publishing: PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h; units s m h d).")
+    var stageSchedule: String?
 
     func run() async throws {
         try await reportingFailures {
@@ -79,6 +82,13 @@ struct PublishCommand: AsyncParsableCommand {
                 guard date > Date() else { throw usage("--expires \(expires) has already passed: no device would accept the manifest") }
                 options.expires = .at(date)
             }
+        }
+        options.stage = stage
+        if let stageSchedule {
+            guard let steps = ManifestStageStep.parseSchedule(stageSchedule) else {
+                throw usage("--stage-schedule '\(stageSchedule)' is not PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h)")
+            }
+            options.stageSchedule = steps
         }
         if let key { options.signingKey = try SigningKey(contentsOfFile: key) }
         return options

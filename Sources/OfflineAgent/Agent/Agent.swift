@@ -400,6 +400,16 @@ public actor Agent {
             report.result = .upToDate
             return
         }
+        // A staged rollout this device is not in yet: keep what is installed. No ETag is
+        // kept, so the next check reads the manifest again: a schedule widens with time
+        // while the bytes (and their ETag) stay the same.
+        let root = store.root
+        let bucket = Resolver.rolloutBucket(deviceID: try await pool.run(.manifest) { try DeviceID.load(root: root) }, app: app)
+        if !manifest.admits(bucket: bucket, at: now) {
+            report.result = .notInStage
+            report.stage = (manifest.currentStage(at: now), bucket)
+            return
+        }
         // The system is asked only when it matters (auto policy: a process per question).
         if manifest.networkType == .wifi,
            try await pool.run(.manifest, { [logger] in options.networkKind(logger: logger) }) == .metered {

@@ -64,6 +64,15 @@ public struct PublishState: Sendable, Equatable, Codable {
     public var patches: [Patch]
     /// The manifest's `fallback` (the entry page for single-page routes); nil for none.
     public var fallback: String?
+    /// When `latest` was published (RFC 3339): what the manifest's `stageSchedule` is
+    /// measured from. nil in states written before staged rollouts.
+    public var publishedAt: String?
+    /// The staged rollout of `latest` (0–100, 0 halts it); nil means 100.
+    public var stage: Int?
+    /// The staged rollout as a schedule after `publishedAt`; nil or empty for none.
+    public var stageSchedule: [ManifestStageStep]?
+    /// Changes to the live release, oldest first (`PublishRevision`); nil when none.
+    public var revisions: [PublishRevision]?
 
     public init(
         app: String, latest: Version, miniVersion: Version, whitelist: [String], rollout: Int,
@@ -133,6 +142,8 @@ public struct PublishState: Sendable, Equatable, Codable {
         guard (0...100).contains(rollout) else { throw fail("rollout \(rollout) is outside 0…100") }
         if let expires, RFC3339.date(from: expires) == nil { throw fail("expires '\(expires)' is not RFC 3339") }
         if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail("fallback '\(fallback)' is not a normalised relative path") }
+        if let publishedAt, RFC3339.date(from: publishedAt) == nil { throw fail("publishedAt '\(publishedAt)' is not RFC 3339") }
+        if let stage, !(0...100).contains(stage) { throw fail("stage \(stage) is outside 0…100") }
         for release in versions {
             guard release.size >= 0, release.gzipSize >= 0, SHA256Hex.isValid(release.sha256), SHA256Hex.isValid(release.gzipSha256) else {
                 throw fail("bad size or hash for \(release.version)")
