@@ -185,6 +185,13 @@ struct StagedRolloutTests {
         let server = try OfflineServerProcess(arguments: ["--dir", out, "--key", path, "--no-reports"])
         defer { server.stopBlocking() }
         try await Self.runRelease(host: server.manifestURL, out: out, keyFile: path, key: key, dir: dir)
+        // The dynamic answer carries its own signature too, and the header signs the whole body.
+        let response = try await PublishHTTP.fetch(server.manifestURL + "?app=sample&current=1.1.0")
+        let envelope = try #require(try ManifestEnvelope.open(response.body))
+        let publicKey = try ManifestSignature.publicKey(base64: key.publicKeyBase64)
+        try ManifestSignature.verify(try #require(envelope.signature), of: envelope.manifest, with: publicKey)
+        try ManifestSignature.verify(try #require(response.header("X-Offline-Signature")), of: response.body, with: publicKey)
+        #expect(try Manifest.decode(envelope.manifest).isPatch, "a patch from the device's version")
     }
 
     @Test("a stage schedule widens by itself with time, measured from the publish time the manifest carries")
