@@ -100,6 +100,8 @@ struct StagedRolloutTests {
             } else {
                 #expect(report["result"] as? String == "not-in-stage", "\(device): \(report)")
                 #expect(report["bytesDownloaded"] as? Int == 0, "\(device): \(report)")
+                #expect(report["stage"] as? Int == 10 && report["bucket"] as? Int == device.bucket, "\(device): \(report)")
+                #expect(report["offeredVersion"] as? String == "1.1.0", "\(device): \(report)")
                 #expect(active(device) == Version("1.0.0"))
             }
             servesOffline(device)

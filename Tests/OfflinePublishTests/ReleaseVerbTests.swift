@@ -211,4 +211,39 @@ struct ReleaseVerbTests {
         #expect(manifest.currentStage(at: F.fixedPublishTime.addingTimeInterval(86_400)) == 25)
         #expect(manifest.currentStage(at: F.fixedPublishTime.addingTimeInterval(1e9)) == 100)
     }
+
+    @Test("the CLI verbs: refusals exit 64 naming the value with the directory unchanged; history lists revisions")
+    func cliVerbs() throws {
+        guard let publisher = F.builtExecutable("offline-publish") else {
+            Issue.record("offline-publish is not built")
+            return
+        }
+        let (out, key) = try Self.published()
+        defer { F.cleanUp(out) }
+        let keyFile = "\(out)/key"
+        try key!.write(to: keyFile)
+        let base = ["--app", "sample", "--out", out, "--key", keyFile]
+        let before = F.tree("\(out)/sample")
+        for (arguments, text) in [
+            (["stage", "--percent", "101"] + base, "stage 101"),
+            (["set", "--expires", "soon"] + base, "'soon'"),
+            (["set", "--expires", "0d"] + base, "--expires 0d is now"),
+            (["set", "--network-type", "lte"] + base, "'lte'"),
+            (["set", "--mini-version", "1.x"] + base, "'1.x'"),
+            (["revert", "--to", "9.9.9"] + base, "9.9.9 was never published"),
+            (["history", "--app", "other", "--out", out], "app 'other' was never published"),
+            (["publish", "--app", "sample", "--out", out, "--key", keyFile, "--version", "2.0.0", "--source", F.sampleApp("1.3.0"),
+              "--stage-schedule", "5@soon"], "'5@soon'"),
+        ] {
+            let result = try F.run(publisher, arguments)
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains(text), "\(arguments): \(result.stderr)")
+        }
+        #expect(F.tree("\(out)/sample") == before)
+
+        #expect(try F.run(publisher, ["stage", "--percent", "25", "--reason", "canary"] + base).status == 0)
+        let history = try F.run(publisher, ["history", "--app", "sample", "--out", out])
+        #expect(history.status == 0)
+        #expect(history.stdout.contains("stage 25%") && history.stdout.contains("stage 100% -> 25%: canary"), "\(history.stdout)")
+    }
 }

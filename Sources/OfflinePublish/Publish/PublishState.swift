@@ -5,7 +5,8 @@ import OfflineAgent
 ///
 /// It is the commit point of `publish` (written last, atomically) and the only
 /// thing a server reads to answer manifest requests; the files it names live
-/// beside it. It holds no timestamps, so publishing the same input twice gives the
+/// beside it. Its only times are `publishedAt` and the revisions' (both
+/// `PublishOptions.now`), so publishing the same input at the same time gives the
 /// same bytes.
 public struct PublishState: Sendable, Equatable, Codable {
     /// One published version: its package (stored zip) and the gzip of that package.

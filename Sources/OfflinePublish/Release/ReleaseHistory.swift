@@ -6,20 +6,31 @@ import OfflineAgent
 public struct ReleaseHistory: Sendable, Codable {
     /// One published version.
     public struct Entry: Sendable, Codable {
+        /// The version published.
         public var version: Version
+        /// Byte length of its package (`VERSION.zip`).
         public var size: Int64
+        /// SHA-256 of its package: equal hashes mean equal bytes (a revert, a promotion).
         public var sha256: String
     }
 
+    /// The app.
     public var app: String
+    /// The latest version: what devices are offered.
     public var latest: Version
     /// The latest version's staged rollout: `100%`, `0%`, or `schedule 5@0h,…`.
     public var stage: String
+    /// When the latest version was published (RFC 3339); nil in states older than stages.
     public var publishedAt: String?
+    /// The lowest version still used offline.
     public var miniVersion: Version
+    /// The gray switch (0–100).
     public var rollout: Int
+    /// When manifests stop being trusted (RFC 3339); nil: never.
     public var expires: String?
+    /// Every published version, oldest first.
     public var versions: [Entry]
+    /// Every recorded revision, oldest first (the last `PublishRevision.maxKept`).
     public var revisions: [PublishRevision]
 
     init(state: PublishState, stage: String) {
