@@ -144,5 +144,15 @@ struct ManifestStageTests {
         // Already on the version: a shrunk stage changes nothing.
         h.origin.setManifest(h.full("1.0.0", ["stage": 0]))
         #expect(await h.sync().result == .upToDate)
+        // A host app's own device id places the device instead of the root's.
+        h.origin.setManifest(h.full("1.1.0", ["stage": 10]))
+        let ids = (0..<1000).map { "host-\($0)" }
+        let inside = try #require(ids.first { Resolver.rolloutBucket(deviceID: $0, app: "mall") <= 10 })
+        let outsideID = try #require(ids.first { Resolver.rolloutBucket(deviceID: $0, app: "mall") > 10 })
+        var options = SyncOptions(force: true)
+        options.deviceID = outsideID
+        #expect(await h.agent().sync(app: "mall", manifest: h.origin.manifestURL, options: options).result == .notInStage)
+        options.deviceID = inside
+        #expect(await h.agent().sync(app: "mall", manifest: h.origin.manifestURL, options: options).result == .updated)
     }
 }

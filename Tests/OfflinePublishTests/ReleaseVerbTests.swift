@@ -246,4 +246,20 @@ struct ReleaseVerbTests {
         #expect(history.status == 0)
         #expect(history.stdout.contains("stage 25%") && history.stdout.contains("stage 100% -> 25%: canary"), "\(history.stdout)")
     }
+
+    @Test("a failure while moving files in undoes the moves: manifest, signature and state as they were")
+    func failedMoveRollsBack() throws {
+        let (out, key) = try Self.published()
+        defer { F.cleanUp(out) }
+        let app = "\(out)/sample"
+        // A directory where the .sig goes: its rename fails after manifest.json was moved in.
+        try FileManager.default.removeItem(atPath: "\(app)/manifest.json.sig")
+        try FileManager.default.createDirectory(atPath: "\(app)/manifest.json.sig/x", withIntermediateDirectories: true)
+        let before = F.tree(app)
+        #expect(throws: OfflineAgentError.self) { try ReleaseEditor.stage(app: "sample", publishDirectory: out, percent: 5, key: key) }
+        #expect(F.tree(app) == before)
+        #expect(try Self.manifest(out).stage == nil, "the old manifest is back")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: app).filter { $0.hasPrefix(".publish-") }
+        #expect(leftovers.isEmpty)
+    }
 }

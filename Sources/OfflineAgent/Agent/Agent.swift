@@ -404,7 +404,9 @@ public actor Agent {
         // kept, so the next check reads the manifest again: a schedule widens with time
         // while the bytes (and their ETag) stay the same.
         let root = store.root
-        let bucket = Resolver.rolloutBucket(deviceID: try await pool.run(.manifest) { try DeviceID.load(root: root) }, app: app)
+        var deviceID = options.deviceID
+        if deviceID == nil { deviceID = try await pool.run(.manifest) { try DeviceID.load(root: root) } }
+        let bucket = Resolver.rolloutBucket(deviceID: deviceID ?? "", app: app)
         if !manifest.admits(bucket: bucket, at: now) {
             report.result = .notInStage
             report.stage = (manifest.currentStage(at: now), bucket)

@@ -26,6 +26,10 @@ public struct SyncOptions: Sendable {
     /// reports"); nil: `AgentConfiguration.report`. The URL is remembered per app, so
     /// later lifecycle transitions (mark good or bad, rollbacks) go there too.
     public var report: URL?
+    /// The device id that places this device in a staged rollout (its bucket,
+    /// docs/PROTOCOL.md "Staged rollout"); nil: the root's stable `<root>/device-id`.
+    /// Give the same id as to `resolve`/`serve` when the host app chooses it.
+    public var deviceID: String?
 
     /// Options for one sync; the defaults check within the throttle, unsigned, on an unmetered network, with the default cookie profile.
     public init(
