@@ -19,6 +19,10 @@ struct PublishCommand: AsyncParsableCommand {
             rollout 100, network type any, no expiry. VERSION must be greater than the latest, and an \
             expiry that has already passed (given or kept) is refused: no device would accept it.
 
+            --stage (default 100) or --stage-schedule starts a staged rollout: devices whose bucket is \
+            above the stage keep their version. Steer it later with `stage`, `set`, `revert`, \
+            `promote` and `history` (docs/PUBLISHING.md, "Running a release").
+
             The source tree is checked first with the rules devices apply to packages (no names \
             differing only in case or Unicode normalisation, no links or special files, no backslashes, \
             names within 1024 bytes, components within 255 bytes, at most 64 levels, 100 000 files and \

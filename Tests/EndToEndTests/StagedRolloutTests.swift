@@ -236,19 +236,25 @@ struct StagedRolloutTests {
         let config = StaticCDNTests.staticServer(root: production)
         let nginx = try Nginx(server: config.server, http: config.http)
         defer { nginx.stop() }
+        let server = try OfflineServerProcess(arguments: ["--dir", production, "--key", path, "--no-reports"])
+        defer { server.stopBlocking() }
         let device = Device(name: "device-promote", root: dir.file("device"), bucket: 0)
+        let serverDevice = Device(name: "device-promote-server", root: dir.file("device-server"), bucket: 0)
         let manifest = "\(nginx.baseURL)/sample/manifest.json"
         #expect(try await Self.sync(device, manifest: manifest, key: key)["result"] as? String == "updated")
+        #expect(try await Self.sync(serverDevice, manifest: server.manifestURL, key: key)["result"] as? String == "updated")
 
         try Self.publisher(["promote", "--app", Self.app, "--version", "1.1.0", "--from", beta, "--to", production, "--key", path])
         for file in ["1.1.0.zip", "1.1.0.zip.gz"] {
             let promoted = try Data(contentsOf: URL(fileURLWithPath: "\(production)/sample/\(file)"))
             #expect(promoted == (try Data(contentsOf: URL(fileURLWithPath: "\(beta)/sample/\(file)"))), "\(file)")
         }
-        let report = try await Self.sync(device, manifest: manifest, key: key)
-        #expect(report["result"] as? String == "updated" && report["via"] as? String == "patch", "\(report)")
-        let installed = F.tree(Store(root: device.root).versionDirectory(Self.app, Version("1.1.0")!))
-        #expect(installed == F.tree(F.sampleApp("1.1.0")))
+        for (device, manifest) in [(device, manifest), (serverDevice, server.manifestURL)] {
+            let report = try await Self.sync(device, manifest: manifest, key: key)
+            #expect(report["result"] as? String == "updated" && report["via"] as? String == "patch", "\(device): \(report)")
+            let installed = F.tree(Store(root: device.root).versionDirectory(Self.app, Version("1.1.0")!))
+            #expect(installed == F.tree(F.sampleApp("1.1.0")), "\(device)")
+        }
     }
 
     @Test("a manifest and a stale detached signature can no longer be paired; the detached form still works alone")
