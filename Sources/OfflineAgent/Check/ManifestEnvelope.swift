@@ -55,9 +55,10 @@ public struct ManifestEnvelope: Sendable, Equatable {
         return ManifestEnvelope(manifest: inner, signature: signature)
     }
 
-    /// The file an envelope makes around `manifest`, which `body` must encode: its fields
-    /// at the top level (what agents of format 1 read, with the detached `.sig` of these
-    /// very bytes), then `envelope`. Keys sorted and pretty, newline-terminated.
+    /// The file this envelope makes for `manifest`, the manifest its `manifest` bytes
+    /// encode: the manifest's fields at the top level (what agents of format 1 read,
+    /// verified by a detached `.sig` or header over the whole file), and `envelope`.
+    /// Keys sorted and pretty, newline-terminated.
     public func file(describing manifest: Manifest) throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
