@@ -262,4 +262,18 @@ struct ReleaseVerbTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: app).filter { $0.hasPrefix(".publish-") }
         #expect(leftovers.isEmpty)
     }
+
+    @Test("a hand-edited state.json whose schedule devices would refuse is refused before anything is served or written")
+    func hostileStateSchedule() throws {
+        let (out, key) = try Self.published()
+        defer { F.cleanUp(out) }
+        let path = "\(out)/sample/state.json"
+        var object = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        object["stageSchedule"] = [["afterSeconds": 0, "percent": 50], ["afterSeconds": 10, "percent": 5]]
+        try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
+        let before = F.tree(out)
+        #expect(throws: OfflineAgentError.self) { try PublishState.load(appDirectory: "\(out)/sample") }
+        #expect(throws: OfflineAgentError.self) { try ReleaseEditor.stage(app: "sample", publishDirectory: out, percent: 5, key: key) }
+        #expect(F.tree(out) == before)
+    }
 }

@@ -37,18 +37,6 @@ extension Manifest {
         guard stageSchedule.count <= ManifestStageStep.maxCount else { throw fail(ManifestFields.rule("stageSchedule")) }
         guard stage == nil else { throw fail("stage and stageSchedule cannot both be given") }
         guard publishedAt != nil else { throw fail("stageSchedule needs publishedAt") }
-        var previous: ManifestStageStep?
-        for (index, step) in stageSchedule.enumerated() {
-            let name = "stageSchedule[\(index)]"
-            guard (0...ManifestStageStep.maxOffset).contains(step.afterSeconds) else {
-                throw fail("\(name): afterSeconds must be an integer 0…\(ManifestStageStep.maxOffset)")
-            }
-            guard (0...100).contains(step.percent) else { throw fail("\(name): percent must be an integer 0…100") }
-            if let previous {
-                guard step.afterSeconds > previous.afterSeconds else { throw fail("\(name): afterSeconds must be above the step before") }
-                guard step.percent >= previous.percent else { throw fail("\(name): percent must not be below the step before") }
-            }
-            previous = step
-        }
+        if let problem = ManifestStageStep.problem(in: stageSchedule) { throw fail(problem) }
     }
 }

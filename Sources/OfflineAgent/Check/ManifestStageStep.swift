@@ -57,6 +57,26 @@ public struct ManifestStageStep: Sendable, Equatable, Codable {
         return Int64(text)
     }
 
+    /// The first rule a schedule breaks, naming the step (`stageSchedule[1]: percent must
+    /// not be below the step before`), or nil: each step within bounds, starting strictly
+    /// after the one before, never below its percent. One rule for devices
+    /// (`Manifest.checkFields()`), publishers and servers.
+    public static func problem(in steps: [ManifestStageStep]) -> String? {
+        guard (1...maxCount).contains(steps.count) else { return ManifestFields.rule("stageSchedule") }
+        var previous: ManifestStageStep?
+        for (index, step) in steps.enumerated() {
+            let name = "stageSchedule[\(index)]"
+            guard (0...maxOffset).contains(step.afterSeconds) else { return "\(name): afterSeconds must be an integer 0…\(maxOffset)" }
+            guard (0...100).contains(step.percent) else { return "\(name): percent must be an integer 0…100" }
+            if let previous {
+                guard step.afterSeconds > previous.afterSeconds else { return "\(name): afterSeconds must be above the step before" }
+                guard step.percent >= previous.percent else { return "\(name): percent must not be below the step before" }
+            }
+            previous = step
+        }
+        return nil
+    }
+
     /// The text form `parseSchedule` reads, for history and messages.
     public static func describe(_ steps: [ManifestStageStep]) -> String {
         steps.map { step in

@@ -145,6 +145,12 @@ public struct PublishState: Sendable, Equatable, Codable {
         if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail("fallback '\(fallback)' is not a normalised relative path") }
         if let publishedAt, RFC3339.date(from: publishedAt) == nil { throw fail("publishedAt '\(publishedAt)' is not RFC 3339") }
         if let stage, !(0...100).contains(stage) { throw fail("stage \(stage) is outside 0…100") }
+        if let schedule = stageSchedule, !schedule.isEmpty {
+            // The rules devices apply (Manifest.checkStage), so a hand-edited state is never served.
+            guard publishedAt != nil else { throw fail("a stage schedule needs publishedAt") }
+            guard stage == nil else { throw fail("stage and stageSchedule cannot both be set") }
+            if let problem = ManifestStageStep.problem(in: schedule) { throw fail(problem) }
+        }
         for release in versions {
             guard release.size >= 0, release.gzipSize >= 0, SHA256Hex.isValid(release.sha256), SHA256Hex.isValid(release.gzipSha256) else {
                 throw fail("bad size or hash for \(release.version)")

@@ -224,6 +224,9 @@ public enum Publisher {
         guard AppName.isValid(options.app) else { throw usage("invalid app name '\(options.app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
         if let stage = options.stage, !(0...100).contains(stage) { throw usage("stage \(stage) is outside 0…100") }
         if options.stage != nil, options.stageSchedule != nil { throw usage("--stage and --stage-schedule cannot both be given") }
+        if let schedule = options.stageSchedule, let problem = ManifestStageStep.problem(in: schedule) {
+            throw usage("--stage-schedule \(ManifestStageStep.describe(schedule)): \(problem)")
+        }
         guard options.existingPackage != nil || FileSystem.isDirectory(options.sourceDirectory) else {
             throw usage("source directory does not exist or is not a directory", path: options.sourceDirectory)
         }
