@@ -80,7 +80,8 @@ struct SyncJSON: Encodable {
         case .notInStage:
             let offered = report.offeredVersion?.description ?? "the offered version"
             let stage = report.stage.map { " (stage \($0.percent)%, this device's bucket \($0.bucket))" } ?? ""
-            return "\(report.app): \(offered) is not rolled out to this device yet\(stage); \(version) stays active"
+            let kept = report.version == nil ? "nothing installed" : "\(version) stays active"
+            return "\(report.app): \(offered) is not rolled out to this device yet\(stage); \(kept)"
         case .failed:
             // Busy is not a fault: another run is doing the work.
             if report.error?.code == .busy { return "\(report.app): busy, another sync holds the root's lock; \(version) stays active" }
