@@ -22,7 +22,7 @@ struct SyncCommand: AsyncParsableCommand {
         commandName: "sync",
         abstract: "Check for a newer package and install it, crash-safely.",
         discussion: """
-            Exit status: 0 updated, up-to-date, throttled, deferred, held or known-bad; 1 failed (nothing installed changed); \
+            Exit status: 0 updated, up-to-date, throttled, deferred, held, known-bad or not-in-stage; 1 failed (nothing installed changed); \
             64 usage; 75 another sync holds the lock.
             With --config FILE, every app listed in the JSON file is synced:
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",

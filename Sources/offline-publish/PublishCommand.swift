@@ -26,6 +26,10 @@ struct PublishCommand: AsyncParsableCommand {
             asks for itself (docs/PUBLISHING.md, "Trials"). VERSION must be greater than the latest, and an \
             expiry that has already passed (given or kept) is refused: no device would accept it.
 
+            --stage (default 100) or --stage-schedule starts a staged rollout: devices whose bucket is \
+            above the stage keep their version. Steer it later with `stage`, `set`, `revert`, \
+            `promote` and `history` (docs/PUBLISHING.md, "Running a release").
+
             The source tree is checked first with the rules devices apply to packages (no names \
             differing only in case or Unicode normalisation, no links or special files, no backslashes, \
             names within 1024 bytes, components within 255 bytes, at most 64 levels, 100 000 files and \
@@ -50,6 +54,9 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Make the static manifest's URLs absolute: BASE_URL/APP/FILE.") var baseUrl: String?
     @Option(help: "The entry page (a file of the package, e.g. index.html) that single-page routes get on a mirrored origin.")
     var fallback: String?
+    @Option(help: "Staged rollout: share of devices (0-100) that may take this version (default 100).") var stage: Int?
+    @Option(help: "Staged rollout in time after publishing: PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h; units s m h d).")
+    var stageSchedule: String?
 
     func run() async throws {
         try await reportingFailures {
@@ -95,6 +102,13 @@ struct PublishCommand: AsyncParsableCommand {
                 guard date > Date() else { throw usage("--expires \(expires) has already passed: no device would accept the manifest") }
                 options.expires = .at(date)
             }
+        }
+        options.stage = stage
+        if let stageSchedule {
+            guard let steps = ManifestStageStep.parseSchedule(stageSchedule) else {
+                throw usage("--stage-schedule '\(stageSchedule)' is not PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h)")
+            }
+            options.stageSchedule = steps
         }
         if let key { options.signingKey = try SigningKey(contentsOfFile: key) }
         return options

@@ -412,6 +412,26 @@ public actor Agent {
             report.result = .upToDate
             return
         }
+        // A staged rollout this device is not in yet: keep what is installed. No ETag is
+        // kept, so the next check reads the manifest again: a schedule widens with time
+        // while the bytes (and their ETag) stay the same.
+        // Every bucket is at most 100: the device id is read only when a stage can exclude it.
+        let stage = manifest.currentStage(at: now)
+        if stage < 100 {
+            let root = store.root
+            let deviceID: String
+            if let chosen = options.deviceID {
+                deviceID = chosen
+            } else {
+                deviceID = try await pool.run(.manifest) { try DeviceID.load(root: root) }
+            }
+            let bucket = Resolver.rolloutBucket(deviceID: deviceID, app: app)
+            if bucket > stage {
+                report.result = .notInStage
+                report.stage = (stage, bucket)
+                return
+            }
+        }
         // The system is asked only when it matters (auto policy: a process per question).
         if manifest.networkType == .wifi,
            try await pool.run(.manifest, { [logger] in options.networkKind(logger: logger) }) == .metered {

@@ -54,6 +54,17 @@ public struct Manifest: Sendable, Equatable, Codable {
     /// it (`mark-good`). Nil or 0: no trial, the version is good once installed. A device
     /// setting (`AgentConfiguration.maxTrialLaunches`) wins over it.
     public var trialLaunches: Int?
+    /// The manifest format (`docs/PROTOCOL.md`, "Manifest format"): 1 when absent; this
+    /// agent reads up to `Manifest.formatVersion` and refuses a newer one, whose rules it
+    /// could not keep.
+    public var format: Int = 1
+    /// When the version was published: what `stageSchedule` is measured from; nil when not given.
+    public var publishedAt: Date?
+    /// The staged rollout's share of devices (0–100) that may download and install the
+    /// version; nil means 100. Exclusive with `stageSchedule`.
+    public var stage: Int?
+    /// The staged rollout as steps in time after `publishedAt`; empty when not given.
+    public var stageSchedule: [ManifestStageStep] = []
 
     /// A manifest with every field given; `Manifest.decode` is what checks a server's manifest.
     public init(
@@ -90,6 +101,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         case app, version, miniVersion, isPatch, baseVersion, url, size, sha256, packageSha256
         case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression, patches, fallback
         case trialLaunches
+        case format, publishedAt, stage, stageSchedule
     }
 
     /// Decodes the wire form (see `Manifest.decode` for the strict checks a server's bytes get).
@@ -114,6 +126,15 @@ public struct Manifest: Sendable, Equatable, Codable {
         patches = try c.decodeIfPresent([ManifestPatch].self, forKey: .patches) ?? []
         fallback = try c.decodeIfPresent(String.self, forKey: .fallback)
         trialLaunches = try c.decodeIfPresent(Int.self, forKey: .trialLaunches)
+        format = try c.decodeIfPresent(Int.self, forKey: .format) ?? 1
+        stage = try c.decodeIfPresent(Int.self, forKey: .stage)
+        stageSchedule = try c.decodeIfPresent([ManifestStageStep].self, forKey: .stageSchedule) ?? []
+        if let text = try c.decodeIfPresent(String.self, forKey: .publishedAt) {
+            guard let date = RFC3339.date(from: text) else {
+                throw DecodingError.dataCorruptedError(forKey: .publishedAt, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
+            }
+            publishedAt = date
+        }
         if let text = try c.decodeIfPresent(String.self, forKey: .expires) {
             guard let date = RFC3339.date(from: text) else {
                 throw DecodingError.dataCorruptedError(forKey: .expires, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
@@ -148,6 +169,11 @@ public struct Manifest: Sendable, Equatable, Codable {
         if !patches.isEmpty { try c.encode(patches, forKey: .patches) }
         try c.encodeIfPresent(fallback, forKey: .fallback)
         try c.encodeIfPresent(trialLaunches, forKey: .trialLaunches)
+        // Format 1 manifests keep their bytes: the new fields appear only when used.
+        if format != 1 { try c.encode(format, forKey: .format) }
+        try c.encodeIfPresent(publishedAt.map(RFC3339.string(from:)), forKey: .publishedAt)
+        try c.encodeIfPresent(stage, forKey: .stage)
+        if !stageSchedule.isEmpty { try c.encode(stageSchedule, forKey: .stageSchedule) }
     }
 
     /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
@@ -168,7 +194,7 @@ public struct Manifest: Sendable, Equatable, Codable {
             throw OfflineAgentError(.manifest, "invalid manifest: the body must be a JSON object", cause: .manifestInvalid)
         }
         let fields = ManifestFields(object)
-        let manifest = try Manifest(
+        var manifest = try Manifest(
             app: fields.app("app"),
             version: fields.version("version"),
             miniVersion: fields.version("miniVersion"),
@@ -189,6 +215,10 @@ public struct Manifest: Sendable, Equatable, Codable {
             patches: fields.optional("patches", fields.patches) ?? [],
             fallback: fields.optional("fallback", fields.fallback),
             trialLaunches: fields.optional("trialLaunches", fields.trialLaunches))
+        manifest.format = try fields.optional("format", fields.format) ?? 1
+        manifest.publishedAt = try fields.optional("publishedAt", fields.time)
+        manifest.stage = try fields.optional("stage", fields.percent)
+        manifest.stageSchedule = try fields.optional("stageSchedule", fields.stageSchedule) ?? []
         try manifest.checkFields()
         return manifest
     }
@@ -214,6 +244,7 @@ public struct Manifest: Sendable, Equatable, Codable {
             throw fail("sha256 must equal packageSha256 for an uncompressed full package")
         }
         try checkPatches(fail)
+        try checkStage(fail)
     }
 
     /// The `patches` list: bounded, each entry well formed and below `version`, one

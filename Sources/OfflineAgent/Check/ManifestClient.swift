@@ -75,7 +75,18 @@ struct ManifestClient: Sendable {
             throw OfflineAgentError(.manifest, "server answered \(response.status.code)", cause: .manifestUnavailable, path: url.absoluteString)
         }
         let body = try await Self.collect(response, limit: Self.maxBodyBytes, url: url)
-        if !publicKeys.isEmpty {
+        // A manifest in an envelope is verified with the signature inside it only: a
+        // header or `.sig` file could belong to another manifest (a CDN mid-purge).
+        var signed = body
+        if let envelope = try ManifestEnvelope.open(body) {
+            if !publicKeys.isEmpty {
+                guard let signature = envelope.signature else {
+                    throw OfflineAgentError(.manifest, "manifest envelope carries no signature", cause: .signatureMissing, path: url.absoluteString)
+                }
+                try Self.verify(signature, of: envelope.manifest, with: publicKeys)
+            }
+            signed = envelope.manifest
+        } else if !publicKeys.isEmpty {
             let signature: String
             if let header = response.headers.first(name: ManifestSignature.header) {
                 signature = header
@@ -84,7 +95,7 @@ struct ManifestClient: Sendable {
             }
             try Self.verify(signature, of: body, with: publicKeys)
         }
-        let manifest = try Manifest.decode(body)
+        let manifest = try Manifest.decode(signed)
         try manifest.validate(forApp: app, installed: nil, now: now)
         return .manifest(manifest, etag: response.headers.first(name: "ETag"))
     }
