@@ -478,7 +478,7 @@ run_chain() {  # the by-hand chain: no signature, no size cap, no atomic swap, n
 }
 run_ours_sync() {
   rm -rf "$S_DIR/root"; cp -a "$S_DIR/base" "$S_DIR/root"; settle
-  measure "$OURS" sync --root "$S_DIR/root" --app bench --manifest "$S_URL/patch.json" --force
+  measure "$OURS" sync --root "$S_DIR/root" --app bench --manifest "$S_URL/patch.json" --force --allow-unsigned
   [[ -n $(find "$S_DIR/root/apps/bench/versions" -maxdepth 1 -name 2.0.0) ]] || die "sync did not install 2.0.0"
 }
 
@@ -494,7 +494,7 @@ section_sync() {
   sync_start_nginx
   trap 'kill $S_NGINX 2>/dev/null || true' EXIT
   log "sync: installing 1.0.0 ($(size_h "$S_DIR/www/old.zip")) as the base; patch $(size_h "$S_DIR/www/p.bsdiff") to 2.0.0"
-  "$OURS" sync --root "$S_DIR/base" --app bench --manifest "$S_URL/full.json" --force >/dev/null 2>&1 \
+  "$OURS" sync --root "$S_DIR/base" --app bench --manifest "$S_URL/full.json" --force --allow-unsigned >/dev/null 2>&1 \
     || die "base install failed"
   run_chain; run_ours_sync   # warm-up
   alternate run_chain run_ours_sync
@@ -537,7 +537,7 @@ section_footprint() {
   sync_manifest "$dir/www/app.json" 1.0.0 false app.zip "$dir/www/app.zip"
   sync_start_nginx
   trap 'kill $S_NGINX 2>/dev/null || true' EXIT
-  local sync_cmd=("$OURS" sync --root "$dir/root" --app bench --manifest "$S_URL/app.json")
+  local sync_cmd=("$OURS" sync --root "$dir/root" --app bench --manifest "$S_URL/app.json" --allow-unsigned)
   "${sync_cmd[@]}" --force >/dev/null 2>&1 || die "footprint: installing the sample app failed"
   # Now throttled: each run reads the root's state, decides "not yet" and exits 0.
   "${sync_cmd[@]}" >/dev/null 2>&1 || die "footprint: throttled sync failed"

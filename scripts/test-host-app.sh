@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves the library works as a dependency, the way an app developer adds it: builds
-# examples/host-app (and the README's library example beside it) against a throw-away
+# examples/host-app (and docs/LIBRARY.md's library example beside it) against a throw-away
 # clone of this repository at HEAD, tagged with AgentVersion.current and reached through
 # the canonical git URL (a SwiftPM mirror in a scratch copy; nothing is written into the
 # repository), then runs host-app against the fixture app published and served by the
@@ -54,18 +54,16 @@ package="$work/host-app"
 rm -rf "$package/.build" "$package/.swiftpm" "$package/Package.resolved"
 swift package --package-path "$package" config set-mirror --original "$canonical" --mirror "file://$clone"
 
-# The README's library example, compiled as written: the first swift block under
-# "## Library" that starts with an import, as a second executable of the scratch package.
+# The library example of docs/LIBRARY.md, compiled as written: its first swift block
+# that starts with an import, as a second executable of the scratch package.
 mkdir -p "$package/Sources/readme-example"
-awk '/^## Library/ {section = 1; next}
-     section && /^## / {exit}
-     section && !inblock && /^```swift$/ {inblock = 1; block = ""; next}
+awk '!inblock && /^```swift$/ {inblock = 1; block = ""; next}
      inblock && /^```$/ {inblock = 0; if (block ~ /^import /) {printf "%s", block; exit}; next}
-     inblock {block = block $0 "\n"}' "$clone/README.md" >"$package/Sources/readme-example/main.swift"
-[[ -s "$package/Sources/readme-example/main.swift" ]] || fail "no swift block starting with an import under '## Library' in README.md"
+     inblock {block = block $0 "\n"}' "$clone/docs/LIBRARY.md" >"$package/Sources/readme-example/main.swift"
+[[ -s "$package/Sources/readme-example/main.swift" ]] || fail "no swift block starting with an import in docs/LIBRARY.md"
 cat >>"$package/Package.swift" <<'SWIFT'
 
-// Added by scripts/test-host-app.sh: README.md's library example, as written.
+// Added by scripts/test-host-app.sh: docs/LIBRARY.md's library example, as written.
 package.targets.append(.executableTarget(
     name: "readme-example",
     dependencies: [.product(name: "OfflineAgent", package: "offline-agent")]
@@ -76,11 +74,21 @@ step "build (dependencies from the tagged clone, scratch path $work/build)"
 build_started=$SECONDS
 # A kept work directory reuses the dependencies' build, never the previous resolution.
 rm -rf "$work/build/workspace-state.json"
+# A cold build of the example and its dependencies takes minutes (about 5 on two
+# cores): say so, and show that it moves, instead of minutes of silence.
+echo "   (a cold build takes about 5 minutes; progress every 30 s, log $work/build.log)"
+( while sleep 30; do
+      echo "   ... building: $(grep -c '^\[' "$work/build.log" 2>/dev/null || echo 0) steps done, $(tail -1 "$work/build.log" 2>/dev/null | cut -c1-80)"
+  done ) &
+progress=$!
+pids+=("$progress")
 if ! timeout 2400 swift build --package-path "$package" --scratch-path "$work/build" --disable-dependency-cache \
     >"$work/build.log" 2>&1; then
+    kill "$progress" 2>/dev/null || true
     tail -40 "$work/build.log" >&2
     fail "swift build of host-app failed (log: $work/build.log)"
 fi
+kill "$progress" 2>/dev/null || true
 grep "$package/Sources/.*warning:" "$work/build.log" | sort -u | head -20 || true   # the examples' own warnings
 # The pin of the canonical URL (found by its location, whatever identity SwiftPM gives it).
 pin="$(grep -A5 "\"location\" : \"$canonical\"" "$package/Package.resolved" || true)"

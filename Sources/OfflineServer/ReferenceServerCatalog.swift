@@ -54,7 +54,13 @@ final class ReferenceServerCatalog: Sendable {
             for base in bases {
                 guard let manifest = PublishManifest.manifest(
                     from: state, current: base, fileURLPrefix: prefix, fullCompression: fullCompression) else { continue }
-                let body = try PublishManifest.encode(manifest)
+                // Signed, the body is an envelope around the signed bytes, as `manifest.json`
+                // is: a cache can never pair it with another answer's header. The header
+                // signs the whole body, for agents of format 1.
+                var body = try PublishManifest.encode(manifest)
+                if let signingKey {
+                    body = try ManifestEnvelope(manifest: body, signature: try signingKey.sign(body)).file(describing: manifest)
+                }
                 byBase[base] = RenderedManifest(body: body, etag: PublishManifest.etag(of: body), signature: try signingKey?.sign(body))
             }
             manifests[route] = byBase

@@ -1,5 +1,8 @@
 import FoundationEssentials
 import OfflineAgent
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 
 /// The `sync --config` file, read fail-closed: an unknown key anywhere is a usage error
 /// naming its path and the nearest valid key, a wrong type names its path, and an app
@@ -14,6 +17,8 @@ struct ConfigFile: Decodable {
         var profile: String?
         var manifestQuery: Bool?
         var report: String?
+        /// This app's trial setting (see `AgentConfiguration.maxTrialLaunches`).
+        var maxTrialLaunches: Int?
     }
 
     var root: String
@@ -24,14 +29,15 @@ struct ConfigFile: Decodable {
     var profile: String?
     /// The fleet-report collector (`--report`); an app's own wins.
     var report: String?
-    /// Unconfirmed launches a new version may have before it is rolled back.
+    /// Trials for every app of the file: N > 0 puts new versions on trial for N
+    /// launches (a host that confirms), 0 turns trials off; absent: as the manifest asks.
     var maxTrialLaunches: Int?
     /// False: request the manifest URL as written, without `app` and `current` (a CDN-cached static manifest).
     var manifestQuery: Bool?
     var apps: [App]
 
     static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "maxTrialLaunches"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -45,20 +51,20 @@ struct ConfigFile: Decodable {
         var manifestQuery: Bool?
         /// The fleet-report collector; nil: `--report`'s.
         var report: URL?
+        /// The app's own trial setting; nil: the file's, then `--max-trial-launches`.
+        var maxTrialLaunches: Int?
     }
 
     /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s.
-    static func load(_ path: String, fallbackKeys: [String]) throws -> (file: ConfigFile, entries: [Entry]) {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw OfflineAgentError(.usage, "cannot read config file", path: path)
-        }
+    static func load(_ path: String, fallbackKeys: [String], allowUnsigned: Bool = false) throws -> (file: ConfigFile, entries: [Entry]) {
+        let data = try read(path)
         let keys: KeyProbe
         do {
             keys = try JSONDecoder().decode(KeyProbe.self, from: data)
         } catch DecodingError.typeMismatch {
             throw OfflineAgentError(.usage, "config file must hold a JSON object", path: path)
         } catch {
-            throw OfflineAgentError(.usage, "config file is not valid JSON", path: path)
+            throw OfflineAgentError(.usage, "config file is not valid JSON\(syntaxError(in: data))", path: path)
         }
         try checkKeys(keys, path: path)
         let file: ConfigFile
@@ -66,6 +72,14 @@ struct ConfigFile: Decodable {
             file = try JSONDecoder().decode(ConfigFile.self, from: data)
         } catch let error as DecodingError {
             throw OfflineAgentError(.usage, describe(error), path: path)
+        }
+        // A relative root would mean whatever directory cron or systemd starts in.
+        guard file.root.hasPrefix("/") else {
+            let directory = FileSystem.parent(of: FileSystem.absolute(path))
+            throw OfflineAgentError(
+                .usage,
+                "root '\(file.root)' is relative: give an absolute path (it is not read relative to the config file's directory \(directory), nor to the working directory)",
+                path: path)
         }
         if let limit = file.maxTrialLaunches, limit < 0 {
             throw OfflineAgentError(.usage, "maxTrialLaunches must be 0 or more", path: path)
@@ -83,15 +97,52 @@ struct ConfigFile: Decodable {
                     throw OfflineAgentError(.usage, "app '\(entry.app)': trusted key \(n + 1) is not 32 bytes of base64", path: path)
                 }
             }
-            if keys.isEmpty, (entry.allowUnsigned ?? file.allowUnsigned) != true {
+            if let limit = entry.maxTrialLaunches, limit < 0 {
+                throw OfflineAgentError(.usage, "apps[\(index)].maxTrialLaunches must be 0 or more", path: path)
+            }
+            if keys.isEmpty, (entry.allowUnsigned ?? file.allowUnsigned ?? (allowUnsigned ? true : nil)) != true {
                 throw OfflineAgentError(
                     .usage, "app '\(entry.app)' has no trusted key: give publicKey or publicKeys, or say \"allowUnsigned\": true", path: path)
             }
             let report = try entry.report.map { try reportURL($0, key: "apps[\(index)].report", path: path) } ?? fileReport
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
-                         manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report)
+                         manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report,
+                         maxTrialLaunches: entry.maxTrialLaunches)
         }
         return (file, entries)
+    }
+
+    /// The file's bytes; a failure says why (missing, a directory, no permission).
+    private static func read(_ path: String) throws -> Data {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let reason = errno == ENOENT ? "no such file" : String(cString: strerror(errno)).lowercased()
+            throw OfflineAgentError(.usage, "cannot read config file: \(reason)", path: path)
+        }
+        close(descriptor)
+        if FileSystem.isDirectory(path) { throw OfflineAgentError(.usage, "cannot read config file: it is a directory", path: path) }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw OfflineAgentError(.usage, "cannot read config file", path: path)
+        }
+        return data
+    }
+
+    /// Where a syntax error is, as ` at line L, column C: what`, from the strict reader's
+    /// byte offset (JSONDecoder names no position); empty when it finds none.
+    static func syntaxError(in data: Data) -> String {
+        let failure: StrictJSON.Failure
+        do {
+            _ = try StrictJSON.parse(data)
+            return ""
+        } catch {
+            failure = error
+        }
+        let before = data.prefix(failure.offset)
+        let line = before.reduce(1) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
+        let lineStart = before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.startIndex
+        // Columns count characters, not bytes, as editors show them.
+        let column = String(decoding: data[lineStart..<(data.startIndex + failure.offset)], as: UTF8.self).count + 1
+        return " at line \(line), column \(column): \(failure.message)"
     }
 
     /// A `report` value: an http or https URL.

@@ -7,12 +7,15 @@ import OfflineAgent
 enum ExistingRoot {
     /// `path` as a URL when it is an existing directory.
     ///
-    /// - Throws: `OfflineAgentError(.install, cause: .stateInvalid)` naming the path (exit 1).
-    static func url(_ path: String) throws -> URL {
+    /// - Parameter phase: the phase the error names: `.usage` (exit 64) for the commands
+    ///   whose argument is wrong, `.serve` for `serve`, never `install` (nothing was being installed).
+    /// - Throws: `OfflineAgentError(phase, cause: .stateInvalid)` naming the path and the way out.
+    static func url(_ path: String, phase: OfflineAgentError.Code = .usage) throws -> URL {
         var isDirectory = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory else {
             throw OfflineAgentError(
-                .install, "no agent root there: nothing was synced to it (check --root)", cause: .stateInvalid, path: path)
+                phase, "no agent root there: nothing was synced to it (check --root, or run offline-agent sync --root with this path first)",
+                cause: .stateInvalid, path: path)
         }
         return URL(fileURLWithPath: path)
     }

@@ -4,40 +4,34 @@ import OfflineAgent
 @preconcurrency import Glibc
 #endif
 
-/// Shows sync progress on stderr: a redrawn download bar on a terminal; with `verbose`,
-/// one plain line per phase (so cron mail and journald get readable logs). Without
-/// `verbose` a sync's only line is its summary.
+/// Shows sync progress on stderr.
+///
+/// - On a terminal (and not `--json`): one self-updating line for the app that last
+///   moved: its phase, bytes done of the total, the rate and, for a download that
+///   resumed, where it resumed from; cleared when the app ends, so the summary lines
+///   that follow stand alone.
+/// - Off a terminal with `verbose`: a plain line per phase, and during a download a
+///   line every 10 % or 5 seconds, so the journal, a cron log or a CI job sees a long
+///   download move.
+/// - Otherwise nothing: cron mail and `--json` keep exactly one line per app.
 final class ProgressDisplay: Sendable {
     private let task: Task<Void, Never>
 
-    init(events: AsyncStream<ProgressEvent>, verbose: Bool = false) {
-        let terminal = isatty(STDERR_FILENO) == 1
+    /// Plain progress lines during a download: at least this often, and at every step of `reportFraction`.
+    static let reportInterval = 5.0
+    static let reportFraction = 0.1
+
+    init(events: AsyncStream<ProgressEvent>, verbose: Bool = false, terminal: Bool = isatty(STDERR_FILENO) == 1) {
         task = Task {
-            // Per app: a batch syncs several apps at once over one event stream.
-            var lastPhase: [String: ProgressEvent.Phase] = [:]
-            var lastDraw = Date.distantPast
+            var state = ProgressLines(terminal: terminal, verbose: verbose)
             for await event in events {
-                if event.phase == .done { continue }
-                if terminal, event.phase == .downloading, event.total > 0 {
-                    guard Date().timeIntervalSince(lastDraw) > 0.1 || event.completed == event.total else { continue }
-                    lastDraw = Date()
-                    let fraction = Double(event.completed) / Double(event.total)
-                    let width = 30
-                    let filled = Int(fraction * Double(width))
-                    let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-                    let line = "\r\(event.app): downloading [\(bar)] \(Int(fraction * 100))% \(event.completed)/\(event.total) bytes"
-                    fputs(line, stderr)
-                    if event.completed == event.total { fputs("\n", stderr) }
-                } else if verbose, event.phase != lastPhase[event.app] {
-                    let detail = event.phase == .downloading && event.total > 0 ? " (\(event.total) bytes)" : ""
-                    fputs("\(event.app): \(event.phase.rawValue)\(detail)\n", stderr)
-                }
-                lastPhase[event.app] = event.phase
+                state.show(event, now: ContinuousClock.now)
             }
+            state.clear()
         }
     }
 
-    /// Waits until the stream has ended and everything is drawn.
+    /// Waits until the stream has ended and everything is drawn (and the line cleared).
     func finish() async {
         await task.value
     }

@@ -36,7 +36,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Allow a non-loopback --host and accept any Host header (turns off the DNS-rebinding check).")
     var allowRemote = false
     @Flag(help: "Log one line per request on stderr.") var verbose = false
-    @Option(help: "Launches (/open, /session/restore) a new version may have unconfirmed before it is rolled back (default: the sync's, 3; 0: never).")
+    @Option(help: "Launches (/open, /session/restore) a version on trial may have unconfirmed before it is rolled back (default: what its install recorded; 0: never). Versions not on trial are never rolled back.")
     var maxTrialLaunches: Int?
 
     @Option(help: "At most this many connections at once (lowered to fit the descriptor limit).")
@@ -71,7 +71,7 @@ struct ServeCommand: AsyncParsableCommand {
             }
             let server = try LocalServer(
                 configuration: .init(
-                    root: try ExistingRoot.url(root).path, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote,
+                    root: try ExistingRoot.url(root, phase: .serve).path, host: host, port: port, deviceID: deviceId, allowRemote: allowRemote,
                     maxTrialLaunches: maxTrialLaunches, maxConnections: maxConnections,
                     headerTimeout: .milliseconds(Int64((headerTimeout * 1000).rounded(.up))),
                     idleTimeout: .milliseconds(Int64((idleTimeout * 1000).rounded(.up)))),

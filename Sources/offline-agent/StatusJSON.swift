@@ -39,7 +39,7 @@ struct StatusJSON: Encodable {
         try c.encode(status.installed?.previousVersion?.description, forKey: .previousVersion)
         try c.encode(lifecycle?.state?.rawValue, forKey: .state)
         try c.encode(lifecycle?.launches ?? 0, forKey: .launches)
-        try c.encode(lifecycle?.maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, forKey: .maxTrialLaunches)
+        try c.encode(lifecycle?.maxTrialLaunches ?? 0, forKey: .maxTrialLaunches)
         try c.encode(lifecycle?.held ?? false, forKey: .held)
         try c.encode(lifecycle?.badVersions.map(\.version.description) ?? [], forKey: .badVersions)
         try c.encode(lifecycle?.history.map(LifecycleEventJSON.init) ?? [], forKey: .history)

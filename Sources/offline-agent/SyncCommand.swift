@@ -3,6 +3,9 @@ import CommandSupport
 import FoundationEssentials
 import Logging
 import OfflineAgent
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 
 struct SyncCommand: AsyncParsableCommand {
     static let configuration: CommandConfiguration = {
@@ -19,11 +22,11 @@ struct SyncCommand: AsyncParsableCommand {
         commandName: "sync",
         abstract: "Check for a newer package and install it, crash-safely.",
         discussion: """
-            Exit status: 0 updated, up-to-date, throttled, deferred, held or known-bad; 1 failed (nothing installed changed); \
+            Exit status: 0 updated, up-to-date, throttled, deferred, held, known-bad or not-in-stage; 1 failed (nothing installed changed); \
             64 usage; 75 another sync holds the lock.
             With --config FILE, every app listed in the JSON file is synced:
               {"root": "/var/lib/offline-agent", "publicKey": "BASE64", "network": "unmetered",
-               "profile": "default", "maxTrialLaunches": 3, "manifestQuery": true,
+               "profile": "default", "maxTrialLaunches": 0, "manifestQuery": true,
                "apps": [{"app": "mall", "manifest": "https://h5.example.com/manifest", "publicKey": "BASE64", "profile": "alice"}]}
             "publicKeys" (a list, for key rotation: a manifest signed by any listed key verifies) may stand beside or instead of \
             "publicKey"; an app's own keys and profile win over the top-level ones, which win over --public-key. An app with no \
@@ -37,6 +40,13 @@ struct SyncCommand: AsyncParsableCommand {
             URL within 3 seconds per run; a report failure never changes the sync's result.
             --network auto (the default) asks NetworkManager (nmcli) whether the connection is metered when a manifest \
             wants an unmetered network, and assumes unmetered, with one log line, where it cannot be read.
+            Trials: a version is on trial (rolled back unless confirmed by mark-good within N launches) only when its \
+            manifest asks (its publisher's trial request, docs/PUBLISHING.md). --max-trial-launches N (or "maxTrialLaunches", \
+            top level or per app) turns trials on for a host that confirms, whatever the manifest asks; 0 turns them off.
+            Without a trusted key (--public-key, or a key in the config file) sync refuses to run: give --allow-unsigned \
+            (or "allowUnsigned": true) to accept unsigned manifests.
+            Ctrl-C or SIGTERM stops the sync: each app says what it kept (a partial download resumes on the next run, \
+            which is not throttled), and the exit status is 130 (SIGINT) or 143 (SIGTERM).
             The apps are checked 4 at a time; their lines come out in the file's order.
             Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
@@ -63,8 +73,10 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "Seconds a run may spend sending fleet reports (default 3); what is not sent stays queued.")
     var reportDeadline: Double?
     @Option(help: "The cookie profile whose jar the requests use (default: \(CookieProfile.defaultName)).") var profile: String?
-    @Option(help: "Launches a new version may have unconfirmed before it is rolled back (default 3; 0: never).")
+    @Option(help: "Put every new version on trial for N launches, rolled back unless confirmed (for a host that confirms); 0: no trials. Default: as the manifest asks.")
     var maxTrialLaunches: Int?
+    @Flag(help: "Accept unsigned manifests when no --public-key is given (the config file's \"allowUnsigned\": true).")
+    var allowUnsigned = false
     @Flag(help: "Request the manifest URL as written, without the app and current query parameters (a static manifest behind a CDN).")
     var noManifestQuery = false
 
@@ -100,15 +112,15 @@ struct SyncCommand: AsyncParsableCommand {
             return handler
         }
         let jobs = try await reportingFailures { try loadJobs() }
+        let interruption = SyncInterruption()
         var worst: Int32 = 0
         // One agent and one batch per root (a config has one root): the batch holds the
         // root's lock once and runs its apps concurrently.
         var roots: [String] = []
         for job in jobs where !roots.contains(job.root) { roots.append(job.root) }
-        for root in roots {
+        for root in roots where interruption.caught == 0 {
             let batch = jobs.filter { $0.root == root }
             var configuration = AgentConfiguration()
-            configuration.maxTrialLaunches = batch[0].maxTrialLaunches
             configuration.reporting.deadline = .milliseconds(Int64(deadline * 1000))
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
             let requests = batch.map { job in
@@ -117,19 +129,27 @@ struct SyncCommand: AsyncParsableCommand {
             }
             // The batch's own events: the stream ends with the batch, so every line is drawn.
             let sync = agent.startSync(requests, concurrency: Self.concurrency)
-            let display = ProgressDisplay(events: sync.events, verbose: verbose)
+            interruption.watch { sync.cancel() }
+            // --json is for programs: no line is drawn on the terminal either.
+            let display = ProgressDisplay(events: sync.events, verbose: verbose, terminal: !json && isatty(STDERR_FILENO) == 1)
             let reports = await sync.value
             await display.finish()
             await agent.shutdown()
             for report in reports {
                 if json {
                     print(SyncJSON(report).encoded())
+                } else if interruption.caught != 0, report.error?.cause == .cancelled {
+                    let kept = AppName.isValid(report.app) ? agent.store.diskUsage(report.app).downloads : 0
+                    printError(SyncJSON.interruptedLine(report, keptBytes: kept))
                 } else {
-                    printError(SyncJSON.line(report))
+                    let activeIsBad = report.result == .knownBad
+                        && report.version.map { Lifecycle(store: agent.store).isBad(report.app, $0) } == true
+                    printError(SyncJSON.line(report, activeIsBad: activeIsBad))
                 }
                 if let error = report.error { worst = max(worst, error.exitStatus) }
             }
         }
+        if interruption.caught != 0 { throw ExitCode(interruption.exitStatus) }
         if worst != 0 { throw ExitCode(worst) }
     }
 
@@ -140,7 +160,7 @@ struct SyncCommand: AsyncParsableCommand {
         var publicKeys: [String]
         var network: NetworkPolicy
         var profile: String
-        var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
+        var maxTrialLaunches: Int?
         var manifestQuery = true
         var report: URL?
 
@@ -149,6 +169,7 @@ struct SyncCommand: AsyncParsableCommand {
                 force: force, publicKeys: publicKeys, network: network.fixed ?? .unmetered, profile: profile,
                 manifestQuery: manifestQuery, report: report)
             options.networkPolicy = network
+            options.maxTrialLaunches = maxTrialLaunches
             return options
         }
     }
@@ -172,7 +193,21 @@ struct SyncCommand: AsyncParsableCommand {
             throw OfflineAgentError(.usage, "--public-key is neither base64 nor a readable file", path: publicKey)
         }
         let text = String(decoding: data, as: UTF8.self).trimmingWhitespace()
-        _ = try ManifestSignature.publicKey(base64: text)
+        // Both halves of a key pair are 32 bytes of base64: the private one is told
+        // apart by the public key `keygen` wrote beside it (FILE.pub).
+        if let pair = FileManager.default.contents(atPath: publicKey + ".pub"),
+           let derived = try? ManifestSignature.privateKey(base64: text).publicKey.rawRepresentation.base64EncodedString(),
+           String(decoding: pair, as: UTF8.self).trimmingWhitespace() == derived {
+            throw OfflineAgentError(
+                .usage,
+                "--public-key names a private key (its public key is \(publicKey).pub): give \(publicKey).pub, and keep the private key off devices",
+                path: publicKey)
+        }
+        do {
+            _ = try ManifestSignature.publicKey(base64: text)
+        } catch {
+            throw OfflineAgentError(.usage, "--public-key file does not hold base64 of a 32-byte Ed25519 public key", path: publicKey)
+        }
         return [text]
     }
 
@@ -181,16 +216,23 @@ struct SyncCommand: AsyncParsableCommand {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
-            return [Job(root: root!, app: app!, manifest: url, publicKeys: try commandLineKeys(), network: network ?? .auto, profile: profileName,
-                        maxTrialLaunches: maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches, manifestQuery: !noManifestQuery,
+            let keys = try commandLineKeys()
+            // The same rule as the config file: no key at all must be asked for by name.
+            if keys.isEmpty, !allowUnsigned {
+                throw OfflineAgentError(
+                    .usage,
+                    "no trusted key: give --public-key KEY (base64, or the file offline-publish keygen wrote beside the private key) to verify signed manifests, or --allow-unsigned to accept unsigned ones")
+            }
+            return [Job(root: root!, app: app!, manifest: url, publicKeys: keys, network: network ?? .auto, profile: profileName,
+                        maxTrialLaunches: maxTrialLaunches, manifestQuery: !noManifestQuery,
                         report: try Self.reportURL(report))]
         }
-        let (file, entries) = try ConfigFile.load(config, fallbackKeys: try commandLineKeys())
+        let (file, entries) = try ConfigFile.load(config, fallbackKeys: try commandLineKeys(), allowUnsigned: allowUnsigned)
         let report = try Self.reportURL(report)
         return entries.map { entry in
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
                 network: entry.network ?? network ?? .auto, profile: entry.profile ?? profileName,
-                maxTrialLaunches: file.maxTrialLaunches ?? maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches,
+                maxTrialLaunches: entry.maxTrialLaunches ?? file.maxTrialLaunches ?? maxTrialLaunches,
                 manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report ?? report)
         }
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandSupport
 import Foundation
 import OfflineAgent
 import OfflinePublish
@@ -22,6 +23,9 @@ struct KeygenCommand: AsyncParsableCommand {
             let key = SigningKey.generate()
             try key.write(to: file, overwrite: force)
             print(key.publicKeyBase64)
+            // On stderr, so scripts reading the key from stdout are unchanged: signature
+            // failures on a device name the fingerprints it trusts, to compare with this.
+            printError("public key \(file).pub, fingerprint \(try KeyFingerprint.of(base64: key.publicKeyBase64)); give devices \(file).pub, never \(file)")
         }
     }
 }

@@ -15,8 +15,21 @@ struct OfflinePublishCommand: AsyncParsableCommand {
             through keygen, publish, uploading to a static host and configuring devices.
             """,
         version: AgentVersion.current,
-        subcommands: [PublishCommand.self, KeygenCommand.self]
+        subcommands: [PublishCommand.self, KeygenCommand.self, StageCommand.self, SetCommand.self, RevertCommand.self, PromoteCommand.self, HistoryCommand.self]
     )
+
+    /// A first word that names no command is a usage error whatever follows, so
+    /// `offline-publish sync --version` does not print the version and exit 0.
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let first = arguments.first, !first.hasPrefix("-"), first != "help",
+           !configuration.subcommands.contains(where: { $0.configuration.commandName == first }) {
+            let names = configuration.subcommands.compactMap { $0.configuration.commandName }.joined(separator: ", ")
+            printError("offline-publish: usage: unknown command '\(first)' (commands: \(names); see offline-publish --help)")
+            exit(withError: ExitCode(64))
+        }
+        await main(nil)
+    }
 }
 
 /// Runs a command body, reporting an engine error as one line on stderr and its exit status.

@@ -15,9 +15,20 @@ struct PublishCommand: AsyncParsableCommand {
             Host OUT on any static server, or serve it with offline-server.
 
             Settings not given (mini version, whitelist, rollout, network type, expiry) keep their \
-            previous values; a first publish defaults to: mini version = VERSION, empty whitelist, \
-            rollout 100, network type any, no expiry. VERSION must be greater than the latest, and an \
+            previous values; a first publish defaults to: mini version = VERSION, rollout 100, \
+            network type any, no expiry. A whitelist is required (given now or kept): without one \
+            devices would install the package and serve none of it. --key FILE signs the manifest; \
+            publishing unsigned needs --unsigned (devices then need --allow-unsigned).
+
+            --trial-launches N asks devices to keep this version on trial: unless the page or its host \
+            confirms it (offline-agent mark-good, or POST /.offline-agent/mark-good through serve) within \
+            N launches, it is rolled back. Without it the version is good once installed. Each version \
+            asks for itself (docs/PUBLISHING.md, "Trials"). VERSION must be greater than the latest, and an \
             expiry that has already passed (given or kept) is refused: no device would accept it.
+
+            --stage (default 100) or --stage-schedule starts a staged rollout: devices whose bucket is \
+            above the stage keep their version. Steer it later with `stage`, `set`, `revert`, \
+            `promote` and `history` (docs/PUBLISHING.md, "Running a release").
 
             The source tree is checked first with the rules devices apply to packages (no names \
             differing only in case or Unicode normalisation, no links or special files, no backslashes, \
@@ -37,9 +48,15 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "any, or wifi to download only on unmetered networks.") var networkType: String?
     @Option(help: "RFC 3339 time after which manifests must not be trusted, or 'never'.") var expires: String?
     @Option(help: "Ed25519 private key file (from keygen) to sign manifest.json with.") var key: String?
+    @Flag(help: "Publish without a signature (no --key): devices must then sync with --allow-unsigned.") var unsigned = false
+    @Option(help: "Ask devices to keep this version on trial for N launches, rolled back unless confirmed (default: no trial).")
+    var trialLaunches: Int?
     @Option(help: "Make the static manifest's URLs absolute: BASE_URL/APP/FILE.") var baseUrl: String?
     @Option(help: "The entry page (a file of the package, e.g. index.html) that single-page routes get on a mirrored origin.")
     var fallback: String?
+    @Option(help: "Staged rollout: share of devices (0-100) that may take this version (default 100).") var stage: Int?
+    @Option(help: "Staged rollout in time after publishing: PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h; units s m h d).")
+    var stageSchedule: String?
 
     func run() async throws {
         try await reportingFailures {
@@ -57,12 +74,18 @@ struct PublishCommand: AsyncParsableCommand {
 
     private func options() throws -> PublishOptions {
         func usage(_ reason: String) -> OfflineAgentError { OfflineAgentError(.usage, reason) }
-        guard let version = Version(version) else { throw usage("invalid version '\(self.version)'") }
+        guard let version = Version(version) else { throw usage("invalid version '\(self.version)': \(Version.format)") }
+        if key == nil, !unsigned {
+            throw usage("no --key: give --key FILE (offline-publish keygen makes one) to sign the manifest, or --unsigned to publish without a signature")
+        }
+        if key != nil, unsigned { throw usage("--unsigned cannot be combined with --key") }
         var options = PublishOptions(
             app: app, version: version, sourceDirectory: source, publishDirectory: out,
             whitelist: whitelist.isEmpty ? nil : whitelist, rollout: rollout, baseURL: baseUrl, fallback: fallback)
+        options.trialLaunches = trialLaunches
+        options.requireWhitelist = true
         if let miniVersion {
-            guard let parsed = Version(miniVersion) else { throw usage("invalid mini version '\(miniVersion)'") }
+            guard let parsed = Version(miniVersion) else { throw usage("invalid mini version '\(miniVersion)': \(Version.format)") }
             options.miniVersion = parsed
         }
         if let networkType {
@@ -79,6 +102,13 @@ struct PublishCommand: AsyncParsableCommand {
                 guard date > Date() else { throw usage("--expires \(expires) has already passed: no device would accept the manifest") }
                 options.expires = .at(date)
             }
+        }
+        options.stage = stage
+        if let stageSchedule {
+            guard let steps = ManifestStageStep.parseSchedule(stageSchedule) else {
+                throw usage("--stage-schedule '\(stageSchedule)' is not PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h)")
+            }
+            options.stageSchedule = steps
         }
         if let key { options.signingKey = try SigningKey(contentsOfFile: key) }
         return options

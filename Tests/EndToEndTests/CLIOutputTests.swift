@@ -48,7 +48,7 @@ struct CLIOutputTests {
     func oneLine(_ failure: Failure) async throws {
         let h = try SyncHarness()
         let url = try await failure.setUp(h)
-        let sync = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", url, "--force"]
+        let sync = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", url, "--force"]
         let quiet = try await CLI.run(sync)
         #expect(quiet.status == 1)
         #expect(quiet.stdout.isEmpty)
@@ -70,7 +70,7 @@ struct CLIOutputTests {
     func jsonFailure() async throws {
         let h = try SyncHarness()
         let port = try TrickleServer.deadPort()
-        let result = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", "http://127.0.0.1:\(port)/m", "--json"])
+        let result = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", "http://127.0.0.1:\(port)/m", "--json"])
         #expect(result.status == 1)
         #expect(result.stderr.isEmpty, "\(result.stderr)")
         #expect(Self.lines(result.stdout).count == 1)
@@ -86,7 +86,7 @@ struct CLIOutputTests {
         try FileManager.default.createDirectory(atPath: h.root.path, withIntermediateDirectories: true)
         let held = try RootLock(root: h.root.path)
         defer { withExtendedLifetime(held) {} }
-        let result = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"])
+        let result = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"])
         #expect(result.status == 75)
         let lines = Self.lines(result.stderr)
         #expect(lines.count == 1, "\(result.stderr)")

@@ -9,7 +9,7 @@ struct CLITests {
     func lifecycle() async throws {
         let h = try SyncHarness()
         let base = ["--root", h.root.path]
-        let sync = ["sync"] + base + ["--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--json"]
+        let sync = ["sync", "--allow-unsigned"] + base + ["--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--json"]
         h.origin.setManifest(h.full("1.0.0"))
         let first = try await CLI.run(sync)
         #expect(first.status == 0, "\(first.stderr)")
@@ -63,19 +63,19 @@ struct CLITests {
     func exitCodes() async throws {
         let h = try SyncHarness()
         h.origin.setManifestReply { _ in .status(500) }
-        let failed = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--json"])
+        let failed = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--json"])
         #expect(failed.status == 1)
         let json = try #require(CLI.json(failed.stdout))
         #expect(json["result"] as? String == "failed")
         #expect((json["error"] as? String)?.contains("500") == true)
         #expect(json["version"] is NSNull)
-        #expect(try await CLI.run(["sync", "--root", h.root.path]).status == 64)
-        let badNetwork = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", "x", "--network", "cellular"])
+        #expect(try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path]).status == 64)
+        let badNetwork = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", "x", "--network", "cellular"])
         #expect(badNetwork.status == 64)
         // `NetworkPolicy` lists its own values (NetworkPolicy+ExpressibleByArgument.swift).
         #expect(badNetwork.stderr.contains("'auto', 'metered' or 'unmetered'"), "\(badNetwork.stderr)")
         #expect(try await CLI.run(["frobnicate"]).status == 64)
-        let badApp = try await CLI.run(["sync", "--root", h.root.path, "--app", "../etc", "--manifest", h.origin.manifestURL.absoluteString])
+        let badApp = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "../etc", "--manifest", h.origin.manifestURL.absoluteString])
         #expect(badApp.status == 64)
     }
 

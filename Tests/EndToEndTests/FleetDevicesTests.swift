@@ -96,7 +96,7 @@ struct FleetDevicesTests {
         // One device installs 1.0.0 (reporting nowhere); the old devices are copies of its root
         // without its device id, so each makes its own on first use.
         let template = dir.file("template")
-        let first = try await CLI.run(["sync", "--root", template, "--app", "sample", "--manifest", server.manifestURL, "--json"])
+        let first = try await CLI.run(["sync", "--allow-unsigned", "--root", template, "--app", "sample", "--manifest", server.manifestURL, "--json"])
         #expect(CLI.json(first.stdout)?["result"] as? String == "updated", "\(first.stdout) \(first.stderr)")
         try? FileManager.default.removeItem(atPath: "\(template)/device-id")
         try? FileManager.default.removeItem(atPath: ReportQueue.directory(root: template))
@@ -119,7 +119,7 @@ struct FleetDevicesTests {
         // A generous report deadline: 25 devices post at once to one SQLite writer on a loaded
         // machine, and this test is about what arrives, not how fast.
         @Sendable func sync(_ i: Int, force: Bool) -> [String] {
-            ["sync", "--root", roots[i], "--app", "sample", "--manifest", manifests[Kind(device: i)]!, "--json",
+            ["sync", "--allow-unsigned", "--root", roots[i], "--app", "sample", "--manifest", manifests[Kind(device: i)]!, "--json",
              "--report", report, "--report-deadline", "60"] + (force ? ["--force"] : [])
         }
 

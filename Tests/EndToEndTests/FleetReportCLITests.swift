@@ -10,14 +10,15 @@ struct FleetReportCLITests {
         let h: SyncHarness
         let collector: ReportCollector
         var sync: [String] {
-            ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
+            ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
              "--report", collector.url.absoluteString, "--report-deadline", "60", "--json"]
         }
 
         init() throws {
             h = try SyncHarness()
             collector = try ReportCollector()
-            h.origin.setManifest(h.full("1.0.0"))
+            // On trial (the publisher asks), so a later mark-good is a transition that reports.
+            h.origin.setManifest(h.full("1.0.0", ["trialLaunches": 3]))
         }
 
         var queue: ReportQueue? { ReportQueue.all(root: h.root.path, maxEvents: 1000).first }
@@ -121,7 +122,7 @@ struct FleetReportCLITests {
             let bad = try await CLI.run(command)
             #expect(bad.status == 64 && bad.stderr.contains("report: invalid report URL 'ftp://x/report'"), "\(bad.stderr)")
         }
-        let flag = try await CLI.run(["sync", "--root", s.h.root.path, "--app", "mall", "--manifest", manifest, "--report", "not a url"])
+        let flag = try await CLI.run(["sync", "--allow-unsigned", "--root", s.h.root.path, "--app", "mall", "--manifest", manifest, "--report", "not a url"])
         #expect(flag.status == 64, "\(flag.stderr)")
     }
 

@@ -12,14 +12,15 @@ struct LifecycleCLITests {
         let h: SyncHarness
         var base: [String] { ["--root", h.root.path] }
         var app: [String] { base + ["--app", "mall"] }
-        var sync: [String] { ["sync"] + app + ["--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"] }
+        var sync: [String] { ["sync", "--allow-unsigned"] + app + ["--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"] }
 
-        /// 1.0.0 installed (confirmed when `confirmed`), then 1.1.0 installed on trial.
+        /// 1.0.0 installed (confirmed when `confirmed`), then 1.1.0 installed on trial
+        /// (the publisher asks for 3 launches; `limit`: the device's own setting).
         init(confirmed: Bool = true, limit: Int? = nil) async throws {
             h = try SyncHarness()
             try await h.install("1.0.0")
             if confirmed { #expect(try await CLI.run(["mark-good"] + app).status == 0) }
-            h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
+            h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0", ["trialLaunches": 3]))
             let installed = try await CLI.run(sync + (limit.map { ["--max-trial-launches", "\($0)"] } ?? []))
             #expect(installed.status == 0, "\(installed.stderr)")
         }
@@ -84,7 +85,7 @@ struct LifecycleCLITests {
         let h = try SyncHarness()
         try await h.install("1.0.0")
         let app = ["--root", h.root.path, "--app", "mall"]
-        let sync = ["sync"] + app + ["--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let sync = ["sync", "--allow-unsigned"] + app + ["--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
         #expect(try await CLI.run(["hold"] + app).status == 0)
         #expect(CLI.json(try await CLI.run(["status"] + app + ["--json"]).stdout)?["held"] as? Bool == true)
         h.origin.setManifest(h.full("1.1.0"))
@@ -124,7 +125,7 @@ struct LifecycleCLITests {
         #expect(try await CLI.run(["sync", "--config", config]).status == 0)
         let status = CLI.json(try await CLI.run(["status", "--root", root, "--app", "mall", "--json"]).stdout)
         #expect(status?["maxTrialLaunches"] as? Int == 1)
-        #expect(try await CLI.run(["sync", "--root", root, "--app", "mall", "--manifest", "http://x/", "--max-trial-launches", "-1"]).status == 64)
+        #expect(try await CLI.run(["sync", "--allow-unsigned", "--root", root, "--app", "mall", "--manifest", "http://x/", "--max-trial-launches", "-1"]).status == 64)
     }
 
     // MARK: - serve

@@ -13,7 +13,7 @@ struct MirrorCLITests {
         let h = try SyncHarness()
         let base = ["--root", h.root.path]
         h.origin.setManifest(h.full("1.0.0", ["fallback": "index.html"]))
-        let sync = try await CLI.run(["sync"] + base + ["--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--json"])
+        let sync = try await CLI.run(["sync", "--allow-unsigned"] + base + ["--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--json"])
         #expect(sync.status == 0, "\(sync.stderr)")
         #expect(Store(root: h.root.path).active("mall")?.fallback == "index.html")
 
@@ -48,7 +48,7 @@ struct MirrorCLITests {
         func publish(_ version: String, _ extra: [String]) async throws -> CLI.Result {
             try await CLI.run(
                 ["publish", "--app", "spa", "--version", version, "--source", PublishFixtures.sampleApp(version), "--out", out,
-                 "--whitelist", "https://h5.example.com/"] + extra, executable: CLI.publisher)
+                 "--whitelist", "https://h5.example.com/", "--unsigned"] + extra, executable: CLI.publisher)
         }
         func manifest() throws -> Manifest {
             try Manifest.decode(try Data(contentsOf: URL(fileURLWithPath: "\(out)/spa/manifest.json")))

@@ -46,7 +46,7 @@ struct ServerFaultTests {
 
         static func sync(root: String, manifest: String, force: Bool = true) async throws -> [String: Any] {
             let result = try await CLI.run(
-                ["sync", "--root", root, "--app", "sample", "--manifest", manifest, "--json"] + (force ? ["--force"] : []))
+                ["sync", "--allow-unsigned", "--root", root, "--app", "sample", "--manifest", manifest, "--json"] + (force ? ["--force"] : []))
             return CLI.json(result.stdout) ?? ["stderr": result.stderr, "status": Int(result.status)]
         }
     }

@@ -34,7 +34,7 @@ struct StartupCLITests {
     func throttledSync() async throws {
         let h = try SyncHarness()
         h.origin.setManifest(h.full("1.0.0"))
-        let sync = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString]
+        let sync = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString]
         #expect(try await CLI.run(sync + ["--force"]).status == 0)
         let requests = h.origin.requests.count
         let throttled = try await CLI.run(sync + ["--json"])

@@ -11,7 +11,7 @@ struct SyncOptionsCLITests {
         let h = try SyncHarness()
         h.origin.setManifest(h.full("1.0.0"))
         let result = try await CLI.run([
-            "sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--device-id", "d",
+            "sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--device-id", "d",
         ])
         #expect(result.status == 64)
         #expect(result.stderr.contains("--device-id"), "\(result.stderr)")

@@ -41,7 +41,7 @@ struct CookieSyncTests {
     static func sync(_ h: SyncHarness, login: String? = nil, profile: String? = nil) async throws -> CLI.Result {
         var manifest = h.origin.manifestURL.absoluteString
         if let login { manifest += "?login=\(login)" }
-        var arguments = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", manifest, "--force", "--json"]
+        var arguments = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", manifest, "--force", "--json"]
         if let profile { arguments += ["--profile", profile] }
         return try await CLI.run(arguments)
     }
@@ -177,7 +177,7 @@ struct CookieSyncTests {
         #expect(try await Self.sync(h).status == 0)
         #expect(Self.manifestRequests(h).last?.header("Cookie") == nil)
 
-        for arguments in [["cookies", "--root", h.root.path, "--profile", "../x"], ["sync", "--root", h.root.path, "--app", "mall",
+        for arguments in [["cookies", "--root", h.root.path, "--profile", "../x"], ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall",
                           "--manifest", h.origin.manifestURL.absoluteString, "--force", "--profile", ".."]] {
             let refused = try await CLI.run(arguments)
             #expect(refused.status == 64 && refused.stderr.contains("invalid profile name"), "\(refused.stderr)")

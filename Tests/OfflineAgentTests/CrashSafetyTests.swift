@@ -15,7 +15,7 @@ struct CrashSafetyTests {
         let h = try SyncHarness()
         try await h.install("1.0.0")
         h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
-        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
         let crashed = try await CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
         #expect(crashed.signaled && crashed.status == SIGKILL, "the process should die at \(point): \(crashed.stderr)")
         #expect(h.activeMatches("1.0.0") || h.activeMatches("1.1.0"), "active version is whole after a crash at \(point)")
@@ -41,7 +41,7 @@ struct CrashSafetyTests {
         try await h.install("1.0.0")
         h.origin.slow("1.3.0.zip", chunk: 4096, pause: 0.01)
         h.origin.setManifest(h.full("1.3.0"))
-        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"]
+        let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"]
         var generator = SplitMix64(seed: 42)
         for _ in 0..<6 {
             let running = try CLI.start(args)
@@ -62,7 +62,7 @@ struct CrashSafetyTests {
         // Slow enough (about 2 s) that the second process starts while the first downloads.
         h.origin.slow("1.0.0.zip", chunk: 1024, pause: 0.05)
         h.origin.setManifest(h.full("1.0.0"))
-        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
         let first = try CLI.start(args)
         // Wait until the first one is downloading (it holds the lock by then).
         h.origin.waitForRequest("/files/1.0.0.zip")

@@ -150,7 +150,7 @@ struct HostileNumberTests {
         }
         h.origin.setManifest(raw: manifest)
         let before = Self.fileRequests(h)
-        let result = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"])
+        let result = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"])
         #expect(!result.signaled, "\(result.stderr)")
         #expect(result.status == 1, "\(result.stderr)")
         let lines = result.stdout.split(separator: "\n")

@@ -56,7 +56,7 @@ struct KeyRotationTests {
         try Self.sign(h, "1.0.0", with: key)
         let path = dir.file("agent.pub")
         if exists { try (Self.base64(key) + "\n").write(toFile: path, atomically: true, encoding: .utf8) }
-        let result = try await CLI.run(["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
+        let result = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString,
                                   "--public-key", path, "--json"])
         if exists {
             #expect(result.status == 0, "\(result.stdout) \(result.stderr)")

@@ -171,7 +171,8 @@ struct ManifestStrictnessTests {
     // MARK: - publish --expires
 
     static func publishArguments(_ out: String, _ version: String) -> [String] {
-        ["publish", "--app", "sample", "--version", version, "--source", PublishFixtures.sampleApp(version), "--out", out]
+        ["publish", "--app", "sample", "--version", version, "--source", PublishFixtures.sampleApp(version), "--out", out,
+         "--unsigned", "--whitelist", "https://h5.example.com/sample/"]
     }
 
     @Test("publish refuses an --expires that has already passed (exit 64, nothing written)",

@@ -45,7 +45,7 @@ struct ReuseTests {
         let h = try SyncHarness()
         try await h.install("1.0.0")
         let (paths, _, _) = try Self.offer(kind, h)
-        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
         let crashed = try await CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
         #expect(crashed.signaled && crashed.status == SIGKILL, "\(crashed.stderr)")
         #expect(h.activeMatches("1.0.0"))
@@ -104,7 +104,7 @@ struct ReuseTests {
         let h = try SyncHarness()
         try await h.install("1.0.0")
         let (paths, _, _) = try Self.offer(kind, h)
-        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"]
+        let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force"]
         _ = try await CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": "after-extract"])
         let kept = "\(h.store.downloadsDirectory("mall"))/\(PackageFixture.sha256(h.fixture.bytes("1.1.0")))"
         var bytes = try #require(FileManager.default.contents(atPath: kept), "the verified package is kept")
@@ -253,7 +253,7 @@ struct ReuseTests {
         case .hostile:
             expected = try Self.offerRefused(.hostile, h).size
         }
-        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
         let result = try await CLI.run(args)
         #expect(result.status != 0)
         let json = try #require(CLI.json(result.stdout), "\(result.stdout) \(result.stderr)")

@@ -133,7 +133,7 @@ struct PublishRulesTests {
         let scratch = TemporaryDirectory("publish-rules-cli")
         let source = scratch.file("src"), out = scratch.file("out")
         try make([("Index.html", .file("A")), ("index.html", .file("a"))], in: source)
-        let result = try await CLI.run(["publish", "--app", "app", "--version", "1.0.0", "--source", source, "--out", out], executable: CLI.publisher)
+        let result = try await CLI.run(["publish", "--app", "app", "--version", "1.0.0", "--source", source, "--out", out, "--unsigned", "--whitelist", "https://h5.example.com/app/"], executable: CLI.publisher)
         #expect(result.status == 1)
         #expect(result.stderr.contains("publish"), "\(result.stderr)")
         #expect(result.stderr.contains("only in case"), "\(result.stderr)")

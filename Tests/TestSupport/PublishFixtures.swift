@@ -24,16 +24,22 @@ package enum PublishFixtures {
 
     package static func cleanUp(_ path: String) { try? FileManager.default.removeItem(atPath: path) }
 
+    /// The publish time `publishSample` records unless told otherwise.
+    package static let fixedPublishTime = Date(timeIntervalSince1970: 1_790_000_000)
+
     /// Publishes sample versions in order into `out` as app `app`.
     @discardableResult
     package static func publishSample(
         _ versions: [String] = sampleVersions, app: String = "sample", to out: String, key: SigningKey? = nil,
-        whitelist: [String]? = ["https://h5.example.com/sample/"]
+        whitelist: [String]? = ["https://h5.example.com/sample/"], now: Date = fixedPublishTime
     ) throws -> [PublishResult] {
         try versions.map { version in
-            try Publisher.publish(PublishOptions(
+            var options = PublishOptions(
                 app: app, version: Version(version)!, sourceDirectory: sampleApp(version), publishDirectory: out,
-                whitelist: whitelist, signingKey: key))
+                whitelist: whitelist, signingKey: key)
+            // A fixed publish time: the same input then gives the same bytes (publishedAt, revisions).
+            options.now = now
+            return try Publisher.publish(options)
         }
     }
 

@@ -35,6 +35,10 @@ package final class ScriptedServer: @unchecked Sendable {
             case drip(chunk: Int, pause: Double)
             /// Close the connection without answering (a kept connection the server dropped).
             case drop
+            /// Send this many body bytes, then hold the connection open without sending
+            /// more, until the client closes it or `seconds` pass: a download that stays
+            /// under way, with a known part on disk, for as long as a test needs.
+            case hold(afterBodyBytes: Int, seconds: Double)
         }
 
         package var status: Int
@@ -147,6 +151,19 @@ package final class ScriptedServer: @unchecked Sendable {
                     Thread.sleep(forTimeInterval: pause)
                 }
             case .drop:
+                return
+            case .hold(let count, let seconds):
+                guard LoopbackSocket.sendAll(fd, Array(body.prefix(count))) else { return }
+                let deadline = Date().addingTimeInterval(seconds)
+                while Date() < deadline {
+                    var pollfd = Glibc.pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    if poll(&pollfd, 1, 50) > 0 {
+                        // Readable with nothing to read: the client closed; stop holding.
+                        var byte: UInt8 = 0
+                        if recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) <= 0 { return }
+                        Thread.sleep(forTimeInterval: 0.05)
+                    }
+                }
                 return
             }
         }

@@ -17,6 +17,10 @@ package final class SyncHarness: @unchecked Sendable {
         configuration.network.readTimeout = .seconds(15)
         configuration.network.connectTimeout = .seconds(10)
         configuration.network.manifestTimeout = .seconds(30)
+        // The lifecycle's tests (here and through serve) exercise trials: the harness's
+        // device turns them on, as a host that confirms does. Trials are off by default;
+        // `TrialDefaultTests` checks that default with `configuration.maxTrialLaunches = nil`.
+        configuration.maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
         for version in PackageFixture.versions { origin.put("\(version).zip", self.fixture.bytes(version)) }
     }
 

@@ -240,7 +240,7 @@ public actor Agent {
         let start = try await pool.run(.install) {
             try self.start(app: app, now: now, stored: stored, backoff: backoff, needsRepair: needsRepair, force: options.force, session: session)
         }
-        guard case .ready(let lock, let check, let failures, let installed) = start else {
+        guard case .ready(let lock, let check, let failures, let installed, let lastChecked) = start else {
             if case .throttled(let next) = start {
                 report.throttled(until: next, version: before)
             }
@@ -259,8 +259,19 @@ public actor Agent {
                              publicKeys: publicKeys, options: options, now: now, fetcher: fetcher, emit: emit, report: &report)
         } catch {
             await fetcher.shutdown()
-            // A cancelled sync is the host's doing, not the server's: no failed check is counted.
-            if Task.isCancelled { throw error }
+            // A cancelled sync is the host's doing, not the server's: no failed check is
+            // counted, and it is no check at all: the next run goes on at once (resuming
+            // what was downloaded) instead of waiting out the throttle.
+            if Task.isCancelled {
+                let store = self.store
+                _ = try? await pool.run(.install, cancellable: false) {
+                    // Under the root's lock still: no other run checked in between.
+                    var state = store.checkState(app)
+                    state.lastCheck = lastChecked
+                    try store.saveCheckState(state, for: app)
+                }
+                throw error
+            }
             // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
             let count = (failures?.failures ?? 0) + 1
             let next = now.addingTimeInterval(policy.delay(failures: count, spread: Double.random(in: -1...1)))
@@ -312,9 +323,10 @@ public actor Agent {
         if installed == nil, store.isInconsistent(app) {
             logger.warning("\(app): recorded version disagrees with the disk; repairing with a full install")
         }
+        let lastChecked = check.lastCheck
         check.lastCheck = now
         try store.saveCheckState(check, for: app)
-        return .ready(lock: lock, check: check, failures: failures, installed: installed)
+        return .ready(lock: lock, check: check, failures: failures, installed: installed, lastChecked: lastChecked)
     }
 
     /// The network part of a sync: manifest, rules, and the update itself. Every local
@@ -400,6 +412,26 @@ public actor Agent {
             report.result = .upToDate
             return
         }
+        // A staged rollout this device is not in yet: keep what is installed. No ETag is
+        // kept, so the next check reads the manifest again: a schedule widens with time
+        // while the bytes (and their ETag) stay the same.
+        // Every bucket is at most 100: the device id is read only when a stage can exclude it.
+        let stage = manifest.currentStage(at: now)
+        if stage < 100 {
+            let root = store.root
+            let deviceID: String
+            if let chosen = options.deviceID {
+                deviceID = chosen
+            } else {
+                deviceID = try await pool.run(.manifest) { try DeviceID.load(root: root) }
+            }
+            let bucket = Resolver.rolloutBucket(deviceID: deviceID, app: app)
+            if bucket > stage {
+                report.result = .notInStage
+                report.stage = (stage, bucket)
+                return
+            }
+        }
         // The system is asked only when it matters (auto policy: a process per question).
         if manifest.networkType == .wifi,
            try await pool.run(.manifest, { [logger] in options.networkKind(logger: logger) }) == .metered {
@@ -407,6 +439,8 @@ public actor Agent {
             return
         }
         let counter = ByteCounter()
+        var configuration = self.configuration
+        if let trial = options.maxTrialLaunches { configuration.maxTrialLaunches = trial }
         let updater = Updater(
             store: store, app: app, manifest: manifest, manifestURL: manifestURL, installed: installed,
             fetcher: fetcher, configuration: configuration, logger: logger, progress: emit, pool: pool, counter: counter)
@@ -418,15 +452,14 @@ public actor Agent {
         report.version = outcome.installed.version
         report.result = .updated
         let version = outcome.installed.version
-        let maxTrialLaunches = configuration.maxTrialLaunches
         let logger = self.logger
         // Installed: the bookkeeping runs even if the sync is cancelled now.
         try await pool.run(.install, cancellable: false) {
             do {
-                try Lifecycle(store: store).recordInstall(app, version, maxTrialLaunches: maxTrialLaunches)
+                try Lifecycle(store: store).recordInstall(app)
             } catch {
-                // Installed all the same: the trial then runs with the default launch limit.
-                logger.warning("\(app): cannot record the trial's launch limit: \(error)")
+                // Installed all the same: the next lifecycle step records it (its trial is in its record).
+                logger.warning("\(app): cannot record the install in the lifecycle: \(error)")
             }
             try self.saveETag(newETag, current: version, check: planned, app: app)
         }
@@ -488,7 +521,7 @@ public actor Agent {
             try lifecycle.rollBack(app, reason: "rolled back by command", event: .rollback, requireTarget: true, requireLock: true)
         }
         guard let transition, let to = transition.to else {
-            throw OfflineAgentError(.install, "no previous version of '\(app)' is kept", cause: .stateInvalid)
+            throw OfflineAgentError(.lifecycle, "nothing to roll back to: no previous version of '\(app)' is kept", cause: .stateInvalid)
         }
         return (transition.from, to)
     }
@@ -546,6 +579,17 @@ public actor Agent {
     public func recordLaunch(app: String) async throws -> LaunchOutcome {
         let lifecycle = Lifecycle(store: store)
         return try await offPool { try lifecycle.recordLaunch(app) }
+    }
+
+    /// Clears the bad mark of `version` of `app`, or of all its bad versions when nil:
+    /// the operator's way out after a rollback (recorded in the history).
+    ///
+    /// - Returns: the versions cleared.
+    /// - Throws: `.stateInvalid` when nothing (or not `version`) is marked bad.
+    @discardableResult
+    public func forgetBad(app: String, version: Version? = nil) async throws -> [Version] {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.forgetBad(app, version: version) }
     }
 
     /// Keeps the active version of `app`: syncs report `held` and download nothing until `unhold`.

@@ -14,9 +14,13 @@ public struct AgentConfiguration: Sendable {
     public var maxEntries = 100_000
     /// Free space kept on top of what a plan needs, so an update never fills the disk.
     public var diskReserveBytes: Int64 = 1 << 20
-    /// Launches a newly installed version may have without being confirmed
-    /// (`Agent.markGood`) before it is rolled back; 0 never rolls back automatically.
-    public var maxTrialLaunches = VersionLifecycle.defaultMaxTrialLaunches
+    /// The device's trial setting for newly installed versions. Nil (the default): as
+    /// the manifest asks (`Manifest.trialLaunches`; a manifest asking nothing installs a
+    /// version `good`). N > 0: every new version is on trial for N launches and rolled
+    /// back unless confirmed (`Agent.markGood`): for a host that confirms. 0: trials off,
+    /// whatever the manifest asks. Trials are opt-in because a page that never confirms
+    /// would otherwise be rolled back on every device.
+    public var maxTrialLaunches: Int?
     /// The collector of fleet reports for syncs that name none (`SyncOptions.report`); nil: none.
     public var report: URL?
     /// How fleet reports are queued and sent: the deadline per sync, the queue's bound, the backoff.

@@ -23,6 +23,10 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case publish
         /// Running the loopback package server (`offline-agent serve`).
         case serve
+        /// Confirming, marking bad, rolling back, holding or clearing bad marks
+        /// (`mark-good`, `mark-bad`, `rollback`, `hold`, `forget-bad`) refused by the
+        /// app's state (nothing installed, nothing kept, a version marked bad).
+        case lifecycle
     }
 
     /// Why it failed: a stable, documented code (`docs/PROTOCOL.md`, "Error codes"),
@@ -97,6 +101,7 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
             case .usage: .usage
             case .publish: .publish
             case .serve: .listenFailed
+            case .lifecycle: .stateInvalid
             }
         }
     }

@@ -29,11 +29,16 @@ public struct ProgressEvent: Sendable, Equatable {
     public var completed: Int64
     /// Bytes expected, for downloads; 0 otherwise.
     public var total: Int64
+    /// For a download that resumed a partial file a previous run kept: the bytes it
+    /// started from (already counted in `completed`); 0 otherwise.
+    public var resumedFrom: Int64
 
-    public init(app: String, phase: Phase, completed: Int64 = 0, total: Int64 = 0) {
+    /// An event; `resumedFrom` only for downloads that resume.
+    public init(app: String, phase: Phase, completed: Int64 = 0, total: Int64 = 0, resumedFrom: Int64 = 0) {
         self.app = app
         self.phase = phase
         self.completed = completed
         self.total = total
+        self.resumedFrom = resumedFrom
     }
 }

@@ -26,6 +26,14 @@ public struct SyncOptions: Sendable {
     /// reports"); nil: `AgentConfiguration.report`. The URL is remembered per app, so
     /// later lifecycle transitions (mark good or bad, rollbacks) go there too.
     public var report: URL?
+    /// This app's trial setting for the version the sync installs; nil:
+    /// `AgentConfiguration.maxTrialLaunches` (see there: nil follows the manifest's
+    /// request, 0 turns trials off, N > 0 turns them on for a host that confirms).
+    public var maxTrialLaunches: Int?
+    /// The device id that places this device in a staged rollout (its bucket,
+    /// docs/PROTOCOL.md "Staged rollout"); nil: the root's stable `<root>/device-id`.
+    /// Give the same id as to `resolve`/`serve` when the host app chooses it.
+    public var deviceID: String?
 
     /// Options for one sync; the defaults check within the throttle, unsigned, on an unmetered network, with the default cookie profile.
     public init(

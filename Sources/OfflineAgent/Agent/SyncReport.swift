@@ -24,6 +24,8 @@ public struct SyncReport: Sendable {
     public var nextCheck: Date?
     /// Set when the patch could not be used and the full package was fetched instead.
     public var patchFallbackReason: String?
+    /// For `notInStage`: the stage in force (0–100) and this device's bucket (1–100).
+    public var stage: (percent: Int, bucket: Int)?
 
     /// Makes this the report of a sync the throttle (or a backoff) held back until `next`,
     /// with `version` installed before and after.

@@ -16,4 +16,8 @@ public enum SyncResult: String, Sendable, Codable {
     case held
     /// The offered version is marked bad on this device: nothing downloaded.
     case knownBad = "known-bad"
+    /// The offered version is in a staged rollout this device's bucket is not in yet
+    /// (`docs/PROTOCOL.md`, "Staged rollout"): nothing downloaded, the installed version
+    /// stays in use offline.
+    case notInStage = "not-in-stage"
 }

@@ -4,5 +4,6 @@ import FoundationEssentials
 /// checked), or ready for the network with the lock held.
 enum SyncStart: Sendable {
     case throttled(until: Date)
-    case ready(lock: RootLock, check: CheckState, failures: BackoffState?, installed: InstalledVersion?)
+    /// `lastChecked`: the last check before this one, put back when the sync is cancelled.
+    case ready(lock: RootLock, check: CheckState, failures: BackoffState?, installed: InstalledVersion?, lastChecked: Date?)
 }

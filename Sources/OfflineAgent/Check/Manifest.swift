@@ -6,6 +6,8 @@ public struct Manifest: Sendable, Equatable, Codable {
     public enum NetworkType: String, Sendable, Codable { case any, wifi }
     /// Transport compression of the full-package file.
     public enum Compression: String, Sendable, Codable { case none, gzip }
+    /// The largest `trialLaunches` a manifest may ask for.
+    public static let maxTrialLaunches = 1000
 
     /// The app the manifest is for; must equal the app synced.
     public var app: String
@@ -47,6 +49,22 @@ public struct Manifest: Sendable, Equatable, Codable {
     /// The package's entry page for single-page routes on a mirrored origin (e.g.
     /// `index.html`): a normalised relative path of a file in the package; nil when none.
     public var fallback: String?
+    /// The publisher's trial request (`offline-publish publish --trial-launches N`): the
+    /// version stays on trial for N launches and is rolled back unless the host confirms
+    /// it (`mark-good`). Nil or 0: no trial, the version is good once installed. A device
+    /// setting (`AgentConfiguration.maxTrialLaunches`) wins over it.
+    public var trialLaunches: Int?
+    /// The manifest format (`docs/PROTOCOL.md`, "Manifest format"): 1 when absent; this
+    /// agent reads up to `Manifest.formatVersion` and refuses a newer one, whose rules it
+    /// could not keep.
+    public var format: Int = 1
+    /// When the version was published: what `stageSchedule` is measured from; nil when not given.
+    public var publishedAt: Date?
+    /// The staged rollout's share of devices (0–100) that may download and install the
+    /// version; nil means 100. Exclusive with `stageSchedule`.
+    public var stage: Int?
+    /// The staged rollout as steps in time after `publishedAt`; empty when not given.
+    public var stageSchedule: [ManifestStageStep] = []
 
     /// A manifest with every field given; `Manifest.decode` is what checks a server's manifest.
     public init(
@@ -54,7 +72,8 @@ public struct Manifest: Sendable, Equatable, Codable {
         url: String, size: Int64, sha256: String, packageSha256: String,
         fullUrl: String? = nil, fullSize: Int64? = nil, fullSha256: String? = nil,
         whitelist: [String], networkType: NetworkType = .any, rollout: Int = 100,
-        expires: Date? = nil, compression: Compression = .none, patches: [ManifestPatch] = [], fallback: String? = nil
+        expires: Date? = nil, compression: Compression = .none, patches: [ManifestPatch] = [], fallback: String? = nil,
+        trialLaunches: Int? = nil
     ) {
         self.app = app
         self.version = version
@@ -75,11 +94,14 @@ public struct Manifest: Sendable, Equatable, Codable {
         self.compression = compression
         self.patches = patches
         self.fallback = fallback
+        self.trialLaunches = trialLaunches
     }
 
     enum CodingKeys: String, CodingKey {
         case app, version, miniVersion, isPatch, baseVersion, url, size, sha256, packageSha256
         case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression, patches, fallback
+        case trialLaunches
+        case format, publishedAt, stage, stageSchedule
     }
 
     /// Decodes the wire form (see `Manifest.decode` for the strict checks a server's bytes get).
@@ -103,6 +125,16 @@ public struct Manifest: Sendable, Equatable, Codable {
         compression = try c.decodeIfPresent(Compression.self, forKey: .compression) ?? .none
         patches = try c.decodeIfPresent([ManifestPatch].self, forKey: .patches) ?? []
         fallback = try c.decodeIfPresent(String.self, forKey: .fallback)
+        trialLaunches = try c.decodeIfPresent(Int.self, forKey: .trialLaunches)
+        format = try c.decodeIfPresent(Int.self, forKey: .format) ?? 1
+        stage = try c.decodeIfPresent(Int.self, forKey: .stage)
+        stageSchedule = try c.decodeIfPresent([ManifestStageStep].self, forKey: .stageSchedule) ?? []
+        if let text = try c.decodeIfPresent(String.self, forKey: .publishedAt) {
+            guard let date = RFC3339.date(from: text) else {
+                throw DecodingError.dataCorruptedError(forKey: .publishedAt, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
+            }
+            publishedAt = date
+        }
         if let text = try c.decodeIfPresent(String.self, forKey: .expires) {
             guard let date = RFC3339.date(from: text) else {
                 throw DecodingError.dataCorruptedError(forKey: .expires, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
@@ -136,6 +168,12 @@ public struct Manifest: Sendable, Equatable, Codable {
         // Absent rather than empty: manifests without patches keep their bytes (and ETags, signatures).
         if !patches.isEmpty { try c.encode(patches, forKey: .patches) }
         try c.encodeIfPresent(fallback, forKey: .fallback)
+        try c.encodeIfPresent(trialLaunches, forKey: .trialLaunches)
+        // Format 1 manifests keep their bytes: the new fields appear only when used.
+        if format != 1 { try c.encode(format, forKey: .format) }
+        try c.encodeIfPresent(publishedAt.map(RFC3339.string(from:)), forKey: .publishedAt)
+        try c.encodeIfPresent(stage, forKey: .stage)
+        if !stageSchedule.isEmpty { try c.encode(stageSchedule, forKey: .stageSchedule) }
     }
 
     /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
@@ -156,7 +194,7 @@ public struct Manifest: Sendable, Equatable, Codable {
             throw OfflineAgentError(.manifest, "invalid manifest: the body must be a JSON object", cause: .manifestInvalid)
         }
         let fields = ManifestFields(object)
-        let manifest = try Manifest(
+        var manifest = try Manifest(
             app: fields.app("app"),
             version: fields.version("version"),
             miniVersion: fields.version("miniVersion"),
@@ -175,7 +213,12 @@ public struct Manifest: Sendable, Equatable, Codable {
             expires: fields.optional("expires", fields.time),
             compression: fields.optional("compression", fields.compression) ?? .none,
             patches: fields.optional("patches", fields.patches) ?? [],
-            fallback: fields.optional("fallback", fields.fallback))
+            fallback: fields.optional("fallback", fields.fallback),
+            trialLaunches: fields.optional("trialLaunches", fields.trialLaunches))
+        manifest.format = try fields.optional("format", fields.format) ?? 1
+        manifest.publishedAt = try fields.optional("publishedAt", fields.time)
+        manifest.stage = try fields.optional("stage", fields.percent)
+        manifest.stageSchedule = try fields.optional("stageSchedule", fields.stageSchedule) ?? []
         try manifest.checkFields()
         return manifest
     }
@@ -191,6 +234,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail(ManifestFields.rule("fullSha256")) }
         if let fullSize, fullSize < 0 { throw fail(ManifestFields.rule("fullSize")) }
         if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail(ManifestFields.rule("fallback")) }
+        if let trialLaunches, !(0...Manifest.maxTrialLaunches).contains(trialLaunches) { throw fail(ManifestFields.rule("trialLaunches")) }
         if isPatch {
             guard let baseVersion else { throw fail("baseVersion is required when isPatch is true") }
             guard baseVersion < version else { throw fail("baseVersion \(baseVersion) is not below version \(version)") }
@@ -200,6 +244,7 @@ public struct Manifest: Sendable, Equatable, Codable {
             throw fail("sha256 must equal packageSha256 for an uncompressed full package")
         }
         try checkPatches(fail)
+        try checkStage(fail)
     }
 
     /// The `patches` list: bounded, each entry well formed and below `version`, one

@@ -75,7 +75,18 @@ struct ManifestClient: Sendable {
             throw OfflineAgentError(.manifest, "server answered \(response.status.code)", cause: .manifestUnavailable, path: url.absoluteString)
         }
         let body = try await Self.collect(response, limit: Self.maxBodyBytes, url: url)
-        if !publicKeys.isEmpty {
+        // A manifest in an envelope is verified with the signature inside it only: a
+        // header or `.sig` file could belong to another manifest (a CDN mid-purge).
+        var signed = body
+        if let envelope = try ManifestEnvelope.open(body) {
+            if !publicKeys.isEmpty {
+                guard let signature = envelope.signature else {
+                    throw OfflineAgentError(.manifest, "manifest envelope carries no signature", cause: .signatureMissing, path: url.absoluteString)
+                }
+                try Self.verify(signature, of: envelope.manifest, with: publicKeys)
+            }
+            signed = envelope.manifest
+        } else if !publicKeys.isEmpty {
             let signature: String
             if let header = response.headers.first(name: ManifestSignature.header) {
                 signature = header
@@ -84,7 +95,7 @@ struct ManifestClient: Sendable {
             }
             try Self.verify(signature, of: body, with: publicKeys)
         }
-        let manifest = try Manifest.decode(body)
+        let manifest = try Manifest.decode(signed)
         try manifest.validate(forApp: app, installed: nil, now: now)
         return .manifest(manifest, etag: response.headers.first(name: "ETag"))
     }
@@ -100,9 +111,13 @@ struct ManifestClient: Sendable {
                 failure = error
             }
         }
-        if let failure = failure as? OfflineAgentError, failure.cause == .manifestInvalid {
-            // A signature that is malformed or verifies with no trusted key: say which.
-            throw OfflineAgentError(failure.code, failure.reason, cause: .signatureInvalid, path: failure.path, underlying: failure.underlying)
+        if let failure = failure as? OfflineAgentError {
+            // Name the keys tried: the usual cause is a device configured with another
+            // key than the one the publisher signs with (`offline-publish keygen` prints
+            // the fingerprint of the key it makes).
+            let trusted = keys.map { "SHA256:" + SHA256.hash(data: $0.rawRepresentation).prefix(8).hex }.joined(separator: ", ")
+            let reason = "\(failure.reason) with any trusted key (trusted: \(trusted)); check that the device trusts the publisher's public key"
+            throw OfflineAgentError(failure.code, reason, cause: .signatureInvalid, path: failure.path, underlying: failure.underlying)
         }
         if let failure { throw failure }
     }

@@ -29,7 +29,13 @@ package struct ManifestFields {
         case "compression": "compression must be \"none\" or \"gzip\""
         case "fallback":
             "fallback must be a normalised relative path of a file in the package (no leading '/', no empty, '.' or '..' segments, no trailing '/', no '\\', NUL, '?' or '#', at most \(maxPackagePath) bytes)"
+        case "trialLaunches": "trialLaunches must be an integer 0…\(Manifest.maxTrialLaunches)"
         case "patches": "patches must be an array of at most \(ManifestPatch.maxCount) objects {baseVersion, url, size, sha256}"
+        case "format": "format must be an integer 1…\(Manifest.formatVersion)"
+        case "publishedAt": "publishedAt must be an RFC 3339 time"
+        case "stage": "stage must be an integer 0…100"
+        case "stageSchedule":
+            "stageSchedule must be an array of 1 to \(ManifestStageStep.maxCount) objects {afterSeconds, percent}"
         default: "\(field) is invalid"
         }
     }
@@ -88,6 +94,11 @@ package struct ManifestFields {
         return Int(value)
     }
 
+    func trialLaunches(_ field: String) throws -> Int {
+        guard let value = try integer(field), value <= Manifest.maxTrialLaunches else { throw invalid(field) }
+        return Int(value)
+    }
+
     func sha256(_ field: String) throws -> String {
         let text = try text(field)
         guard SHA256Hex.isValid(text) else { throw invalid(field) }
@@ -128,6 +139,35 @@ package struct ManifestFields {
             } catch let error as OfflineAgentError {
                 throw OfflineAgentError(.manifest, "\(field)[\(index)]: \(error.reason)", cause: .manifestInvalid)
             }
+        }
+    }
+
+    func format(_ field: String) throws -> Int {
+        guard let value = try integer(field), (1...Int64(Manifest.formatVersion)).contains(value) else { throw invalid(field) }
+        return Int(value)
+    }
+
+    func percent(_ field: String) throws -> Int {
+        guard let value = try integer(field), value <= 100 else { throw invalid(field) }
+        return Int(value)
+    }
+
+    /// Each step with its index in errors, like `patches`.
+    func stageSchedule(_ field: String) throws -> [ManifestStageStep] {
+        guard case .array(let elements) = try required(field), !elements.isEmpty, elements.count <= ManifestStageStep.maxCount else {
+            throw invalid(field)
+        }
+        return try elements.enumerated().map { index, element in
+            guard case .object(let object) = element else { throw invalid(field) }
+            let entry = ManifestFields(object)
+            guard let offset = try? entry.integer("afterSeconds"), offset <= ManifestStageStep.maxOffset else {
+                throw OfflineAgentError(
+                    .manifest, "\(field)[\(index)]: afterSeconds must be an integer 0…\(ManifestStageStep.maxOffset)", cause: .manifestInvalid)
+            }
+            guard let percent = try? entry.integer("percent"), percent <= 100 else {
+                throw OfflineAgentError(.manifest, "\(field)[\(index)]: percent must be an integer 0…100", cause: .manifestInvalid)
+            }
+            return ManifestStageStep(afterSeconds: offset, percent: Int(percent))
         }
     }
 

@@ -9,7 +9,7 @@
 /// written so the caller decides which ones are acceptable, without a lossy
 /// conversion first. One pass over the bytes; nesting is bounded so hostile depth
 /// cannot exhaust the stack.
-enum StrictJSON: Sendable, Equatable {
+package enum StrictJSON: Sendable, Equatable {
     case null
     case bool(Bool)
     /// The number exactly as written (already checked against the JSON grammar).
@@ -20,17 +20,17 @@ enum StrictJSON: Sendable, Equatable {
     case object([String: StrictJSON])
 
     /// Why a body was refused: what and at which byte offset.
-    struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
-        var offset: Int
-        var message: String
-        var description: String { "\(message) at byte \(offset)" }
+    package struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
+        package var offset: Int
+        package var message: String
+        package var description: String { "\(message) at byte \(offset)" }
     }
 
     /// Objects and arrays nested deeper than this are refused.
     static let maxDepth = 32
 
     /// Parses a whole body: exactly one value, optionally surrounded by whitespace.
-    static func parse(_ bytes: some Collection<UInt8>) throws(Failure) -> StrictJSON {
+    package static func parse(_ bytes: some Collection<UInt8>) throws(Failure) -> StrictJSON {
         var reader = Reader(bytes: Array(bytes))
         reader.skipWhitespace()
         let value = try reader.value(depth: 0)

@@ -20,6 +20,10 @@ public struct Version: Sendable, Hashable, Comparable, Codable, LosslessStringCo
         self.components = components
     }
 
+    /// The format, as error messages state it.
+    public static let format =
+        "a version is dotted decimal numbers, 1 to 8 components of at most 9 digits (1.4, 2.10.3); no letters or suffixes such as -beta.1"
+
     /// The version as written, trailing zeros kept.
     public var description: String { components.map(String.init).joined(separator: ".") }
 
@@ -50,7 +54,7 @@ public struct Version: Sendable, Hashable, Comparable, Codable, LosslessStringCo
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let version = Version(text) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "invalid version '\(text)'"))
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "invalid version '\(text)': \(Version.format)"))
         }
         self = version
     }

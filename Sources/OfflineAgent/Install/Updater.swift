@@ -206,8 +206,8 @@ struct Updater: Sendable {
         let app = self.app
         let progress = self.progress
         progress(ProgressEvent(app: app, phase: .downloading, completed: 0, total: target.size))
-        let (path, _) = try await downloader.fetch(target) { done, total in
-            progress(ProgressEvent(app: app, phase: .downloading, completed: done, total: total))
+        let (path, _) = try await downloader.fetch(target) { done, total, resumedFrom in
+            progress(ProgressEvent(app: app, phase: .downloading, completed: done, total: total, resumedFrom: resumedFrom))
         }
         CrashPoint.afterDownload.hit()
         return path
@@ -258,7 +258,8 @@ struct Updater: Sendable {
             do {
                 return try store.install(
                     app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
-                    limits: configuration.extractionLimits)
+                    limits: configuration.extractionLimits,
+                    trialLaunches: configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0)
             } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
                 // Verified bytes the extractor refuses are refused on every device and every run.
                 RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)

@@ -4,9 +4,9 @@ import Glibc
 
 /// A raw read of a zip's central directory names, for what libzip hides: it turns a
 /// NUL inside a name into a space, so a name like `a\0.html` cannot be seen through its API.
-enum ZipCentralDirectory {
+package enum ZipCentralDirectory {
     /// The raw name bytes of every central directory entry.
-    static func rawNames(of path: String) throws -> [[UInt8]] {
+    package static func rawNames(of path: String) throws -> [[UInt8]] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             throw OfflineAgentError(.extract, "cannot open archive", cause: .io, path: path, underlying: POSIXFailure("open"))

@@ -42,12 +42,14 @@ public struct Lifecycle: Sendable {
     /// The lifecycle of `app` as it stands now.
     public func status(_ app: String) -> LifecycleStatus {
         let active = AppName.isValid(app) ? store.active(app)?.version : nil
-        let record = (AppName.isValid(app) ? record(app) : nil) ?? VersionLifecycle(legacyActive: active)
+        var record = (AppName.isValid(app) ? record(app) : nil) ?? VersionLifecycle(legacyActive: active)
+        // An install not yet in the record (a crash right after the swap) reads as the
+        // next lifecycle step will record it: with the trial its version record asked for.
+        record.adopt(active, trialLaunches: active.flatMap { store.metadata(app, $0)?.trialLaunches }, at: Date())
         let state = active.map { record.state(of: $0) }
         return LifecycleStatus(
             app: app, version: active, state: state, launches: active.map { record.launches(of: $0) } ?? 0,
-            maxTrialLaunches: record.version == active ? record.maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches
-                : VersionLifecycle.defaultMaxTrialLaunches,
+            maxTrialLaunches: state == .trial ? record.maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches : 0,
             held: record.held, badVersions: record.bad, history: record.history)
     }
 
@@ -60,7 +62,9 @@ public struct Lifecycle: Sendable {
     func update<T>(_ app: String, _ body: (inout VersionLifecycle, Version?) throws -> T) throws -> T {
         guard AppName.isValid(app) else { throw OfflineAgentError(.usage, "invalid app name '\(app)'", cause: .usage) }
         guard FileSystem.isDirectory(store.appDirectory(app)) else {
-            throw OfflineAgentError(.install, "no version of '\(app)' is installed", cause: .stateInvalid, path: store.appDirectory(app))
+            throw OfflineAgentError(
+                .lifecycle, "no version of '\(app)' is installed in this root (offline-agent status lists its apps)",
+                cause: .stateInvalid, path: store.appDirectory(app))
         }
         let lock = try LifecycleLock(path: lockPath(app))
         defer { withExtendedLifetime(lock) {} }
@@ -74,7 +78,9 @@ public struct Lifecycle: Sendable {
             }
         }
         var record = original ?? VersionLifecycle(legacyActive: active)
-        record.adopt(active, at: Date())
+        // An install's trial (or none) is written in its record before it becomes active,
+        // so a crash between the swap and this write loses nothing.
+        record.adopt(active, trialLaunches: active.flatMap { store.metadata(app, $0)?.trialLaunches }, at: Date())
         let history = record.history
         let result = try body(&record, active)
         if record != original {
@@ -105,10 +111,13 @@ public struct Lifecycle: Sendable {
     public func markGood(_ app: String) throws -> Version {
         try update(app) { record, active in
             guard let active else {
-                throw OfflineAgentError(.install, "no active version of '\(app)' to confirm", cause: .stateInvalid)
+                throw OfflineAgentError(.lifecycle, "no active version of '\(app)' to confirm", cause: .stateInvalid)
             }
             guard !record.isBad(active) else {
-                throw OfflineAgentError(.install, "\(app) \(active) is marked bad; it cannot be confirmed", cause: .stateInvalid)
+                throw OfflineAgentError(
+                    .lifecycle,
+                    "\(app) \(active) is marked bad and not used offline; it cannot be confirmed (offline-agent forget-bad --app \(app) --version \(active) clears the mark)",
+                    cause: .stateInvalid)
             }
             record.confirm(active, at: Date())
             return active
@@ -120,7 +129,7 @@ public struct Lifecycle: Sendable {
     /// - Throws: `.stateInvalid` when no version, or only a bad one, is active.
     public func markBad(_ app: String, reason: String) throws -> LifecycleTransition {
         guard let transition = try rollBack(app, reason: reason, event: .markBad) else {
-            throw OfflineAgentError(.install, "no active version of '\(app)' to mark bad", cause: .stateInvalid)
+            throw OfflineAgentError(.lifecycle, "no active version of '\(app)' to mark bad (it may be marked bad already: offline-agent history --app \(app))", cause: .stateInvalid)
         }
         return transition
     }
@@ -150,12 +159,17 @@ public struct Lifecycle: Sendable {
         let marked: (from: Version, to: Version?)? = try update(app) { record, active in
             guard let active, !record.isBad(active) else {
                 if expecting != nil { return nil }
-                throw OfflineAgentError(.install, "no active version of '\(app)' to roll back from", cause: .stateInvalid)
+                throw OfflineAgentError(
+                    .lifecycle, "no active version of '\(app)' to roll back from (offline-agent history --app \(app) shows what happened)",
+                    cause: .stateInvalid)
             }
             if let expecting, expecting != active { return nil }
             let target = target(app, from: active, record: record)
             if requireTarget, target == nil {
-                throw OfflineAgentError(.install, "no previous version of '\(app)' is kept (or it is marked bad)", cause: .stateInvalid)
+                throw OfflineAgentError(
+                    .lifecycle,
+                    "nothing to roll back to: no previous version of '\(app)' is kept (or it is marked bad); \(active) stays active (offline-agent mark-bad --app \(app) stops serving it offline)",
+                    cause: .stateInvalid)
             }
             record.markBad(active, target: target, event: event, reason: reason, at: Date())
             return (active, target)
@@ -237,11 +251,27 @@ public struct Lifecycle: Sendable {
         try update(app) { record, active in record.setHeld(held, active: active, at: Date()) }
     }
 
-    /// Records the trial a sync just installed, with the sync's launch limit.
-    func recordInstall(_ app: String, _ version: Version, maxTrialLaunches: Int) throws {
+    /// Records the install a sync just made (its trial, if it asked for one, is in the
+    /// version's record), so `history` and `status` show it at once.
+    func recordInstall(_ app: String) throws {
+        try update(app) { _, _ in }
+    }
+
+    /// Clears the bad mark of `version` of `app`, or of all its bad versions when nil
+    /// (`forget-bad`): the operator's way out of a rollback. Syncs may install a cleared
+    /// version again; an active one cleared is served again, as good. Recorded in `history`.
+    ///
+    /// - Returns: the versions cleared.
+    /// - Throws: `.stateInvalid` when nothing (or not `version`) is marked bad.
+    @discardableResult
+    public func forgetBad(_ app: String, version: Version? = nil) throws -> [Version] {
         try update(app) { record, active in
-            guard active == version, record.version == version, record.state == .trial else { return }
-            record.maxTrialLaunches = maxTrialLaunches
+            let cleared = record.forgetBad(version, active: active, at: Date())
+            guard !cleared.isEmpty else {
+                let what = version.map { "\(app) \($0) is not marked bad" } ?? "no version of '\(app)' is marked bad"
+                throw OfflineAgentError(.lifecycle, what, cause: .stateInvalid)
+            }
+            return cleared
         }
     }
 

@@ -4,7 +4,7 @@ import FoundationEssentials
 public struct LifecycleEvent: Sendable, Equatable, Codable {
     /// What happened.
     public enum Kind: String, Sendable, Codable, CaseIterable {
-        /// A sync installed a new version (on trial).
+        /// A sync installed a new version (on trial when one was asked for).
         case install
         /// The active version was confirmed (`mark-good`).
         case confirm = "mark-good"
@@ -18,6 +18,8 @@ public struct LifecycleEvent: Sendable, Equatable, Codable {
         case hold
         /// Syncs may change the active version again (`unhold`).
         case unhold
+        /// Bad marks were cleared by the operator (`forget-bad`).
+        case forgetBad = "forget-bad"
     }
 
     /// When it happened.

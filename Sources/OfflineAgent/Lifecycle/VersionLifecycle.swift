@@ -17,7 +17,8 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
     static let confirmedLimit = 16
     /// Longest reason kept, in characters.
     public static let reasonLimit = 500
-    /// The launch limit of a trial when the installing sync recorded none.
+    /// The launch limit of a trial recorded without one (roots from before trials were
+    /// the publisher's call). New installs are on trial only when asked.
     public static let defaultMaxTrialLaunches = 3
 
     /// The version `state` and `launches` describe.
@@ -36,6 +37,8 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
     public var bad: [BadVersion]
     /// Transitions, oldest first (the last `historyLimit`).
     public var history: [LifecycleEvent]
+    /// The state of the version the last install replaced: what a rollback to it restores.
+    public var left: VersionSnapshot?
 
     /// The record of a root that had no lifecycle yet: an active version installed
     /// before the lifecycle was tracked is `good` (it has been in use).
@@ -48,6 +51,7 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
         confirmed = legacyActive.map { [$0] } ?? []
         bad = []
         history = []
+        left = nil
     }
 
     /// True when `version` is marked bad.
@@ -67,14 +71,26 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
 
     // MARK: - Transitions
 
-    /// Records a version that became active by an install (a new trial).
-    mutating func adopt(_ active: Version?, at now: Date, reason: String = "installed by a sync") {
+    /// Records a version that became active by an install: on trial for `trialLaunches`
+    /// launches when the install asked for one (> 0), else good at once.
+    mutating func adopt(_ active: Version?, trialLaunches: Int?, at now: Date) {
         guard let active, !isBad(active), version != active else { return }
+        let trial = !confirmed.contains(active) && (trialLaunches ?? 0) > 0
+        let reason = trial ? "installed by a sync, on trial for \(trialLaunches ?? 0) launches" : "installed by a sync"
         append(LifecycleEvent(at: now, event: .install, from: version, to: active, reason: reason))
-        state = confirmed.contains(active) ? .good : .trial
+        if let version, !isBad(version) {
+            left = VersionSnapshot(version: version, state: state, launches: launches, maxTrialLaunches: maxTrialLaunches)
+        }
         version = active
         launches = 0
-        maxTrialLaunches = nil
+        if trial {
+            state = .trial
+            maxTrialLaunches = trialLaunches
+        } else {
+            state = .good
+            maxTrialLaunches = nil
+            remember(active)
+        }
     }
 
     /// Confirms `active`.
@@ -85,9 +101,32 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
         version = active
         state = .good
         launches = 0
-        confirmed.removeAll { $0 == active }
-        confirmed.append(active)
+        remember(active)
+    }
+
+    private mutating func remember(_ good: Version) {
+        confirmed.removeAll { $0 == good }
+        confirmed.append(good)
         if confirmed.count > Self.confirmedLimit { confirmed.removeFirst(confirmed.count - Self.confirmedLimit) }
+    }
+
+    /// Clears the bad mark of `version`, or of every bad version when nil (`forget-bad`);
+    /// returns the versions cleared. An active version cleared becomes good: the
+    /// operator vouched for it.
+    mutating func forgetBad(_ version: Version?, active: Version?, at now: Date) -> [Version] {
+        let cleared = bad.map(\.version).filter { version == nil || $0 == version }
+        guard !cleared.isEmpty else { return [] }
+        bad.removeAll { cleared.contains($0.version) }
+        let list = cleared.map(\.description).joined(separator: ", ")
+        append(LifecycleEvent(at: now, event: .forgetBad, from: active, to: active, reason: "bad mark cleared: \(list)"))
+        if let active, cleared.contains(active), self.version != active || state != .good {
+            self.version = active
+            state = .good
+            launches = 0
+            maxTrialLaunches = nil
+            remember(active)
+        }
+        return cleared
     }
 
     /// Marks `active` bad; `target` (a kept version not marked bad, or nil) becomes the
@@ -101,10 +140,18 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
         }
         append(LifecycleEvent(at: now, event: event, from: active, to: target, reason: reason))
         version = target
-        state = target.map { confirmed.contains($0) ? .good : .trial } ?? .good
-        launches = 0
-        // A rollback target keeps no recorded limit: the default applies to its trial.
-        maxTrialLaunches = nil
+        // The target returns in the state it had: a trial with the launches it used,
+        // anything else good (a confirmed version, or one installed without a trial).
+        if let target, let left, left.version == target, left.state == .trial, !confirmed.contains(target) {
+            state = .trial
+            launches = left.launches
+            maxTrialLaunches = left.maxTrialLaunches
+        } else {
+            state = .good
+            launches = 0
+            maxTrialLaunches = nil
+        }
+        left = nil
     }
 
     /// Sets or clears the hold; false when nothing changed.
@@ -124,7 +171,7 @@ public struct VersionLifecycle: Sendable, Equatable, Codable {
         case .good: return .confirmed
         case .trial: break
         }
-        if version != active { adopt(active, at: Date()) }
+        if version != active { adopt(active, trialLaunches: limit, at: Date()) }
         if limit > 0, launches >= limit { return .rollBack }
         launches += 1
         return .counted(launches)

@@ -2,7 +2,7 @@ import FoundationEssentials
 
 extension Agent {
     /// Queues the fleet-report event of a finished sync: `updated`, `failed` or
-    /// `deferred`. Up to date, throttled, held and known-bad send nothing, nor does a
+    /// `deferred`. Up to date, throttled, held, known-bad and not-in-stage send nothing, nor does a
     /// sync that found the root busy or was cancelled (the host's doing). Also records
     /// the app's collector for later lifecycle events. Never fails the sync.
     nonisolated func queueReport(_ report: SyncReport, options: SyncOptions, duration: Duration) async {

@@ -14,7 +14,7 @@ extension Lifecycle {
             case .confirm: (entry, .markedGood)
             case .markBad: (entry, .markedBad)
             case .rollback, .automaticRollback: (entry, .rolledBack)
-            case .install, .hold, .unhold: nil
+            case .install, .hold, .unhold, .forgetBad: nil
             }
         }
         guard !kinds.isEmpty, let url = ReportDestinations.url(root: root, app: app), let device = try? DeviceID.load(root: root) else {

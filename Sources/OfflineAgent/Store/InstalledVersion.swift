@@ -22,11 +22,16 @@ public struct InstalledVersion: Sendable, Equatable, Codable {
     /// The package's entry page for single-page routes (the manifest's `fallback`), a
     /// normalised relative path; nil when the manifest names none (and in older records).
     public var fallback: String?
+    /// The trial this install runs under: launches allowed unconfirmed before a rollback
+    /// (the device's setting, else the manifest's request). Nil or 0: no trial, the
+    /// version is good once installed (and in records written before trials were opt-in).
+    public var trialLaunches: Int?
 
     /// A record as `Updater` writes it; public so tools and tests can seed a store.
     public init(
         version: Version, packageSha256: String, miniVersion: Version, whitelist: [String], rollout: Int,
-        installedAt: Date, via: UpdateMethod, previousVersion: Version? = nil, fallback: String? = nil
+        installedAt: Date, via: UpdateMethod, previousVersion: Version? = nil, fallback: String? = nil,
+        trialLaunches: Int? = nil
     ) {
         self.version = version
         self.packageSha256 = packageSha256
@@ -37,5 +42,6 @@ public struct InstalledVersion: Sendable, Equatable, Codable {
         self.via = via
         self.previousVersion = previousVersion
         self.fallback = fallback
+        self.trialLaunches = trialLaunches
     }
 }

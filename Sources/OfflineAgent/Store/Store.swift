@@ -168,7 +168,7 @@ public struct Store: Sendable {
     /// Extracts `package` as `manifest.version`, records it, and makes it active.
     func install(
         app: String, package: String, packageSha256: String, manifest: Manifest, via: UpdateMethod,
-        limits: ExtractionLimits
+        limits: ExtractionLimits, trialLaunches: Int = 0
     ) throws -> InstalledVersion {
         let previous = active(app)
         let version = manifest.version
@@ -194,7 +194,8 @@ public struct Store: Sendable {
             let installed = InstalledVersion(
                 version: version, packageSha256: packageSha256, miniVersion: manifest.miniVersion,
                 whitelist: manifest.whitelist, rollout: manifest.rollout, installedAt: Date(), via: via,
-                previousVersion: previous?.version, fallback: manifest.fallback)
+                previousVersion: previous?.version, fallback: manifest.fallback,
+                trialLaunches: trialLaunches > 0 ? trialLaunches : nil)
             try write(installed, to: metadataPath(app, version))
             CrashPoint.afterRecord.hit()
             try activate(app, version)

@@ -27,7 +27,7 @@ struct Downloader: Sendable {
     func path(for target: DownloadTarget) -> String { "\(directory)/\(target.key)" }
 
     /// Downloads `target` (or reuses a complete verified copy) and returns its path and the bytes transferred.
-    func fetch(_ target: DownloadTarget, progress: @escaping @Sendable (Int64, Int64) -> Void) async throws -> (path: String, transferred: Int64) {
+    func fetch(_ target: DownloadTarget, progress: @escaping @Sendable (Int64, Int64, Int64) -> Void) async throws -> (path: String, transferred: Int64) {
         let final = path(for: target)
         if let sha256 = target.sha256, FileSystem.fileSize(final) == target.size,
            try await pool.run(.download, { try? FileHasher.sha256(of: final) }) == sha256 {
@@ -104,7 +104,7 @@ struct Downloader: Sendable {
     /// Writes the body at `offset` of `part`, cutting it at `target.size`, under the minimum-speed watchdog.
     private func stream(
         _ response: HTTPClientResponse, to part: String, offset: Int64, target: DownloadTarget,
-        progress: @escaping @Sendable (Int64, Int64) -> Void
+        progress: @escaping @Sendable (Int64, Int64, Int64) -> Void
     ) async throws -> (transferred: Int64, sha256: String) {
         // The hash covers the kept prefix too, so a resumed file is checked whole.
         let seed = try await pool.run(.download) {
@@ -126,6 +126,8 @@ struct Downloader: Sendable {
         let prefixHash = seed
         let counter = self.counter
         return try await withThrowingTaskGroup(of: (Int64, String)?.self) { group in
+            // The kept prefix shows at once, so a display can say where it resumes from.
+            if offset > 0 { progress(offset, target.size, offset) }
             group.addTask {
                 var hasher = prefixHash
                 var written = offset
@@ -141,7 +143,7 @@ struct Downloader: Sendable {
                         }
                         written += min(count, allowed)
                         meter.add(min(count, allowed))
-                        progress(written, target.size)
+                        progress(written, target.size, offset)
                         if count > allowed {
                             // Never write more than `size`: the body is cut and the file refused.
                             ftruncate(fd, 0)

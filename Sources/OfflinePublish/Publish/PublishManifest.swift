@@ -37,6 +37,14 @@ public enum PublishManifest {
                 ManifestPatch(baseVersion: $0.from, url: fileURLPrefix + $0.file, size: $0.size, sha256: $0.sha256)
             },
             fallback: state.fallback)
+        manifest.trialLaunches = release.trialLaunches
+        manifest.format = Manifest.formatVersion
+        manifest.publishedAt = state.publishedAt.flatMap(RFC3339.date(from:))
+        if let schedule = state.stageSchedule, !schedule.isEmpty {
+            manifest.stageSchedule = schedule
+        } else {
+            manifest.stage = state.stage
+        }
         if offerPatch, let current, let patch = state.patches.first(where: { $0.from == current && $0.to == state.latest }) {
             manifest.isPatch = true
             manifest.baseVersion = patch.from
@@ -57,6 +65,19 @@ public enum PublishManifest {
         encoder.outputFormatting = pretty ? [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted] : [.sortedKeys, .withoutEscapingSlashes]
         let body = try encoder.encode(manifest)
         return pretty ? body + Data("\n".utf8) : body
+    }
+
+    /// The static files for `manifest`: `manifest.json` and, when signed, the detached
+    /// `manifest.json.sig`.
+    ///
+    /// Signed, `manifest.json` is a `ManifestEnvelope`: the manifest's fields for agents
+    /// of format 1, and the exact signed body with its signature inside, which agents
+    /// of format 2 verify alone. The `.sig` signs the whole file, for format 1 agents.
+    public static func staticFiles(_ manifest: Manifest, key: SigningKey?) throws -> (manifest: Data, signature: Data?) {
+        let body = try encode(manifest, pretty: true)
+        guard let key else { return (body, nil) }
+        let file = try ManifestEnvelope(manifest: body, signature: try key.sign(body)).file(describing: manifest)
+        return (file, Data((try key.sign(file) + "\n").utf8))
     }
 
     /// A strong ETag (quoted) for a manifest body: the first 128 bits of its SHA-256,

@@ -48,6 +48,28 @@ public struct PublishOptions: Sendable {
     /// `fallback`, e.g. `index.html`): a file of the package. nil: the previous value
     /// (none on a first publish).
     public var fallback: String?
+    /// This version's trial request (`publish --trial-launches N`): devices keep it on
+    /// trial for N launches and roll it back unless the host confirms it. nil or 0: no
+    /// trial, good once installed. Not kept for later versions: each asks for itself.
+    public var trialLaunches: Int?
+    /// Refuse a publish whose whitelist (given or kept) is empty: such a package is
+    /// installed by every device and served by none (the CLI sets it).
+    public var requireWhitelist = false
+    /// The staged rollout of the new version: the share of devices (0–100) that may
+    /// take it; nil: 100. A new version starts its own rollout, so nothing is kept.
+    public var stage: Int?
+    /// The staged rollout as steps after the publish time (`5@0h,25@24h,100@72h`);
+    /// exclusive with `stage`.
+    public var stageSchedule: [ManifestStageStep]?
+    /// The publish time the manifest carries (`publishedAt`) and the revision records.
+    public var now: Date = Date()
+    /// The operator's reason, recorded in the revision (`history`).
+    public var reason: String?
+    /// Publish the exact bytes of this existing package instead of zipping
+    /// `sourceDirectory` (`revert`, `promote`); its SHA-256 must be `packageSha256`.
+    package var existingPackage: (path: String, sha256: String)?
+    /// The verb recorded in the revision.
+    package var verb = "publish"
 
     public init(
         app: String, version: Version, sourceDirectory: String, publishDirectory: String,

@@ -5,7 +5,8 @@ import OfflineAgent
 ///
 /// It is the commit point of `publish` (written last, atomically) and the only
 /// thing a server reads to answer manifest requests; the files it names live
-/// beside it. It holds no timestamps, so publishing the same input twice gives the
+/// beside it. Its only times are `publishedAt` and the revisions' (both
+/// `PublishOptions.now`), so publishing the same input at the same time gives the
 /// same bytes.
 public struct PublishState: Sendable, Equatable, Codable {
     /// One published version: its package (stored zip) and the gzip of that package.
@@ -17,13 +18,18 @@ public struct PublishState: Sendable, Equatable, Codable {
         /// Byte length and SHA-256 of `<version>.zip.gz`.
         public var gzipSize: Int64
         public var gzipSha256: String
+        /// The publisher's trial request for this version (`publish --trial-launches`),
+        /// written into its manifest as `trialLaunches`; nil: no trial (absent from
+        /// older states, whose bytes stay as they were).
+        public var trialLaunches: Int?
 
-        public init(version: Version, size: Int64, sha256: String, gzipSize: Int64, gzipSha256: String) {
+        public init(version: Version, size: Int64, sha256: String, gzipSize: Int64, gzipSha256: String, trialLaunches: Int? = nil) {
             self.version = version
             self.size = size
             self.sha256 = sha256
             self.gzipSize = gzipSize
             self.gzipSha256 = gzipSha256
+            self.trialLaunches = trialLaunches
         }
 
         /// File name of the package, relative to the app directory.
@@ -64,6 +70,15 @@ public struct PublishState: Sendable, Equatable, Codable {
     public var patches: [Patch]
     /// The manifest's `fallback` (the entry page for single-page routes); nil for none.
     public var fallback: String?
+    /// When `latest` was published (RFC 3339): what the manifest's `stageSchedule` is
+    /// measured from. nil in states written before staged rollouts.
+    public var publishedAt: String?
+    /// The staged rollout of `latest` (0–100, 0 halts it); nil means 100.
+    public var stage: Int?
+    /// The staged rollout as a schedule after `publishedAt`; nil or empty for none.
+    public var stageSchedule: [ManifestStageStep]?
+    /// Changes to the live release, oldest first (`PublishRevision`); nil when none.
+    public var revisions: [PublishRevision]?
 
     public init(
         app: String, latest: Version, miniVersion: Version, whitelist: [String], rollout: Int,
@@ -133,9 +148,20 @@ public struct PublishState: Sendable, Equatable, Codable {
         guard (0...100).contains(rollout) else { throw fail("rollout \(rollout) is outside 0…100") }
         if let expires, RFC3339.date(from: expires) == nil { throw fail("expires '\(expires)' is not RFC 3339") }
         if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail("fallback '\(fallback)' is not a normalised relative path") }
+        if let publishedAt, RFC3339.date(from: publishedAt) == nil { throw fail("publishedAt '\(publishedAt)' is not RFC 3339") }
+        if let stage, !(0...100).contains(stage) { throw fail("stage \(stage) is outside 0…100") }
+        if let schedule = stageSchedule, !schedule.isEmpty {
+            // The rules devices apply (Manifest.checkStage), so a hand-edited state is never served.
+            guard publishedAt != nil else { throw fail("a stage schedule needs publishedAt") }
+            guard stage == nil else { throw fail("stage and stageSchedule cannot both be set") }
+            if let problem = ManifestStageStep.problem(in: schedule) { throw fail(problem) }
+        }
         for release in versions {
             guard release.size >= 0, release.gzipSize >= 0, SHA256Hex.isValid(release.sha256), SHA256Hex.isValid(release.gzipSha256) else {
                 throw fail("bad size or hash for \(release.version)")
+            }
+            if let trial = release.trialLaunches, !(0...Manifest.maxTrialLaunches).contains(trial) {
+                throw fail("trialLaunches \(trial) of \(release.version) is outside 0…\(Manifest.maxTrialLaunches)")
             }
         }
         for patch in patches {

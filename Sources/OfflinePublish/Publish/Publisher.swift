@@ -38,7 +38,7 @@ public enum Publisher {
             }
         }
         // Before anything is written: a tree devices would refuse changes nothing.
-        let entries = try PublishZip.collect(source: source, limits: options.limits)
+        let entries = options.existingPackage == nil ? try PublishZip.collect(source: source, limits: options.limits) : []
 
         // Stage on the publish directory's filesystem so moving in is a rename.
         let createdOut = try makeDirectories(out)
@@ -93,10 +93,17 @@ public enum Publisher {
         appDirectory: String, staging: String
     ) throws -> Built {
         let version = options.version
-        let package = try PublishZip.write(entries, to: "\(staging)/\(version).zip")
+        let package: PublishedFile
+        if let existing = options.existingPackage {
+            // revert and promote: the exact bytes devices already verified once.
+            package = try copyPackage(existing, to: "\(staging)/\(version).zip")
+        } else {
+            package = try PublishZip.write(entries, to: "\(staging)/\(version).zip")
+        }
         let gzip = try PublishGzip.compress("\(staging)/\(version).zip", to: "\(staging)/\(version).zip.gz")
         let release = PublishState.Release(
-            version: version, size: package.size, sha256: package.sha256, gzipSize: gzip.size, gzipSha256: gzip.sha256)
+            version: version, size: package.size, sha256: package.sha256, gzipSize: gzip.size, gzipSha256: gzip.sha256,
+            trialLaunches: (options.trialLaunches ?? 0) > 0 ? options.trialLaunches : nil)
         var files = [release.packageFile, release.gzipFile]
 
         var patches: [PublishState.Patch] = []
@@ -112,7 +119,7 @@ public enum Publisher {
         case .at(let date): RFC3339.string(from: date)
         }
 
-        let state = PublishState(
+        var state = PublishState(
             app: options.app, latest: version,
             miniVersion: options.miniVersion ?? previous?.miniVersion ?? version,
             whitelist: options.whitelist ?? previous?.whitelist ?? [],
@@ -122,8 +129,21 @@ public enum Publisher {
             versions: (previous?.versions ?? []) + [release],
             patches: patches,
             fallback: options.fallback ?? previous?.fallback)
+        if options.requireWhitelist, state.whitelist.isEmpty {
+            throw OfflineAgentError(
+                .usage,
+                "no whitelist: devices would install \(options.app) \(version) and serve none of it; give --whitelist URL_PREFIX (e.g. https://h5.example.com/\(options.app)/), repeated for several")
+        }
+        // A new version starts its own rollout: the stage is never kept from the last one.
+        state.publishedAt = RFC3339.string(from: options.now)
+        state.stage = options.stageSchedule == nil ? options.stage : nil
+        state.stageSchedule = options.stageSchedule
+        let detail = options.verb == "publish" ? "published \(version)" : "\(options.verb) \(version)"
+        state.revisions = PublishRevision.appending(
+            PublishRevision(time: options.now, verb: options.verb, version: version, reason: PublishRevision.reason(detail, options.reason)),
+            to: previous?.revisions)
         // The entry page must be a file of this very package, or every deep link would fail.
-        if let fallback = state.fallback, !entries.contains(where: { $0.name == fallback }) {
+        if options.existingPackage == nil, let fallback = state.fallback, !entries.contains(where: { $0.name == fallback }) {
             throw OfflineAgentError(.usage, "fallback '\(fallback)' is not a file of the package")
         }
         guard state.miniVersion <= version else {
@@ -136,12 +156,17 @@ public enum Publisher {
         guard let manifest = PublishManifest.manifest(from: state, current: nil, fileURLPrefix: prefix, fullCompression: .gzip, offerPatch: false) else {
             throw OfflineAgentError(.publish, "no release for \(version)")
         }
-        try manifest.checkFields()
-        let body = try PublishManifest.encode(manifest, pretty: true)
-        try writeNew(body, to: "\(staging)/\(manifestFile)")
+        do {
+            try manifest.checkFields()
+        } catch let error as OfflineAgentError where error.cause == .manifestInvalid {
+            // A manifest devices would refuse (a bad schedule, stage): the operator's input.
+            throw OfflineAgentError(.usage, error.reason)
+        }
+        let written = try PublishManifest.staticFiles(manifest, key: options.signingKey)
+        try writeNew(written.manifest, to: "\(staging)/\(manifestFile)")
         files.append(manifestFile)
-        if let key = options.signingKey {
-            try writeNew(Data((try key.sign(body) + "\n").utf8), to: "\(staging)/\(signatureFile)")
+        if let signature = written.signature {
+            try writeNew(signature, to: "\(staging)/\(signatureFile)")
             files.append(signatureFile)
         }
         try writeNew(try state.encoded(), to: "\(staging)/\(PublishState.fileName)")
@@ -203,7 +228,12 @@ public enum Publisher {
     private static func checkArguments(_ options: PublishOptions) throws {
         func usage(_ reason: String, path: String? = nil) -> OfflineAgentError { OfflineAgentError(.usage, reason, path: path) }
         guard AppName.isValid(options.app) else { throw usage("invalid app name '\(options.app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
-        guard FileSystem.isDirectory(options.sourceDirectory) else {
+        if let stage = options.stage, !(0...100).contains(stage) { throw usage("stage \(stage) is outside 0…100") }
+        if options.stage != nil, options.stageSchedule != nil { throw usage("--stage and --stage-schedule cannot both be given") }
+        if let schedule = options.stageSchedule, let problem = ManifestStageStep.problem(in: schedule) {
+            throw usage("--stage-schedule \(ManifestStageStep.describe(schedule)): \(problem)")
+        }
+        guard options.existingPackage != nil || FileSystem.isDirectory(options.sourceDirectory) else {
             throw usage("source directory does not exist or is not a directory", path: options.sourceDirectory)
         }
         if let rollout = options.rollout, !(0...100).contains(rollout) { throw usage("rollout \(rollout) is outside 0…100") }
@@ -217,6 +247,9 @@ public enum Publisher {
             throw usage("base URL '\(baseURL)' is not an absolute http(s) URL")
         }
         guard options.patchBaseCount >= 0 else { throw usage("negative patch count") }
+        if let trial = options.trialLaunches, !(0...Manifest.maxTrialLaunches).contains(trial) {
+            throw usage("--trial-launches \(trial) is outside 0…\(Manifest.maxTrialLaunches)")
+        }
         if let fallback = options.fallback, !ManifestFields.isPackagePath(fallback) {
             throw usage("fallback '\(fallback)' must be a normalised relative path of a file in the package (like index.html)")
         }
@@ -224,6 +257,24 @@ public enum Publisher {
         if case .at(let date) = options.expires, date <= Date() {
             throw usage("expires \(RFC3339.string(from: date)) has already passed: no device would accept the manifest")
         }
+    }
+
+    /// Copies an existing package into staging, refusing bytes that are not the ones
+    /// the source's state names.
+    private static func copyPackage(_ existing: (path: String, sha256: String), to path: String) throws -> PublishedFile {
+        let writer = try PublishFileWriter(creating: path)
+        guard let input = FileHandle(forReadingAtPath: existing.path) else {
+            throw OfflineAgentError(.publish, "cannot read the package", path: existing.path)
+        }
+        defer { try? input.close() }
+        while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
+            try writer.write(chunk)
+        }
+        let copied = try writer.finish()
+        guard copied.sha256 == existing.sha256 else {
+            throw OfflineAgentError(.publish, "the package does not match its state.json (sha256 \(copied.sha256), expected \(existing.sha256))", path: existing.path)
+        }
+        return copied
     }
 
     private static func writeNew(_ data: Data, to path: String) throws {

@@ -1,0 +1,339 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import OfflineAgent
+
+/// Changes a live release without building a new version (`stage`, `set`), or
+/// publishes existing bytes as one (`revert`, `promote`).
+///
+/// Each verb re-signs `manifest.json` from the changed `state.json`, records a
+/// `PublishRevision`, and writes through the same staging directory and undoable
+/// renames as `publish`: on any failure the publish directory is byte for byte as
+/// it was. Each refuses, before writing anything, what devices would refuse (an
+/// expired manifest, a mini version above the version, a stage outside 0…100, an
+/// unsigned or wrongly signed manifest where a signed one was), naming the value.
+public enum ReleaseEditor {
+    /// Sets the staged rollout of the latest version to `percent` (0 halts it: no new
+    /// device takes the version; devices on it keep it), replacing any schedule.
+    @discardableResult
+    public static func stage(
+        app: String, publishDirectory: String, percent: Int, key: SigningKey?, reason: String? = nil, now: Date = Date()
+    ) throws -> PublishState {
+        guard (0...100).contains(percent) else { throw usage("stage \(percent) is outside 0…100") }
+        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "stage", reason: reason) { state in
+            let before = describeStage(state)
+            state.stage = percent
+            state.stageSchedule = nil
+            return "stage \(before) -> \(percent)%" + (percent == 0 ? " (halted)" : "")
+        }
+    }
+
+    /// Changes the app-wide settings of the live release.
+    @discardableResult
+    public static func set(
+        app: String, publishDirectory: String, settings: ReleaseSettings, key: SigningKey?, reason: String? = nil, now: Date = Date()
+    ) throws -> PublishState {
+        guard !settings.isEmpty else {
+            throw usage("nothing to set: give --rollout, --mini-version, --expires, --network-type, --whitelist or --fallback")
+        }
+        if let rollout = settings.rollout, !(0...100).contains(rollout) { throw usage("rollout \(rollout) is outside 0…100") }
+        for prefix in settings.whitelist ?? [] where !WebAddress.isAbsolute(prefix) {
+            throw usage("whitelist entry '\(prefix)' is not an absolute http(s) URL")
+        }
+        if let whitelist = settings.whitelist, whitelist.isEmpty { throw usage("an empty whitelist would serve nothing offline") }
+        if case .at(let date) = settings.expires, date <= now {
+            throw usage("expires \(RFC3339.string(from: date)) has already passed: no device would accept the manifest")
+        }
+        if let fallback = settings.fallback, !ManifestFields.isPackagePath(fallback) {
+            throw usage("fallback '\(fallback)' must be a normalised relative path of a file in the package (like index.html)")
+        }
+        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "set", reason: reason) { state in
+            var changes: [String] = []
+            if let rollout = settings.rollout {
+                changes.append("rollout \(state.rollout) -> \(rollout)")
+                state.rollout = rollout
+            }
+            if let miniVersion = settings.miniVersion {
+                guard miniVersion <= state.latest else {
+                    throw usage("mini version \(miniVersion) is above the latest version \(state.latest)")
+                }
+                changes.append("miniVersion \(state.miniVersion) -> \(miniVersion)")
+                state.miniVersion = miniVersion
+            }
+            switch settings.expires {
+            case .keep: break
+            case .never:
+                changes.append("expires \(state.expires ?? "never") -> never")
+                state.expires = nil
+            case .at(let date):
+                let text = RFC3339.string(from: date)
+                changes.append("expires \(state.expires ?? "never") -> \(text)")
+                state.expires = text
+            }
+            if let networkType = settings.networkType {
+                changes.append("networkType \(state.networkType.rawValue) -> \(networkType.rawValue)")
+                state.networkType = networkType
+            }
+            if let whitelist = settings.whitelist {
+                changes.append("whitelist -> \(whitelist.joined(separator: " "))")
+                state.whitelist = whitelist
+            }
+            if let fallback = settings.fallback {
+                try checkFileOfLatest(fallback, state: state, appDirectory: appDirectory(app, publishDirectory))
+                changes.append("fallback \(state.fallback ?? "none") -> \(fallback)")
+                state.fallback = fallback
+            }
+            return "set " + changes.joined(separator: ", ")
+        }
+    }
+
+    /// Publishes the exact package of the earlier version `target` as a new version
+    /// (`newVersion`, by default the next patch number after the latest), with patches
+    /// from the last 3 versions: devices on the bad version move back with a small patch.
+    @discardableResult
+    public static func revert(
+        app: String, publishDirectory: String, to target: Version, newVersion: Version? = nil, key: SigningKey?,
+        reason: String? = nil, now: Date = Date()
+    ) throws -> PublishResult {
+        let directory = try appDirectory(app, publishDirectory)
+        let state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
+        guard target != state.latest else { throw usage("version \(target) is the latest already: nothing to revert") }
+        guard let release = state.versions.first(where: { $0.version == target }) else {
+            throw usage("version \(target) was never published for \(app) in \(publishDirectory)")
+        }
+        let version = newVersion ?? nextPatch(after: state.latest)
+        guard version > state.latest else {
+            throw usage("new version \(version) is not greater than the latest published \(state.latest)")
+        }
+        try checkSigning(appDirectory: directory, key: key)
+        try checkKeptExpiry(state, now: now)
+        var options = PublishOptions(
+            app: app, version: version, sourceDirectory: "", publishDirectory: publishDirectory, signingKey: key,
+            baseURL: try baseURL(app: app, appDirectory: directory, state: state))
+        options.existingPackage = (path: "\(directory)/\(release.packageFile)", sha256: release.sha256)
+        options.verb = "revert"
+        options.reason = PublishRevision.reason("the package of \(target)", reason)
+        options.now = now
+        return try Publisher.publish(options)
+    }
+
+    /// Publishes the exact package of `version` from the publish directory `beta` into
+    /// `publishDirectory` as its new latest version, with patches from that directory's
+    /// last 3 versions. A first promotion takes the beta's whitelist, network type and
+    /// fallback.
+    @discardableResult
+    public static func promote(
+        app: String, version: Version, from beta: String, to publishDirectory: String, key: SigningKey?,
+        reason: String? = nil, now: Date = Date()
+    ) throws -> PublishResult {
+        let betaDirectory = try appDirectory(app, beta)
+        let directory = try appDirectory(app, publishDirectory)
+        guard FileSystem.absolute(betaDirectory) != FileSystem.absolute(directory) else {
+            throw usage("--from and --to are the same publish directory")
+        }
+        let betaState = try loadState(app, directory: betaDirectory, publishDirectory: beta)
+        guard let release = betaState.versions.first(where: { $0.version == version }) else {
+            throw usage("version \(version) was never published for \(app) in \(beta)")
+        }
+        let previous = FileSystem.isDirectory(directory) ? try PublishState.load(appDirectory: directory) : nil
+        if let previous {
+            guard version > previous.latest else {
+                throw usage("version \(version) is not greater than the latest published \(previous.latest) in \(publishDirectory)")
+            }
+            try checkSigning(appDirectory: directory, key: key)
+            try checkKeptExpiry(previous, now: now)
+        }
+        var options = PublishOptions(
+            app: app, version: version, sourceDirectory: "", publishDirectory: publishDirectory,
+            whitelist: previous == nil ? betaState.whitelist : nil,
+            networkType: previous == nil ? betaState.networkType : nil, signingKey: key,
+            baseURL: try previous.flatMap { try baseURL(app: app, appDirectory: directory, state: $0) },
+            fallback: previous == nil ? betaState.fallback : nil)
+        options.existingPackage = (path: "\(betaDirectory)/\(release.packageFile)", sha256: release.sha256)
+        options.verb = "promote"
+        options.reason = PublishRevision.reason("from \(beta)", reason)
+        options.now = now
+        return try Publisher.publish(options)
+    }
+
+    /// The versions and revisions of an app (`offline-publish history`).
+    public static func history(app: String, publishDirectory: String) throws -> ReleaseHistory {
+        let directory = try appDirectory(app, publishDirectory)
+        let state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
+        return ReleaseHistory(state: state, stage: describeStage(state))
+    }
+
+    // MARK: The shared rewrite
+
+    /// Loads the state, applies `change` (which returns what changed), checks the
+    /// result as a device would, then writes manifest, signature and state through
+    /// staging with undoable renames.
+    private static func rewrite(
+        app: String, publishDirectory: String, key: SigningKey?, now: Date, verb: String, reason: String?,
+        change: (inout PublishState) throws -> String
+    ) throws -> PublishState {
+        let directory = try appDirectory(app, publishDirectory)
+        var state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
+        try checkSigning(appDirectory: directory, key: key)
+        let prefix = try fileURLPrefix(appDirectory: directory, state: state)
+        let detail = try change(&state)
+        try checkKeptExpiry(state, now: now)
+        state.revisions = PublishRevision.appending(
+            PublishRevision(time: now, verb: verb, version: state.latest, reason: PublishRevision.reason(detail, reason)),
+            to: state.revisions)
+        do {
+            try state.check(path: nil)
+        } catch let error as OfflineAgentError {
+            throw usage(error.reason)
+        }
+        guard let manifest = PublishManifest.manifest(from: state, current: nil, fileURLPrefix: prefix, fullCompression: .gzip, offerPatch: false) else {
+            throw OfflineAgentError(.publish, "no release for \(state.latest)", path: directory)
+        }
+        do {
+            try manifest.checkFields()
+        } catch let error as OfflineAgentError {
+            throw usage(error.reason)
+        }
+        let written = try PublishManifest.staticFiles(manifest, key: key)
+
+        let staging: String
+        do {
+            staging = try FileSystem.makeTemporaryDirectory(in: directory, prefix: ".publish-")
+        } catch {
+            throw OfflineAgentError(.publish, "cannot write to the publish directory", path: directory, underlying: error)
+        }
+        defer { FileSystem.remove(staging) }
+        var transaction = PublishTransaction(staging: staging, target: directory)
+        do {
+            try writeNew(written.manifest, to: "\(staging)/\(Publisher.manifestFile)")
+            if let signature = written.signature { try writeNew(signature, to: "\(staging)/\(Publisher.signatureFile)") }
+            try writeNew(try state.encoded(), to: "\(staging)/\(PublishState.fileName)")
+            try transaction.install(Publisher.manifestFile)
+            if written.signature != nil {
+                try transaction.install(Publisher.signatureFile)
+            } else {
+                try transaction.remove(Publisher.signatureFile)
+            }
+            // Last, as in publish: servers read state.json.
+            try transaction.install(PublishState.fileName)
+            try transaction.commit()
+        } catch {
+            let leftovers = transaction.rollBack()
+            let failure = error as? OfflineAgentError
+                ?? OfflineAgentError(.publish, "cannot write to the publish directory", path: directory, underlying: error)
+            guard leftovers.isEmpty else {
+                throw OfflineAgentError(
+                    failure.code, failure.reason + "; could not undo: " + leftovers.joined(separator: "; "),
+                    path: failure.path, underlying: failure.underlying)
+            }
+            throw failure
+        }
+        return state
+    }
+
+    // MARK: Checks
+
+    /// A signed release stays signed, by the key it was signed with: devices trusting
+    /// that key refuse an unsigned manifest or another key's signature.
+    static func checkSigning(appDirectory: String, key: SigningKey?) throws {
+        let path = "\(appDirectory)/\(Publisher.manifestFile)"
+        guard let body = FileManager.default.contents(atPath: path) else { return }
+        let envelope = try? ManifestEnvelope.open(body)
+        let detached = FileManager.default.contents(atPath: "\(appDirectory)/\(Publisher.signatureFile)")
+            .map { String(decoding: $0, as: UTF8.self) }
+        let current: (signature: String, bytes: Data)?
+        if let envelope, let signature = envelope.signature {
+            current = (signature, envelope.manifest)
+        } else if let detached {
+            current = (detached, body)
+        } else {
+            current = nil
+        }
+        guard let current else { return }
+        guard let key else {
+            throw usage("\(path) is signed: give --key to re-sign it (devices that trust a key refuse an unsigned manifest)")
+        }
+        do {
+            try ManifestSignature.verify(current.signature, of: current.bytes, with: key.key.publicKey)
+        } catch {
+            throw usage("--key is not the key \(path) is signed with (public key \(key.publicKeyBase64)): devices trusting the current key would refuse the manifest")
+        }
+    }
+
+    /// A kept `expires` that has passed would publish a manifest every device refuses.
+    private static func checkKeptExpiry(_ state: PublishState, now: Date) throws {
+        if let expires = state.expires, let date = RFC3339.date(from: expires), date <= now {
+            throw usage("expires \(expires) has already passed: no device would accept the manifest; give --expires with a later time, a duration like 7d, or never")
+        }
+    }
+
+    /// The fallback must be a file of the latest package, or every deep link would fail.
+    private static func checkFileOfLatest(_ fallback: String, state: PublishState, appDirectory: String) throws {
+        guard let release = state.latestRelease else { return }
+        let path = "\(appDirectory)/\(release.packageFile)"
+        let names: [[UInt8]]
+        do {
+            names = try ZipCentralDirectory.rawNames(of: path)
+        } catch {
+            throw OfflineAgentError(.publish, "cannot read the package of \(release.version)", path: path)
+        }
+        guard names.contains(Array(fallback.utf8)) else {
+            throw usage("fallback '\(fallback)' is not a file of the package of \(release.version)")
+        }
+    }
+
+    // MARK: Helpers
+
+    static func usage(_ reason: String) -> OfflineAgentError { OfflineAgentError(.usage, reason) }
+
+    private static func appDirectory(_ app: String, _ publishDirectory: String) throws -> String {
+        guard AppName.isValid(app) else { throw usage("invalid app name '\(app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
+        return "\(FileSystem.absolute(publishDirectory))/\(app)"
+    }
+
+    private static func loadState(_ app: String, directory: String, publishDirectory: String) throws -> PublishState {
+        guard FileSystem.isDirectory(directory), let state = try PublishState.load(appDirectory: directory) else {
+            throw usage("app '\(app)' was never published in \(publishDirectory)")
+        }
+        guard state.app == app else { throw OfflineAgentError(.publish, "state.json belongs to app '\(state.app)'", path: directory) }
+        return state
+    }
+
+    /// The prefix the current static manifest puts before file names (`publish
+    /// --base-url`), read back from its `url` so a re-signed manifest keeps it.
+    private static func fileURLPrefix(appDirectory: String, state: PublishState) throws -> String {
+        guard let release = state.latestRelease,
+              let body = FileManager.default.contents(atPath: "\(appDirectory)/\(Publisher.manifestFile)") else { return "" }
+        let inner = (try? ManifestEnvelope.open(body))??.manifest ?? body
+        guard let manifest = try? Manifest.decode(inner), manifest.url.hasSuffix(release.gzipFile) else { return "" }
+        return String(manifest.url.dropLast(release.gzipFile.count))
+    }
+
+    /// `publish --base-url` as the current manifest used it, nil for relative URLs.
+    private static func baseURL(app: String, appDirectory: String, state: PublishState) throws -> String? {
+        let prefix = try fileURLPrefix(appDirectory: appDirectory, state: state)
+        guard !prefix.isEmpty, prefix.hasSuffix("/\(app)/") else { return nil }
+        return String(prefix.dropLast(app.count + 1))
+    }
+
+    /// The next patch number: `1.1.0` -> `1.1.1`, `2` -> `2.0.1`, `1.2.3.4` -> `1.2.3.5`.
+    static func nextPatch(after version: Version) -> Version {
+        var components = version.components
+        while components.count < 3 { components.append(0) }
+        components[components.count - 1] += 1
+        return Version(components.map(String.init).joined(separator: ".")) ?? version
+    }
+
+    static func describeStage(_ state: PublishState) -> String {
+        if let schedule = state.stageSchedule, !schedule.isEmpty { return "schedule " + ManifestStageStep.describe(schedule) }
+        return "\(state.stage ?? 100)%"
+    }
+
+    private static func writeNew(_ data: Data, to path: String) throws {
+        let writer = try PublishFileWriter(creating: path)
+        try writer.write(data)
+        _ = try writer.finish()
+    }
+}

@@ -1,0 +1,40 @@
+import ArgumentParser
+import Foundation
+import OfflineAgent
+import OfflinePublish
+
+struct RevertCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "revert",
+        abstract: "Publish an earlier version's exact package as a new version.",
+        discussion: """
+            Devices never install a lower version, so going back means going forward: the package \
+            of --to is published byte for byte as --version (default: the next patch number after \
+            the latest), with patches from the last 3 versions, so devices on the bad version move \
+            back with a small patch. Settings are kept; the stage is 100. Changes nothing on failure.
+            """
+    )
+
+    @Option(help: "The app name.") var app: String
+    @Option(help: "The publish directory.") var out: String
+    @Option(help: "The earlier version whose package to publish again.") var to: String
+    @Option(help: "The new version (default: the next patch number).") var version: String?
+    @Option(help: "Ed25519 private key file to sign manifest.json with.") var key: String?
+    @Option(help: "Why, recorded in the revision (history).") var reason: String?
+
+    func run() async throws {
+        try await reportingFailures {
+            guard let target = Version(to) else { throw OfflineAgentError(.usage, "invalid version '\(to)'") }
+            var newVersion: Version?
+            if let version {
+                guard let parsed = Version(version) else { throw OfflineAgentError(.usage, "invalid version '\(version)'") }
+                newVersion = parsed
+            }
+            let result = try ReleaseEditor.revert(
+                app: app, publishDirectory: out, to: target, newVersion: newVersion,
+                key: try key.map(SigningKey.init(contentsOfFile:)), reason: reason)
+            print("reverted \(app) to the package of \(target) as \(result.release.version)")
+            for patch in result.patches { print("  \(patch.file)  \(patch.size) bytes") }
+        }
+    }
+}

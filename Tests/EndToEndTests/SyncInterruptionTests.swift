@@ -1,0 +1,102 @@
+import Foundation
+import Testing
+@testable import OfflineAgent
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// SIGINT and SIGTERM in the middle of a real download: one line per app saying what
+/// was kept, exit 130 / 143, and no check counted, so the next plain run resumes at once.
+@Suite("Sync interruption", .serialized)
+struct SyncInterruptionTests {
+    /// A harness offering a 256 KiB stored package served 2 KiB every 20 ms (~3 s in all).
+    static func slowHarness() throws -> (SyncHarness, [UInt8]) {
+        let h = try SyncHarness()
+        var zip = ZipBuilder()
+        zip.file("index.html", "<p>big</p>")
+        var generator = SplitMix64(seed: 30)
+        zip.file("big.bin", (0..<(256 << 10)).map { _ in UInt8(truncatingIfNeeded: generator.next()) })
+        let bytes = zip.build()
+        h.origin.put("big.zip", bytes)
+        let sha = PackageFixture.sha256(bytes)
+        h.origin.setManifest([
+            "app": "mall", "version": "2.0.0", "miniVersion": "1.0.0", "isPatch": false, "url": "files/big.zip",
+            "size": bytes.count, "sha256": sha, "packageSha256": sha, "whitelist": [SyncHarness.whitelist],
+        ])
+        h.origin.slow("big.zip", chunk: 2048, pause: 0.02)
+        return (h, bytes)
+    }
+
+    /// Starts a sync and sends `signal` once 32 KiB of the package are on disk. The
+    /// server sends those and then holds the connection (however slowly this test's task
+    /// is scheduled, the download is still under way when the signal comes).
+    static func interrupt(_ h: SyncHarness, with signal: Int32, json: Bool = false) async throws -> (CLI.Result, Int64) {
+        h.origin.override("big.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .hold(afterBodyBytes: 32 << 10, seconds: 120)
+            return reply
+        }
+        let arguments = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString]
+        let running = try CLI.start(arguments + (json ? ["--json"] : []))
+        let downloads = Store(root: h.root.path).downloadsDirectory("mall")
+        let pid = running.process.processIdentifier
+        // Watched and signalled from a thread of its own: on a loaded machine the
+        // cooperative pool can leave a sleeping task unscheduled for longer than the
+        // agent's read timeout.
+        let partial = await withCheckedContinuation { (done: CheckedContinuation<Int64, Never>) in
+            Thread.detachNewThread {
+                let deadline = Date().addingTimeInterval(120)
+                var partial: Int64 = 0
+                while Date() < deadline, running.process.isRunning {
+                    partial = ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
+                        .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0
+                    if partial >= 32 << 10 { break }
+                    Thread.sleep(forTimeInterval: 0.02)
+                }
+                kill(pid, signal)
+                done.resume(returning: partial)
+            }
+        }
+        return (await CLI.finish(running), partial)
+    }
+
+    @Test("SIGINT mid-download: one line saying what was kept, exit 130; the next plain run resumes at once with Range")
+    func sigint() async throws {
+        let (h, bytes) = try Self.slowHarness()
+        let (result, partial) = try await Self.interrupt(h, with: SIGINT)
+        #expect(partial >= 32 << 10, "the download was under way: \(result.stderr)")
+        #expect(!result.signaled && result.status == 130, "\(result.status) \(result.stderr)")
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1, "\(result.stderr)")
+        let line = String(lines.first ?? "")
+        #expect(line.hasPrefix("mall: interrupted: "), "\(line)")
+        #expect(line.contains("bytes of the download of 2.0.0 kept; the next sync resumes from there (not counted as a check); nothing is installed yet"), "\(line)")
+        #expect(result.stdout.isEmpty)
+
+        // Not throttled: the next plain run (no --force) goes on, asking only for the rest.
+        h.origin.clearOverrides()
+        let next = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall",
+                                      "--manifest", h.origin.manifestURL.absoluteString, "--json"])
+        let report = try #require(CLI.json(next.stdout), "\(next.stderr)")
+        #expect(report["result"] as? String == "updated", "\(report)")
+        let ranges = h.origin.requests(for: "/files/big.zip").compactMap { $0.header("Range") }
+        let offset = ranges.last.flatMap { Int($0.dropFirst("bytes=".count).prefix { $0 != "-" }) } ?? 0
+        #expect(offset >= 32 << 10, "\(ranges)")
+        #expect((report["bytesDownloaded"] as? Int ?? .max) <= bytes.count - offset, "\(report)")
+    }
+
+    @Test("SIGTERM mid-download: exit 143, and --json stays one object per app")
+    func sigterm() async throws {
+        let (h, _) = try Self.slowHarness()
+        let (result, _) = try await Self.interrupt(h, with: SIGTERM, json: true)
+        #expect(!result.signaled && result.status == 143, "\(result.status) \(result.stderr)")
+        #expect(result.stdout.split(separator: "\n").count == 1, "\(result.stdout)")
+        let report = try #require(CLI.json(result.stdout))
+        #expect(report["result"] as? String == "failed" && report["errorCode"] as? String == "cancelled", "\(report)")
+        // No check was counted: status shows no last check and the next plain run is not throttled.
+        let status = try #require(CLI.json(try await CLI.run(["status", "--root", h.root.path, "--app", "mall", "--json"]).stdout))
+        #expect(status["lastCheck"] is NSNull, "\(status)")
+        #expect(status["failures"] as? Int == 0, "\(status)")
+    }
+}
