@@ -147,7 +147,7 @@ struct Updater: Sendable {
         let compressed = manifest.compression == .gzip
         // A gzip package expands: estimate 4× its size, or the installed package's size if larger.
         let packageEstimate = compressed
-            ? max(try Self.product(size, 4), installed.flatMap { FileSystem.fileSize(store.packagePath(app, $0.version)) } ?? 0)
+            ? max(try Self.product(size, 4), installed.flatMap { store.keptPackageSize(app, $0.version) } ?? 0)
             : size
         try checkDiskSpace(needed: try Self.sum(size, compressed ? packageEstimate : 0, packageEstimate))
         // An uncompressed package is the file itself: without its own hash, packageSha256 checks it.

@@ -111,6 +111,12 @@ public struct Store: Sendable {
         return path
     }
 
+    /// The size of the package kept for `version`: its zip, or the package its skeleton stands for.
+    func keptPackageSize(_ app: String, _ version: Version) -> Int64? {
+        FileSystem.fileSize(packagePath(app, version))
+            ?? PackageView(skeletonPath: skeletonPath(app, version), objectsDirectory: objectsDirectory)?.size
+    }
+
     /// The package of the installed version as a patch base, when it still hashes to
     /// what was installed: the kept zip, or its skeleton read back through the objects
     /// (a damaged object or skeleton fails this hash, and the full package is fetched).
