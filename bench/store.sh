@@ -7,6 +7,7 @@
 # Environment:
 #   OURS=/path/to/offline-agent   build with the object store (default .build/debug/offline-agent)
 #   BASE=/path/to/offline-agent   today's build to compare with (required)
+#   BASE_ARGS=""                  extra sync arguments for BASE (e.g. --allow-unsigned for builds that need it)
 #   RUNS=3                        runs per build, interleaved (medians reported)
 #   CHAIN=1                       also time the by-hand chain curl + bspatch + sha256sum + unzip
 #
@@ -53,13 +54,13 @@ print(f"{elapsed:.3f} {int(io['write_bytes'])}")
 PY
 }
 
-one() {  # one BIN LABEL -> full_s full_w patch_s patch_w du_root
-  local bin=$1 root="$W/root-$2"
+one() {  # one BIN LABEL [ARGS...] -> full_s full_w patch_s patch_w du_root
+  local bin=$1 root="$W/root-$2"; shift 2
   rm -rf "$root"; sync
   local full patch
-  full=$(run_io "$bin" sync --root "$root" --app bench --manifest "$URL/full.json" --force)
+  full=$(run_io "$bin" sync --root "$root" --app bench --manifest "$URL/full.json" --force "$@")
   sync
-  patch=$(run_io "$bin" sync --root "$root" --app bench --manifest "$URL/patch.json" --force)
+  patch=$(run_io "$bin" sync --root "$root" --app bench --manifest "$URL/patch.json" --force "$@")
   sync
   [[ -d $root/apps/bench/versions/2.0.0 ]] || { echo "no 2.0.0 from $2" >&2; exit 1; }
   echo "$full $patch $(du -sxb "$root" | cut -f1)"
@@ -79,8 +80,9 @@ echo "package $PKG bytes, tree $TREE bytes, patch $(size "$PATCH") bytes; $RUNS 
 printf '%-6s %9s %12s %9s %12s %12s\n' build full_s full_write patch_s patch_write disk_2_versions
 for i in $(seq "$RUNS"); do
   for b in base ours; do
-    bin=$BASE; [[ $b == ours ]] && bin=$OURS
-    read -r fs fw ps pw du < <(one "$bin" "$b")
+    # shellcheck disable=SC2086
+    if [[ $b == ours ]]; then line=$(one "$OURS" ours); else line=$(one "$BASE" base ${BASE_ARGS:-}); fi
+    read -r fs fw ps pw du <<<"$line"
     printf '%-6s %9s %11s%% %9s %11s%% %11sx\n' "$b" "$fs" "$(echo "scale=1; 100*$fw/$PKG" | bc)" "$ps" \
       "$(echo "scale=1; 100*$pw/$PKG" | bc)" "$(echo "scale=2; $du/$TREE" | bc)"
   done
