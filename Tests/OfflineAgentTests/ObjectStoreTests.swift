@@ -177,6 +177,26 @@ struct ObjectStoreTests {
         #expect(store.diskUsage("news").alone == 2_000)
     }
 
+    @Test("status and status --json report the app's own, shared and store bytes")
+    func statusReportsSharing() async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        try await h.install("1.1.0")
+        let usage = h.store.diskUsage("mall")
+        let distinct = Set(Self.files("1.0.0").values).union(Self.files("1.1.0").values).reduce(Int64(0)) { $0 + Int64($1.count) }
+        #expect(usage.store == distinct, "each content stored once for both versions")
+        #expect(usage.alone + usage.shared == usage.versions)
+        #expect(usage.shared == 0, "no other app")
+        let json = try await CLI.run(["status", "--root", h.root.path, "--app", "mall", "--json"])
+        let disk = try #require(CLI.json(json.stdout)?["diskBytes"] as? [String: Any])
+        #expect((disk["store"] as? NSNumber)?.int64Value == distinct)
+        #expect((disk["alone"] as? NSNumber)?.int64Value == usage.alone)
+        #expect((disk["shared"] as? NSNumber)?.int64Value == 0)
+        #expect((disk["packageZips"] as? NSNumber)?.intValue == 0)
+        let text = try await CLI.run(["status", "--root", h.root.path])
+        #expect(text.stdout.contains("object store \(distinct) bytes"), "\(text.stdout)")
+    }
+
     @Test("objects on another file system than the versions: files copied, tree whole, fallback reported")
     func noHardLinks() throws {
         let scratch = TemporaryDirectory("objects")
