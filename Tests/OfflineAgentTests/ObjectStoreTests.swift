@@ -197,6 +197,31 @@ struct ObjectStoreTests {
         #expect(text.stdout.contains("object store \(distinct) bytes"), "\(text.stdout)")
     }
 
+    @Test("an unprivileged agent collects sealed (0555) version trees and their objects")
+    func unprivilegedCollection() async throws {
+        // Dropping to nobody needs root; without CAP_DAC_OVERRIDE, unlinking inside a 0555
+        // directory fails unless the collector unseals it first.
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { return }
+        let h = try SyncHarness()
+        let scratch = TemporaryDirectory("nobody")
+        let root = scratch.file("root")
+        #expect(chmod(scratch.path, 0o755) == 0 && mkdir(root, 0o755) == 0 && chown(root, 65534, 65534) == 0)
+        for version in ["1.0.0", "1.1.0", "1.2.0"] {
+            h.origin.setManifest(h.full(version))
+            let run = try await CLI.run(
+                ["--reuid=65534", "--regid=65534", "--clear-groups", CLI.binary, "sync", "--root", root, "--app", "mall",
+                 "--manifest", h.origin.manifestURL.absoluteString, "--force"],
+                executable: "/usr/bin/setpriv")
+            #expect(run.status == 0, "\(run.stderr)")
+        }
+        let versions = try FileManager.default.contentsOfDirectory(atPath: "\(root)/apps/mall/versions").sorted()
+        #expect(versions == ["1.1.0", "1.1.0.json", "1.2.0", "1.2.0.json"], "1.0.0 collected by nobody")
+        for name in try FileManager.default.contentsOfDirectory(atPath: "\(root)/objects") {
+            #expect((Self.inode("\(root)/objects/\(name)")?.links ?? 0) >= 2, "\(name) is linked")
+        }
+        #expect(Self.mode("\(root)/apps/mall/versions/1.2.0") == 0o555)
+    }
+
     @Test("objects on another file system than the versions: files copied, tree whole, fallback reported")
     func noHardLinks() throws {
         let scratch = TemporaryDirectory("objects")
