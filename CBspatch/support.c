@@ -57,13 +57,11 @@ ssize_t cbsp_old_read(const cbsp_old_source *source, void *buffer, size_t length
     while (done < length) {
         int64_t r = source->read_old(source->context, (char *)buffer + done, length - done, offset + (int64_t)done);
         if (r < 0) return -1;
-        if (r == 0 || (uint64_t)r > length - done) {
-            if ((uint64_t)r > length - done) {
-                errno = EOVERFLOW;
-                return -1;
-            }
-            break;
+        if ((uint64_t)r > length - done) { /* more than asked: the callback wrote past buffer's end */
+            errno = EOVERFLOW;
+            return -1;
         }
+        if (r == 0) break;
         done += (size_t)r;
     }
     return (ssize_t)done;
