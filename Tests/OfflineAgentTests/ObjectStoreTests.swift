@@ -139,6 +139,22 @@ struct ObjectStoreTests {
         #expect(third.linked == 2 && third.written == 0)
     }
 
+    @Test("an object made writable is not linked: the new version's file stays read-only")
+    func writableObject() throws {
+        let scratch = TemporaryDirectory("objects")
+        var zip = ZipBuilder()
+        zip.file("app.js", Array("console.log(1)".utf8))
+        try zip.write(to: scratch.file("p.zip"))
+        let objects = try ObjectStore(root: scratch.path)
+        _ = try Self.extract(scratch.file("p.zip"), to: scratch.file("v1"), objects: objects)
+        let object = "\(objects.directory)/\(PackageFixture.sha256(Array("console.log(1)".utf8)))"
+        #expect(chmod(object, 0o644) == 0)
+        let again = try Self.extract(scratch.file("p.zip"), to: scratch.file("v2"), objects: objects)
+        #expect(again.linked == 0)
+        #expect(Self.mode(scratch.file("v2/app.js")) == 0o444)
+        #expect(Self.mode(object) == 0o444, "the store's name holds a read-only inode again")
+    }
+
     @Test("executable and plain files with the same bytes are different objects")
     func modesKeptApart() throws {
         let scratch = TemporaryDirectory("objects")

@@ -52,7 +52,9 @@ final class ObjectStore: Sendable {
         let object = openat(fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard object >= 0 else { return nil }
         var st = stat()
-        guard fstat(object, &st) == 0, st.st_mode & S_IFMT == S_IFREG, Int64(st.st_size) == size else {
+        // A changed mode is damage too: linked, it would make a version file writable.
+        guard fstat(object, &st) == 0, st.st_mode & S_IFMT == S_IFREG, Int64(st.st_size) == size,
+              st.st_mode & 0o7777 == Self.mode(executable: name.hasSuffix(".x")) else {
             close(object)
             return nil
         }
