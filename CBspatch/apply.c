@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 typedef struct {
-    int fd;
+    cbsp_old_source source;
     int64_t size;
     uint8_t *buffer;
     int64_t start;
@@ -51,7 +51,7 @@ static cbspatch_status old_get(old_reader *r, int64_t pos, size_t want, int64_t 
         int64_t length = wanted_total > OLD_MIN_READ ? wanted_total : OLD_MIN_READ;
         if (length > OLD_WINDOW) length = OLD_WINDOW;
         if (length > r->size - pos) length = r->size - pos;
-        ssize_t got = cbsp_pread_full(r->fd, r->buffer, (size_t)length, pos);
+        ssize_t got = cbsp_old_read(&r->source, r->buffer, (size_t)length, pos);
         if (got < 0)
             return cbsp_fail(error, CBSPATCH_ERR_IO, "reading old at %lld: %s", (long long)pos, strerror(errno));
         if ((int64_t)got != length)
@@ -272,6 +272,8 @@ static cbspatch_status run_patch(apply_state *s, cbspatch_error *error) {
 /* Everything one call holds; apply_job_close releases it whatever happened. */
 typedef struct {
     int patch_fd, old_fd, tmp_fd;
+    cbspatch_read_fn read_old; /* when set, old comes from it, not old_fd */
+    void *read_context;
     char *tmp_path, *dir; /* tmp_path: NULL once renamed or never created */
     apply_state *s;
     patch_header h;
@@ -319,9 +321,9 @@ static cbspatch_status check_arguments(const char *old_path, const char *patch_p
     return CBSPATCH_OK;
 }
 
-/* Opens the patch (header checked, new size as expected) and old. */
-static cbspatch_status open_inputs(apply_job *j, const char *old_path, const char *patch_path,
-                                   int64_t expected_new_size, cbspatch_error *error) {
+/* Opens the patch (header checked, new size as expected). */
+static cbspatch_status open_patch(apply_job *j, const char *patch_path, int64_t expected_new_size,
+                                  cbspatch_error *error) {
     j->patch_fd = cbsp_open_retry(patch_path, O_RDONLY | O_CLOEXEC);
     if (j->patch_fd < 0)
         return cbsp_fail(error, CBSPATCH_ERR_IO, "cannot open patch %s: %s", patch_path, strerror(errno));
@@ -330,6 +332,14 @@ static cbspatch_status open_inputs(apply_job *j, const char *old_path, const cha
     if (expected_new_size >= 0 && j->h.new_size != expected_new_size)
         return cbsp_fail(error, CBSPATCH_ERR_SIZE_MISMATCH, "patch makes %lld bytes but %lld are expected",
                          (long long)j->h.new_size, (long long)expected_new_size);
+    return CBSPATCH_OK;
+}
+
+/* Opens the patch (header checked, new size as expected) and old. */
+static cbspatch_status open_inputs(apply_job *j, const char *old_path, const char *patch_path,
+                                   int64_t expected_new_size, cbspatch_error *error) {
+    cbspatch_status status = open_patch(j, patch_path, expected_new_size, error);
+    if (status != CBSPATCH_OK) return status;
     j->old_fd = cbsp_open_retry(old_path, O_RDONLY | O_CLOEXEC);
     if (j->old_fd < 0) return cbsp_fail(error, CBSPATCH_ERR_IO, "cannot open old %s: %s", old_path, strerror(errno));
     struct stat old_st;
@@ -346,7 +356,8 @@ static cbspatch_status alloc_state(apply_job *j, cbspatch_error *error) {
     j->s = s;
     if (s == NULL) return cbsp_fail(error, CBSPATCH_ERR_NOMEM, "out of memory");
     s->new_size = j->h.new_size;
-    s->old.fd = j->old_fd;
+    cbsp_old_source source = {j->old_fd, j->read_old, j->read_context};
+    s->old.source = source;
     s->old.size = j->old_size;
     s->old.buffer = malloc(OLD_WINDOW);
     s->out.buffer = malloc(OUT_BUFFER);
@@ -354,7 +365,7 @@ static cbspatch_status alloc_state(apply_job *j, cbspatch_error *error) {
     if (s->pf != NULL) {
         s->pf->slots = malloc((size_t)PREFETCH_SLOTS * SLOT_SIZE);
         s->pf->reads = malloc((size_t)PREFETCH_READS * sizeof *s->pf->reads);
-        s->pf->fd = j->old_fd;
+        s->pf->old = source;
         s->pf->new_size = j->h.new_size;
         s->pf->old_size = j->old_size;
         s->pf->slot = -1;
@@ -464,6 +475,30 @@ cbspatch_status cbspatch_apply_flags(const char *old_path, const char *patch_pat
     memset(&j, 0, sizeof j);
     j.patch_fd = j.old_fd = j.tmp_fd = -1;
     status = open_inputs(&j, old_path, patch_path, expected_new_size, error);
+    if (status == CBSPATCH_OK) status = alloc_state(&j, error);
+    if (status == CBSPATCH_OK) status = create_temp(&j, new_path, flags, error);
+    if (status == CBSPATCH_OK) status = decode_and_apply(&j, error);
+    if (status == CBSPATCH_OK) status = commit_temp(&j, new_path, flags, error);
+    apply_job_close(&j);
+    return status;
+}
+
+cbspatch_status cbspatch_apply_reader(cbspatch_read_fn read_old, void *context, int64_t old_size,
+                                      const char *patch_path, const char *new_path, int64_t expected_new_size,
+                                      unsigned flags, cbspatch_error *error) {
+    if (error != NULL) error->message[0] = '\0';
+    if (read_old == NULL) return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "no old reader");
+    if (old_size < 0) return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "old size %lld is negative", (long long)old_size);
+    /* The path checks only look at old_path's emptiness: any non-empty name passes. */
+    cbspatch_status status = check_arguments("(reader)", patch_path, new_path, flags, error);
+    if (status != CBSPATCH_OK) return status;
+    apply_job j;
+    memset(&j, 0, sizeof j);
+    j.patch_fd = j.old_fd = j.tmp_fd = -1;
+    j.read_old = read_old;
+    j.read_context = context;
+    j.old_size = old_size;
+    status = open_patch(&j, patch_path, expected_new_size, error);
     if (status == CBSPATCH_OK) status = alloc_state(&j, error);
     if (status == CBSPATCH_OK) status = create_temp(&j, new_path, flags, error);
     if (status == CBSPATCH_OK) status = decode_and_apply(&j, error);

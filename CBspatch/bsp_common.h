@@ -111,6 +111,14 @@ cbspatch_status cbsp_fail(cbspatch_error *error, cbspatch_status status, const c
 
 /* pread until `length` bytes or end of file; returns bytes read or -1 (errno set). */
 ssize_t cbsp_pread_full(int fd, void *buffer, size_t length, int64_t offset);
+/* Where old bytes come from: a descriptor (read_old NULL) or the caller's callback. */
+typedef struct {
+    int fd;
+    cbspatch_read_fn read_old;
+    void *context;
+} cbsp_old_source;
+/* Like cbsp_pread_full, from either kind of source: bytes read, or -1 (errno set). */
+ssize_t cbsp_old_read(const cbsp_old_source *source, void *buffer, size_t length, int64_t offset);
 /* write all of buffer, retrying on EINTR; 0 or -1 (errno set). */
 int cbsp_write_full(int fd, const void *buffer, size_t length);
 /* open(2), retried on EINTR. */

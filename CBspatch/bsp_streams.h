@@ -113,7 +113,7 @@ typedef struct prefetch_s {
     char message[MSG_SIZE];
     /* Producer (control worker) only. */
     uint8_t *slots; /* PREFETCH_SLOTS * SLOT_SIZE */
-    int fd;
+    cbsp_old_source old;
     int64_t new_size, old_size, newpos, oldpos;
     int stopped;
     int finished; /* prefetch_finish ran */

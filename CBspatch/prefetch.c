@@ -81,7 +81,7 @@ int cbsp_prefetch_read(stream *st, prefetch *pf) {
             size_t room = SLOT_SIZE - pf->slot_fill;
             size_t want = left < (int64_t)room ? (size_t)left : room;
             uint8_t *dst = pf->slots + (size_t)pf->slot * SLOT_SIZE + pf->slot_fill;
-            ssize_t got = cbsp_pread_full(pf->fd, dst, want, pos);
+            ssize_t got = cbsp_old_read(&pf->old, dst, want, pos);
             if (got != (ssize_t)want) {
                 pthread_mutex_lock(&st->mutex);
                 pf->status = CBSPATCH_ERR_IO;

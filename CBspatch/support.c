@@ -49,6 +49,24 @@ ssize_t cbsp_pread_full(int fd, void *buffer, size_t length, int64_t offset) {
     return (ssize_t)done;
 }
 
+ssize_t cbsp_old_read(const cbsp_old_source *source, void *buffer, size_t length, int64_t offset) {
+    if (source->read_old == NULL) return cbsp_pread_full(source->fd, buffer, length, offset);
+    /* The callback may return less than asked; each pass makes progress or ends,
+       so the loop runs at most `length` times. */
+    size_t done = 0;
+    while (done < length) {
+        int64_t r = source->read_old(source->context, (char *)buffer + done, length - done, offset + (int64_t)done);
+        if (r < 0) return -1;
+        if ((uint64_t)r > length - done) { /* more than asked: the callback wrote past buffer's end */
+            errno = EOVERFLOW;
+            return -1;
+        }
+        if (r == 0) break;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
 int cbsp_write_full(int fd, const void *buffer, size_t length) {
     size_t done = 0;
     while (done < length) {

@@ -25,6 +25,7 @@
 #ifndef CBSPATCH_H
 #define CBSPATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -99,6 +100,26 @@ cbspatch_status cbspatch_apply(const char *old_path, const char *patch_path, con
     Unknown flags are refused with CBSPATCH_ERR_ARGUMENT. */
 cbspatch_status cbspatch_apply_flags(const char *old_path, const char *patch_path, const char *new_path,
                                      int64_t expected_new_size, unsigned flags, cbspatch_error *error);
+
+/**
+ * Reads old bytes for cbspatch_apply_reader: fills `buffer` with up to `length`
+ * bytes of the old input from `offset` and returns how many it wrote (fewer only
+ * at the end of the input), or -1 with errno set on failure. It is called from
+ * the applying thread and from one prefetch worker at once, so it must be
+ * thread-safe; it must not keep `buffer` after returning.
+ */
+typedef int64_t (*cbspatch_read_fn)(void *context, void *buffer, size_t length, int64_t offset);
+
+/**
+ * cbspatch_apply_flags with the old input read through `read_old(context, ...)`
+ * instead of a file: an old input of `old_size` bytes assembled from pieces (a
+ * package's skeleton and the files it holds) without a copy of it on disk.
+ * Memory stays bounded exactly as with a file. A read that fails or comes up short
+ * is CBSPATCH_ERR_IO. `error` may be NULL.
+ */
+cbspatch_status cbspatch_apply_reader(cbspatch_read_fn read_old, void *context, int64_t old_size,
+                                      const char *patch_path, const char *new_path, int64_t expected_new_size,
+                                      unsigned flags, cbspatch_error *error);
 
 /** A short constant name for a status ("ok", "io", "magic", ...); never NULL. */
 const char *cbspatch_status_name(cbspatch_status status);

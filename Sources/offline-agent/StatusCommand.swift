@@ -48,6 +48,8 @@ struct StatusCommand: AsyncParsableCommand {
                 if let next = status.nextCheck { print("  next check: \(RFC3339.string(from: next)) (\(status.failures) failed checks in a row)") }
                 let disk = status.diskUsage
                 print("  disk: \(disk.total) bytes (versions \(disk.versions), packages \(disk.packages), downloads \(disk.downloads))")
+                print("  files: \(disk.alone) bytes this app's alone, \(disk.shared) shared with other apps; object store \(disk.store) bytes (all apps)")
+                if disk.packageZips > 0 { print("  packages: \(disk.packageZips) kept as whole zips (deflated entries)") }
                 for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
             }
         }

@@ -11,6 +11,14 @@ enum CrashPoint: String, CaseIterable {
     case afterDownload = "after-download"
     case afterPatch = "after-patch"
     case duringExtract = "during-extract"
+    /// A new file's bytes are in the staging tree, not yet named in `objects/`.
+    case afterObjectWritten = "after-object-written"
+    /// A new file just got its name in `objects/`: an object no version links yet.
+    case afterObjectStored = "after-object-stored"
+    /// An existing object was just linked into the staging tree.
+    case afterObjectLinked = "after-object-linked"
+    /// The staging tree is complete and flushed, not yet renamed to the version's name.
+    case beforeTreeRename = "before-tree-rename"
     case afterExtract = "after-extract"
     case afterKeepPackage = "after-keep-package"
     case afterRecord = "after-record"

@@ -34,6 +34,29 @@ public enum Patcher {
         guard status == CBSPATCH_OK else { throw failure(status, error, patch: patch) }
     }
 
+    /// Applies a patch to an installed package read through `view` (skeleton plus
+    /// objects) instead of a file; otherwise exactly `apply(old:patch:to:)`.
+    static func apply(view: PackageView, patch: URL, to new: URL, expectedSize: Int64? = nil) throws {
+        if let expectedSize, expectedSize < 0 {
+            throw failure(PatchFailure(status: PatchFailure.argument, message: "expected size \(expectedSize) is negative"),
+                          patch: patch)
+        }
+        var error = cbspatch_error()
+        let context = Unmanaged.passUnretained(view).toOpaque()
+        let status = withExtendedLifetime(view) {
+            patch.withUnsafeFileSystemRepresentation { patchPath in
+                new.withUnsafeFileSystemRepresentation { newPath in
+                    cbspatch_apply_reader({ context, buffer, length, offset in
+                        // Called from cbspatch's threads; the view outlives the call (withExtendedLifetime).
+                        let view = Unmanaged<PackageView>.fromOpaque(context!).takeUnretainedValue()
+                        return Int64(view.read(into: buffer!, count: length, at: offset))
+                    }, context, view.size, patchPath, newPath, expectedSize ?? -1, 0, &error)
+                }
+            }
+        }
+        guard status == CBSPATCH_OK else { throw failure(status, error, patch: patch) }
+    }
+
     /// Reads and validates the 32-byte header of a BSDIFF40 patch, without decoding anything.
     /// - Throws: `OfflineAgentError(.patch, ...)` with a `PatchFailure` for a missing file,
     ///   a bad magic, negative lengths or streams running past the end of the file.

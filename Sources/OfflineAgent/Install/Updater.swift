@@ -100,10 +100,10 @@ struct Updater: Sendable {
             throw OfflineAgentError(.patch, "patch is from \(manifest.baseVersion?.description ?? "?"), installed is \(installed?.version.description ?? "nothing")")
         }
         let store = self.store, app = self.app
-        guard let old = try await pool.run(.patch, { store.verifiedPackage(of: installed, app: app) }) else {
+        guard let old = try await pool.run(.patch, { store.verifiedPatchBase(of: installed, app: app) }) else {
             throw OfflineAgentError(.patch, "kept package of \(installed.version) is missing or altered")
         }
-        let oldSize = FileSystem.fileSize(old) ?? 0
+        let oldSize = old.size
         // Patch + the new package (about the old one's size) + its extraction.
         let packageEstimate = max(oldSize, manifest.compression == .none ? manifest.fullFile.size : 0)
         try checkDiskSpace(needed: try Self.sum(offer.size, try Self.product(packageEstimate, 2)))
@@ -122,8 +122,7 @@ struct Updater: Sendable {
                         .patch, "patch would produce \(newSize) bytes, above the cap of \(maxPackageBytes)",
                         cause: .tooLarge, path: patch)
                 }
-                try Patcher.apply(old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: patch),
-                                  to: URL(fileURLWithPath: output), expectedSize: expected)
+                try old.apply(patch: patch, to: output, expectedSize: expected)
             }
         } catch {
             FileSystem.remove(patch)
@@ -148,7 +147,7 @@ struct Updater: Sendable {
         let compressed = manifest.compression == .gzip
         // A gzip package expands: estimate 4× its size, or the installed package's size if larger.
         let packageEstimate = compressed
-            ? max(try Self.product(size, 4), installed.flatMap { FileSystem.fileSize(store.packagePath(app, $0.version)) } ?? 0)
+            ? max(try Self.product(size, 4), installed.flatMap { store.keptPackageSize(app, $0.version) } ?? 0)
             : size
         try checkDiskSpace(needed: try Self.sum(size, compressed ? packageEstimate : 0, packageEstimate))
         // An uncompressed package is the file itself: without its own hash, packageSha256 checks it.
@@ -253,13 +252,14 @@ struct Updater: Sendable {
 
     private func install(_ package: String, via: UpdateMethod) async throws -> InstalledVersion {
         progress(ProgressEvent(app: app, phase: .extracting, completed: 0, total: 0))
+        let logger = self.logger
         // Extraction, syncfs, the swap and the collection of old versions: all blocking.
         let record = try await pool.run(.extract) {
             do {
                 return try store.install(
                     app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
                     limits: configuration.extractionLimits,
-                    trialLaunches: configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0)
+                    trialLaunches: configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0, notice: { logger.notice("\($0)") })
             } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
                 // Verified bytes the extractor refuses are refused on every device and every run.
                 RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)

@@ -5,8 +5,23 @@ import Glibc
 /// A raw read of a zip's central directory names, for what libzip hides: it turns a
 /// NUL inside a name into a space, so a name like `a\0.html` cannot be seen through its API.
 package enum ZipCentralDirectory {
+    /// The fields of one central directory entry that the store's skeleton needs.
+    struct Entry: Sendable {
+        var name: [UInt8]
+        var method: UInt16
+        /// 0xFFFFFFFF when the real value is in a zip64 extra field.
+        var compressedSize: UInt32
+        var size: UInt32
+        var localHeaderOffset: UInt32
+    }
+
     /// The raw name bytes of every central directory entry.
     package static func rawNames(of path: String) throws -> [[UInt8]] {
+        try entries(of: path).map(\.name)
+    }
+
+    /// Every central directory entry, in order (libzip's index order).
+    static func entries(of path: String) throws -> [Entry] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             throw OfflineAgentError(.extract, "cannot open archive", cause: .io, path: path, underlying: POSIXFailure("open"))
@@ -48,7 +63,7 @@ package enum ZipCentralDirectory {
             throw OfflineAgentError(.extract, "central directory lies outside the file", cause: .archiveCorrupt, path: path)
         }
         let directory = try read(fd, at: offset, count: Int(size), path: path)
-        var names: [[UInt8]] = []
+        var names: [Entry] = []
         var cursor = 0
         for _ in 0..<count {
             guard cursor + 46 <= directory.count, directory.le32(cursor) == 0x0201_4b50 else {
@@ -60,7 +75,10 @@ package enum ZipCentralDirectory {
             guard cursor + 46 + nameLength <= directory.count else {
                 throw OfflineAgentError(.extract, "corrupt central directory", cause: .archiveCorrupt, path: path)
             }
-            names.append(Array(directory[(cursor + 46)..<(cursor + 46 + nameLength)]))
+            names.append(Entry(
+                name: Array(directory[(cursor + 46)..<(cursor + 46 + nameLength)]), method: directory.le16(cursor + 10),
+                compressedSize: directory.le32(cursor + 20), size: directory.le32(cursor + 24),
+                localHeaderOffset: directory.le32(cursor + 42)))
             cursor += 46 + nameLength + extraLength + commentLength
         }
         return names

@@ -42,6 +42,16 @@ public enum ZipExtractor {
     public static func extract(
         archive: URL, to destination: URL, limits: ExtractionLimits = ExtractionLimits(), durable: Bool = true
     ) throws -> ExtractionSummary {
+        try extract(archive: archive, to: destination, limits: limits, durable: durable, objects: nil)
+    }
+
+    /// Extracts as above; with `objects`, the tree is made of hard links to the store's
+    /// objects (only missing objects are written), its files are read-only (0444, 0555
+    /// when executable) and its directories 0555, so no writer through one version can
+    /// change another that shares an inode.
+    static func extract(
+        archive: URL, to destination: URL, limits: ExtractionLimits, durable: Bool, objects: ObjectStore?
+    ) throws -> ExtractionSummary {
         let archivePath = archive.path
         let destinationPath = FileSystem.absolute(destination.path)
         guard !FileSystem.exists(destinationPath) else {
@@ -57,9 +67,10 @@ public enum ZipExtractor {
             throw OfflineAgentError(.extract, "cannot create staging directory", cause: writeCause(failure), path: parent, underlying: failure)
         }
         do {
-            let summary = try write(entries, tree: tree, from: archivePath, into: staging)
-            guard chmod(staging, 0o755) == 0 else { throw POSIXFailure("chmod \(staging)") }
+            let summary = try write(entries, tree: tree, from: archivePath, into: staging, objects: objects)
+            guard chmod(staging, objects == nil ? 0o755 : 0o555) == 0 else { throw POSIXFailure("chmod \(staging)") }
             if durable { try FileSystem.syncFilesystem(containing: staging) }
+            CrashPoint.beforeTreeRename.hit()
             guard rename(staging, destinationPath) == 0 else { throw POSIXFailure("rename \(staging)") }
             if durable { try FileSystem.sync(parent) }
             return summary
@@ -154,7 +165,9 @@ public enum ZipExtractor {
 
     // MARK: - Writing
 
-    private static func write(_ entries: [Entry], tree: EntryTree, from archivePath: String, into staging: String) throws -> ExtractionSummary {
+    private static func write(
+        _ entries: [Entry], tree: EntryTree, from archivePath: String, into staging: String, objects: ObjectStore?
+    ) throws -> ExtractionSummary {
         let root = open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard root >= 0 else { throw POSIXFailure("open \(staging)") }
         defer { close(root) }
@@ -185,10 +198,17 @@ public enum ZipExtractor {
                 let cursor = DirectoryCursor(tree: tree, rootFD: root)
                 let buffer = UnsafeMutableRawPointer.allocate(byteCount: 256 << 10, alignment: 16)
                 defer { buffer.deallocate() }
+                let writer = objects.map(ObjectWriter.init)
+                defer { if let writer { outcome.count(written: writer.written, linked: writer.linked, names: writer.names) } }
                 for (number, entry) in shares[worker].enumerated() {
                     if outcome.failed { return }
                     let dir = try cursor.move(to: entry.directory)
-                    try writeFile(entry, tree: tree, archive: archive, in: dir, buffer: buffer, bufferSize: 256 << 10)
+                    if let writer {
+                        try writer.put(entry, name: tree.nodes[entry.node].name, path: tree.path(of: entry.node), archive: archive, in: dir)
+                    } else {
+                        try writeFile(entry, tree: tree, archive: archive, in: dir, buffer: buffer, bufferSize: 256 << 10)
+                        outcome.count(written: entry.size, linked: 0, names: [:])
+                    }
                     if number == 1 { CrashPoint.duringExtract.hit() }
                 }
             } catch {
@@ -196,7 +216,22 @@ public enum ZipExtractor {
             }
         }
         if let error = outcome.error { throw error }
-        return ExtractionSummary(files: files.count, directories: directoryCount, bytes: bytes)
+        if objects != nil { try sealDirectories(order: order, tree: tree, root: root) }
+        let (written, linked, names) = outcome.counts
+        return ExtractionSummary(
+            files: files.count, directories: directoryCount, bytes: bytes, written: written, linked: linked, objectNames: names)
+    }
+
+    /// Makes every directory under the staging root read-only (0555) once all files are
+    /// in: a version's files then cannot be added, removed or renamed by a mere writer.
+    private static func sealDirectories(order: [Int], tree: EntryTree, root: Int32) throws {
+        let cursor = DirectoryCursor(tree: tree, rootFD: root)
+        for node in order where node != EntryTree.root && tree.isDirectory(node) {
+            let parentFD = try cursor.move(to: tree.nodes[node].parent)
+            guard fchmodat(parentFD, tree.nodes[node].name, 0o555, 0) == 0 else {
+                throw POSIXFailure("chmod \(tree.path(of: node))")
+            }
+        }
     }
 
     /// Splits entries into `count` shares of similar byte totals.
@@ -215,31 +250,44 @@ public enum ZipExtractor {
     private static func writeFile(
         _ entry: Entry, tree: EntryTree, archive: ZipArchive, in dir: Int32, buffer: UnsafeMutableRawPointer, bufferSize: Int
     ) throws {
+        let path = tree.path(of: entry.node)
         let fd = openat(dir, tree.nodes[entry.node].name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, entry.mode)
-        guard fd >= 0 else { throw POSIXFailure("create \(tree.path(of: entry.node))") }
+        guard fd >= 0 else { throw POSIXFailure("create \(path)") }
         defer { close(fd) }
+        try stream(entry, path: path, archive: archive, buffer: buffer, bufferSize: bufferSize) { bytes in
+            do throws(POSIXFailure) { try FileDescriptor.writeAll(fd, bytes) } catch {
+                throw POSIXFailure("write \(path)", errno: error.errno)
+            }
+        }
+    }
+
+    /// Reads `entry` to its end through `buffer`, handing each chunk to `body`: never past
+    /// its declared size, refusing a short entry, and checking the CRC at the close.
+    static func stream(
+        _ entry: Entry, path: String, archive: ZipArchive, buffer: UnsafeMutableRawPointer, bufferSize: Int,
+        _ body: (UnsafeRawBufferPointer) throws -> Void
+    ) throws {
         let reader = try archive.open(entry.index)
         var written: Int64 = 0
+        // Bounded: every pass consumes at least one byte of the declared size, or ends.
         while true {
             let n: Int
             do { n = try reader.read(into: buffer, count: bufferSize) } catch let error as OfflineAgentError {
-                throw corrupt("entry '\(quoted(tree.path(of: entry.node)))': \(error.reason)", archive.path)
+                throw corrupt("entry '\(quoted(path))': \(error.reason)", archive.path)
             }
             if n == 0 { break }
-            // Never write past the declared size: a lying header must not fill the disk.
+            // Never go past the declared size: a lying header must not fill the disk.
             guard Int64(n) <= entry.size - written else {
-                throw hostile("entry '\(quoted(tree.path(of: entry.node)))' holds more bytes than its declared \(entry.size)", archive.path)
+                throw hostile("entry '\(quoted(path))' holds more bytes than its declared \(entry.size)", archive.path)
             }
-            do { try FileDescriptor.writeAll(fd, UnsafeRawBufferPointer(start: buffer, count: n)) } catch {
-                throw POSIXFailure("write \(tree.path(of: entry.node))", errno: error.errno)
-            }
+            try body(UnsafeRawBufferPointer(start: buffer, count: n))
             written += Int64(n)
         }
         guard written == entry.size else {
-            throw corrupt("entry '\(quoted(tree.path(of: entry.node)))' holds \(written) bytes, declared \(entry.size)", archive.path)
+            throw corrupt("entry '\(quoted(path))' holds \(written) bytes, declared \(entry.size)", archive.path)
         }
         do { try reader.close() } catch let error as OfflineAgentError {
-            throw corrupt("entry '\(quoted(tree.path(of: entry.node)))': \(error.reason)", archive.path)
+            throw corrupt("entry '\(quoted(path))': \(error.reason)", archive.path)
         }
     }
 
@@ -257,6 +305,13 @@ public enum ZipExtractor {
 /// The first error of any extraction worker; later workers stop early.
 private final class WorkerOutcome: Sendable {
     private let first = Mutex<(any Error)?>(nil)
+    private let totals = Mutex<(written: Int64, linked: Int, names: [Int64: String])>((0, 0, [:]))
+
+    var counts: (written: Int64, linked: Int, names: [Int64: String]) { totals.withLock { $0 } }
+
+    func count(written: Int64, linked: Int, names: [Int64: String]) {
+        totals.withLock { $0 = ($0.written + written, $0.linked + linked, $0.names.merging(names) { first, _ in first }) }
+    }
 
     var failed: Bool { first.withLock { $0 != nil } }
     var error: (any Error)? { first.withLock { $0 } }

@@ -11,9 +11,11 @@ import Glibc
 /// <root>/apps/<app>/current          symlink -> versions/<v>: the single commit point
 /// <root>/apps/<app>/versions/<v>/    extracted files of a version
 /// <root>/apps/<app>/versions/<v>.json  InstalledVersion, written before activation
-/// <root>/apps/<app>/packages/<v>.zip the full package, kept for the next patch
+/// <root>/apps/<app>/packages/<v>.zip the full package, kept for the next patch (deflated entries)
+/// <root>/apps/<app>/packages/<v>.skel or its skeleton: all but the stored files' bytes (PackageSkeleton)
 /// <root>/apps/<app>/downloads/       <sha256>[.part] downloads, resumable
 /// <root>/apps/<app>/check.json       CheckState (throttle, ETag, Retry-After)
+/// <root>/objects/<sha256>[.x]        file objects every version's files are hard links to
 /// ```
 /// Readers resolve `current` once and keep using that directory; writers only ever
 /// add new directories, swap the link with `rename`, and delete under the lock.
@@ -31,9 +33,11 @@ public struct Store: Sendable {
     package func versionDirectory(_ app: String, _ version: Version) -> String { "\(versionsDirectory(app))/\(version)" }
     func metadataPath(_ app: String, _ version: Version) -> String { "\(versionsDirectory(app))/\(version).json" }
     func packagePath(_ app: String, _ version: Version) -> String { "\(appDirectory(app))/packages/\(version).zip" }
+    func skeletonPath(_ app: String, _ version: Version) -> String { "\(appDirectory(app))/packages/\(version).skel" }
     func downloadsDirectory(_ app: String) -> String { "\(appDirectory(app))/downloads" }
     func currentLink(_ app: String) -> String { "\(appDirectory(app))/current" }
     func checkStatePath(_ app: String) -> String { "\(appDirectory(app))/check.json" }
+    var objectsDirectory: String { "\(root)/objects" }
 
     /// The apps that have a directory in this root, sorted.
     public func apps() -> [String] {
@@ -107,6 +111,22 @@ public struct Store: Sendable {
         return path
     }
 
+    /// The size of the package kept for `version`: its zip, or the package its skeleton stands for.
+    func keptPackageSize(_ app: String, _ version: Version) -> Int64? {
+        FileSystem.fileSize(packagePath(app, version))
+            ?? PackageView(skeletonPath: skeletonPath(app, version), objectsDirectory: objectsDirectory)?.size
+    }
+
+    /// The package of the installed version as a patch base, when it still hashes to
+    /// what was installed: the kept zip, or its skeleton read back through the objects
+    /// (a damaged object or skeleton fails this hash, and the full package is fetched).
+    func verifiedPatchBase(of installed: InstalledVersion, app: String) -> PatchBase? {
+        if let path = verifiedPackage(of: installed, app: app) { return .file(path) }
+        guard let view = PackageView(skeletonPath: skeletonPath(app, installed.version), objectsDirectory: objectsDirectory),
+              (try? view.sha256()) == installed.packageSha256 else { return nil }
+        return .view(view)
+    }
+
     // MARK: - Changing (callers hold the RootLock)
 
     /// Removes what a crashed run left: temporary directories and links, stray versions.
@@ -157,19 +177,33 @@ public struct Store: Sendable {
     }
 
     /// The bytes `app` keeps on disk, by area.
+    ///
+    /// Version files are hard links to shared objects: each inode counts once. One whose
+    /// links are all in this app's versions (besides its one name in `objects/`) is the
+    /// app's alone; one that another app's versions link too is shared.
     public func diskUsage(_ app: String) -> DiskUsage {
-        DiskUsage(
-            versions: DiskUsage.bytes(under: versionsDirectory(app)),
+        let files = DiskUsage.inodes(under: versionsDirectory(app)).values
+        let alone = files.filter { $0.seen >= $0.links - 1 }.reduce(Int64(0)) { $0 + $1.size }
+        let versions = files.reduce(Int64(0)) { $0 + $1.size }
+        return DiskUsage(
+            versions: versions,
             packages: DiskUsage.bytes(under: "\(appDirectory(app))/packages"),
             downloads: DiskUsage.bytes(under: downloadsDirectory(app)),
-            total: DiskUsage.bytes(under: appDirectory(app)))
+            total: DiskUsage.bytes(under: appDirectory(app)),
+            alone: alone, shared: versions - alone,
+            store: DiskUsage.bytes(under: objectsDirectory),
+            packageZips: ((try? FileManager.default.contentsOfDirectory(atPath: "\(appDirectory(app))/packages")) ?? [])
+                .filter { $0.hasSuffix(".zip") && !$0.hasPrefix(".") }.count)
     }
 
     /// Extracts `package` as `manifest.version`, records it, and makes it active.
+    /// - Parameter notice: receives the log line of a fallback (files copied, not linked).
     func install(
         app: String, package: String, packageSha256: String, manifest: Manifest, via: UpdateMethod,
-        limits: ExtractionLimits, trialLaunches: Int = 0
+        limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
     ) throws -> InstalledVersion {
+        var summary = ExtractionSummary(files: 0, directories: 0, bytes: 0)
+        var linkedAll = false
         let previous = active(app)
         let version = manifest.version
         let target = versionDirectory(app, version)
@@ -177,7 +211,16 @@ public struct Store: Sendable {
         FileSystem.remove(target)
         FileSystem.remove(metadataPath(app, version))
         do {
-            try ZipExtractor.extract(archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true)
+            // Without an object store (it cannot even be created), extraction writes plain files as before.
+            let objects = try? ObjectStore(root: root)
+            summary = try ZipExtractor.extract(
+                archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true, objects: objects)
+            if objects == nil {
+                notice("\(app): no object store under \(root): version \(version) written as plain files")
+            } else if objects?.copiedInsteadOfLinking == true {
+                notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
+            }
+            linkedAll = objects != nil && objects?.copiedInsteadOfLinking == false
         } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
             // A refused package would only be refused again: it must not stay in downloads/.
             if FileSystem.parent(of: package) == downloadsDirectory(app) { FileSystem.remove(package) }
@@ -188,7 +231,16 @@ public struct Store: Sendable {
             let kept = packagePath(app, version)
             if package != kept {
                 FileSystem.remove(kept)
-                try FileSystem.renameDurably(package, to: kept)
+                FileSystem.remove(skeletonPath(app, version))
+                // Every stored file's bytes are objects now: keep only the rest of the zip.
+                // A package with deflated entries (or files copied, not linked) keeps its zip.
+                let skeleton = linkedAll
+                    && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
+                if skeleton {
+                    FileSystem.remove(package)
+                } else {
+                    try FileSystem.renameDurably(package, to: kept)
+                }
             }
             CrashPoint.afterKeepPackage.hit()
             let installed = InstalledVersion(
@@ -245,14 +297,24 @@ public struct Store: Sendable {
             do {
                 try FileSystem.removeTree(versionDirectory(app, version))
                 try FileSystem.removeTree(packagePath(app, version))
+                try FileSystem.removeTree(skeletonPath(app, version))
                 try FileSystem.removeTree(metadataPath(app, version))
             } catch {}
             _ = guardLock
         }
         let packages = "\(appDirectory(app))/packages"
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: packages)) ?? [] where name.hasSuffix(".zip") {
-            if !keepNames.contains(String(name.dropLast(4))) { FileSystem.remove("\(packages)/\(name)") }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: packages)) ?? [] {
+            let base = name.hasSuffix(".zip") ? String(name.dropLast(4)) : name.hasSuffix(".skel") ? String(name.dropLast(5)) : nil
+            if let base, !keepNames.contains(base) { FileSystem.remove("\(packages)/\(name)") }
         }
+        collectObjects()
+    }
+
+    /// Removes the objects no version of any app links any more (and leftovers of a
+    /// crashed store). Callers hold the root lock, which every app's install takes.
+    func collectObjects() {
+        guard FileSystem.isDirectory(objectsDirectory), let objects = try? ObjectStore(root: root) else { return }
+        objects.collectGarbage()
     }
 
     /// Switches back to the version that was active before the current one.

@@ -70,6 +70,7 @@ package enum FileSystem {
         var identities: [(dev: UInt, ino: UInt)] = []
         var current = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard current >= 0 else { throw POSIXFailure("open \(name)") }
+        unseal(current, mode: st.st_mode)
         names.append(name)
         identities.append((UInt(st.st_dev), UInt(st.st_ino)))
         while true {
@@ -112,6 +113,7 @@ package enum FileSystem {
                     throw failure
                 }
                 closedir(stream)
+                unseal(next, mode: childStat.st_mode)
                 names.append(child)
                 identities.append((UInt(childStat.st_dev), UInt(childStat.st_ino)))
                 current = next
@@ -143,6 +145,13 @@ package enum FileSystem {
             }
             current = up
         }
+    }
+
+    /// Gives the owner write and search rights on a directory about to be emptied: an
+    /// installed version's directories are 0555, and a caller without CAP_DAC_OVERRIDE
+    /// could not unlink what they hold. A failure here surfaces as the unlink's.
+    private static func unseal(_ fd: Int32, mode: mode_t) {
+        if mode & 0o300 != 0o300 { _ = fchmod(fd, (mode & 0o7777) | 0o700) }
     }
 
     /// fsyncs a file or directory by path.

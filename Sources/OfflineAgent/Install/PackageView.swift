@@ -1,0 +1,117 @@
+import Crypto
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An installed package read back from its skeleton and the store's objects, byte for
+/// byte the zip that was installed, without that zip on disk: the old input of the next
+/// patch. Reads are thread-safe (only `pread` and a fresh `openat` per object piece), as
+/// cbspatch's prefetch worker reads beside the applying thread.
+final class PackageView: Sendable {
+    let skeleton: PackageSkeleton
+    /// The skeleton file, owned.
+    private let fd: Int32
+    /// `<root>/objects`, owned.
+    private let objectsFD: Int32
+
+    /// Opens `skeletonPath` and checks it; nil when it is missing or malformed.
+    init?(skeletonPath: String, objectsDirectory: String) {
+        let fd = open(skeletonPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
+              let skeleton = PackageSkeleton.read(fd, fileSize: Int64(st.st_size)) else {
+            close(fd)
+            return nil
+        }
+        let objectsFD = open(objectsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard objectsFD >= 0 else {
+            close(fd)
+            return nil
+        }
+        self.fd = fd
+        self.objectsFD = objectsFD
+        self.skeleton = skeleton
+    }
+
+    deinit {
+        close(fd)
+        close(objectsFD)
+    }
+
+    var size: Int64 { skeleton.packageSize }
+
+    /// Fills `buffer` with up to `count` bytes of the package from `offset`; fewer only at
+    /// its end. -1 with errno set when a piece cannot be read in full (EIO for an object
+    /// shorter than the skeleton says: it was truncated after the install).
+    func read(into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64) -> Int {
+        guard offset >= 0, count >= 0 else {
+            errno = EINVAL
+            return -1
+        }
+        var filled = 0
+        // Bounded: each pass fills at least one byte or returns.
+        while filled < count, offset + Int64(filled) < size {
+            let position = offset + Int64(filled)
+            guard let index = skeleton.segment(at: position) else {
+                errno = EIO
+                return -1
+            }
+            let segment = skeleton.segments[index]
+            let within = position - segment.start
+            let want = Int(min(Int64(count - filled), segment.length - within))
+            let target = buffer.advanced(by: filled)
+            let got: Int
+            switch segment.source {
+            case .skeleton(let base):
+                got = Self.preadFull(fd, target, want, skeleton.dataOffset + base + within)
+            case .object(let name):
+                let object = openat(objectsFD, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+                guard object >= 0 else { return -1 }
+                got = Self.preadFull(object, target, want, within)
+                let saved = errno
+                close(object)
+                errno = saved
+            }
+            guard got >= 0 else { return -1 }
+            guard got == want else {
+                errno = EIO
+                return -1
+            }
+            filled += got
+        }
+        return filled
+    }
+
+    /// The SHA-256 of the whole view: what the installed package hashed to, unless an
+    /// object or the skeleton changed since.
+    func sha256() throws -> String {
+        var hasher = SHA256()
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset: Int64 = 0
+        while offset < size {
+            let n = read(into: buffer, count: chunk, at: offset)
+            guard n > 0 else { throw POSIXFailure("read package view", errno: n < 0 ? errno : EIO) }
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(start: buffer, count: n))
+            offset += Int64(n)
+        }
+        return hasher.finalize().hex
+    }
+
+    private static func preadFull(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, _ offset: Int64) -> Int {
+        var done = 0
+        while done < count {
+            let n = pread(fd, buffer.advanced(by: done), count - done, off_t(offset) + off_t(done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                return -1
+            }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+}
