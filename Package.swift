@@ -200,8 +200,6 @@ let package = Package(
                 // MirrorWebSocketTests: a WebSocket echo origin of its own.
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                // LocalRawRequestTests: NIO's HTTP decoder frames what the raw reader frames.
-                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),

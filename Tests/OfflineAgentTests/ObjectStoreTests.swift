@@ -226,7 +226,7 @@ struct ObjectStoreTests {
             h.origin.setManifest(h.full(version))
             let run = try await CLI.run(
                 ["--reuid=65534", "--regid=65534", "--clear-groups", CLI.binary, "sync", "--root", root, "--app", "mall",
-                 "--manifest", h.origin.manifestURL.absoluteString, "--force"],
+                 "--manifest", h.origin.manifestURL.absoluteString, "--force", "--allow-unsigned"],
                 executable: "/usr/bin/setpriv")
             #expect(run.status == 0, "\(run.stderr)")
         }
@@ -263,7 +263,10 @@ struct ObjectStoreTests {
         let h = try SyncHarness()
         try await h.install("1.0.0")
         h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
-        let args = ["sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let args = [
+            "sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json",
+            "--allow-unsigned",
+        ]
         let crashed = try await CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
         #expect(crashed.signaled && crashed.status == SIGKILL, "the process should die at \(point): \(crashed.stderr)")
         #expect(h.activeMatches("1.0.0"), "the old version is whole after a crash at \(point)")

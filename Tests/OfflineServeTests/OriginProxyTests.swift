@@ -549,14 +549,13 @@ struct OriginProxyTests {
         await upstream.stop()
     }
 
-    @Test("a client that ends its side behind a forwarded request and one the raw bytes leave to the decoder gets both answers, then the close")
+    @Test("a client that ends its side behind a forwarded request and a chunked one gets both answers, then the close")
     func halfClosedBehindForwardThenDecoder() async throws {
         let upstream = try await H.startOrigin()
         let origin = Self.origin(upstream)
         try await H.withFront(origins: [origin], via: .serve) { front in
             let host = front.authority(origin)
-            // The second request is chunked: the raw reader leaves it, and everything after it,
-            // to the decoder once the first one's answer ended; the end of input goes with them.
+            // The end of input comes behind two requests, the second one chunked: both are answered first.
             let text = "GET /echo/first HTTP/1.1\r\nHost: \(host)\r\n\r\n"
                 + "POST /echo/second HTTP/1.1\r\nHost: \(host)\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
             let (sent, received, closed) = try await Self.raw(port: front.port, bytes: Array(text.utf8), halfClose: true, timeout: 30)
@@ -601,7 +600,7 @@ struct OriginProxyTests {
         return (try await LocalServer(configuration: settings, logger: H.quietLogger).start(), fixture)
     }
 
-    @Test("a graceful stop while a request framed from the raw bytes is forwarded answers it and the request pipelined behind it, then closes")
+    @Test("a graceful stop while a request is forwarded answers it and the request pipelined behind it, then closes")
     func gracefulStopDuringRawForward() async throws {
         let upstream = try ScriptedServer { request in
             request.path == "/slow" ? ScriptedServer.Reply(status: 200, body: Array("slow".utf8), ending: .drip(chunk: 1, pause: 0.5)) : .ok(Array("next".utf8))

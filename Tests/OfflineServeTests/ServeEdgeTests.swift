@@ -257,13 +257,16 @@ struct ServeEdgeTests {
 
     // MARK: Lifecycle state: only the host's navigations, only allowed pages
 
-    /// `mall` 1.0.0 confirmed, 2.0.0 active on trial (2 launches allowed), and `shop`
-    /// on the mirror of another origin.
+    /// `mall` 1.0.0 confirmed, 2.0.0 active on the trial its publisher asked for (2
+    /// launches), and `shop` on the mirror of another origin.
     static func trialStore() throws -> LocalStoreFixture {
         let f = LocalStoreFixture()
         try f.add(version: "1.0.0")
         _ = try Lifecycle(store: f.store).markGood("mall")
         try f.add(version: "2.0.0", fixture: "1.0.0")
+        var record = try #require(f.store.active("mall"))
+        record.trialLaunches = 2
+        try f.store.updateRecord(record, app: "mall")
         try f.add("shop", version: "1.0.0", fixture: nil, files: ["index.html": Array("<p>shop</p>".utf8)], whitelist: ["https://shop.example.invalid/"])
         return f
     }

@@ -134,8 +134,10 @@ final class OriginCall {
         terminated()
     }
 
-    /// The consumer went away (the page's connection closed): so does the origin's.
+    /// The consumer went away (the page's connection closed): so does the origin's, and a
+    /// responder still waiting for the answer's head stops waiting.
     private func terminated() {
+        head.fail(NoAnswer())
         source = nil
         exchange?.pageClosed()
         exchange = nil
