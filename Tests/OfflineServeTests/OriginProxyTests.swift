@@ -622,10 +622,11 @@ struct OriginProxyTests {
         _ = fixture
     }
 
-    @Test("a request sent behind a slow forward, in a later read, waits for it without the idle timeout closing the connection")
+    @Test("a request sent behind a slow forward, in a later read, waits for it and for its own slow answer without the idle timeout closing the connection")
     func pipelinedLaterBehindSlowForward() async throws {
         let upstream = try await H.startServer { request in
-            if request.uri.path == "/slow" { try await Task.sleep(for: .seconds(3)) }
+            // Both longer than the idle timeout: the second one waits for the server twice over.
+            try await Task.sleep(for: .seconds(request.uri.path == "/slow" ? 3 : 2))
             return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: request.uri.path)))
         }
         let origin = Self.origin(upstream)

@@ -309,6 +309,39 @@ struct ServeEdgeTests {
         await server.stop()
     }
 
+    @Test(
+        "in Chromium, another site's page (images of /open and /session/restore, POSTs to mark-bad) changes no lifecycle state; the host's own navigation counts one launch",
+        .enabled(if: BrowserTests.chromium != nil, "chromium is not installed (apt-get install -y chromium)"))
+    func crossSiteInChromium() async throws {
+        let f = try Self.trialStore()
+        let server = try await LocalServer(configuration: .init(root: f.root.path, port: 0, deviceID: "d", maxTrialLaunches: 2)).start()
+        let port = server.port
+        let history = "{\"history\":[\"\(LocalStoreFixture.whitelist)index.html\"],\"currentPage\":0}".localQueryEncoded
+        let images = (0..<4).map { "<img src=\"http://127.0.0.1:\(port)\(Self.openTarget)&n=\($0)\">" }.joined()
+            + "<img src=\"http://localhost:\(port)/session/restore?history=\(history)\">"
+        let page = """
+            <!DOCTYPE html><html><body>\(images)
+            <script>
+            for (const host of ["127.0.0.1:\(port)", "h5.example.invalid.localhost:\(port)"]) {
+              fetch("http://" + host + "/.offline-agent/mark-bad?app=mall", {method: "POST", mode: "no-cors"}).catch(() => {});
+            }
+            </script><p id="attacker">attacker</p></body></html>
+            """
+        let attacker = try ScriptedServer { _ in .ok(Array(page.utf8), headers: [("Content-Type", "text/html; charset=utf-8")]) }
+        defer { attacker.stop() }
+        let dom = try await BrowserTests.dumpDOM(attacker.baseURL + "/")
+        #expect(dom.contains("attacker"), "\(dom.prefix(300))")
+        // The images did reach the server (each /open of a served URL counts a hit), and changed nothing.
+        #expect(server.metrics.offlineHits(app: "mall") >= 4)
+        var status = Lifecycle(store: f.store).status("mall")
+        #expect(status.state == .trial && status.launches == 0 && status.badVersions.isEmpty, "\(status)")
+        // The host loading /open itself is a launch.
+        _ = try await BrowserTests.dumpDOM("http://127.0.0.1:\(port)\(Self.openTarget)")
+        status = Lifecycle(store: f.store).status("mall")
+        #expect(status.launches == 1 && status.state == .trial, "\(status)")
+        await server.stop()
+    }
+
     @Test("mark-good and mark-bad only from a page allowed to speak for the app; anything else 403 and nothing changes",
           arguments: ["mark-good", "mark-bad"])
     func markOnlyFromItsPages(action: String) async throws {

@@ -58,11 +58,15 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
         lastActivity = now
     }
 
+    /// Whether a request was read whose answer has not begun (`LocalRequestFraming`): a
+    /// request pipelined behind another one waits for the server, not for the client.
+    var answerOwed: () -> Bool = { false }
+
     /// The next deadline and what it enforces; nil while the server owes an answer.
     private var deadline: (at: NIODeadline, kind: LocalConnectionTimeout)? {
         if readingHead { return (headStarted + headerTimeout, .header) }
         if readingBody { return (lastActivity + idleTimeout, .idle) }
-        if awaitingResponse { return nil }
+        if awaitingResponse || answerOwed() { return nil }
         return (lastActivity + idleTimeout, .idle)
     }
 
@@ -136,10 +140,9 @@ final class LocalConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler 
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         lastActivity = .now()
-        if awaitingResponse {
-            awaitingResponse = false
-            arm(context)
-        }
+        awaitingResponse = false
+        // A timer that found the server owing an answer is gone; this write may be its end.
+        arm(context)
         context.write(data, promise: promise)
     }
 

@@ -33,11 +33,16 @@ final class LocalRequestFraming: ChannelDuplexHandler, RemovableChannelHandler {
         self.limiter = limiter
     }
 
+    /// The first answer owed has begun (its head was written).
+    private var answering = false
+
     func handlerAdded(context: ChannelHandlerContext) {
         connectionGuard = try? context.pipeline.syncOperations.handler(type: LocalConnectionGuard.self)
+        connectionGuard?.answerOwed = { [weak self] in self.map { !$0.owed.isEmpty && !$0.answering } ?? false }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        connectionGuard?.answerOwed = { false }
         // An upgrade: the connection is a WebSocket from now on, never idle in the limiter's sense.
         limiter.setIdle(context.channel, false)
     }
@@ -60,6 +65,7 @@ final class LocalRequestFraming: ChannelDuplexHandler, RemovableChannelHandler {
         switch unwrapOutboundIn(data) {
         case .head(var head):
             guard !owed.isEmpty else { break }
+            answering = true
             if let version = owed[0] {
                 head.version = version == .http1_0 ? .http1_0 : .http1_1
                 head.headers.replaceOrAdd(name: "Connection", value: "close")
@@ -71,6 +77,7 @@ final class LocalRequestFraming: ChannelDuplexHandler, RemovableChannelHandler {
             break
         case .end:
             guard !owed.isEmpty else { break }
+            answering = false
             let closes = owed.removeFirst() != nil
             if closes {
                 closing = true
