@@ -9,8 +9,9 @@ import OfflineAgent
 /// `id` has a unique index: an event sent twice (a retry after a lost answer) is
 /// stored once, and the second `INSERT OR IGNORE` counts it as a duplicate. A batch
 /// is one transaction, so it is stored whole or not at all.
-final class ReportStore: Sendable {
+final class ReportStore: ReportStorage {
     let path: String
+    var location: String { path }
     private let pool: DatabasePool
 
     /// Opens (creating it and its directory if needed) and migrates the database at `path`.
@@ -70,19 +71,15 @@ final class ReportStore: Sendable {
                 CREATE INDEX fallbacks_event ON fallbacks(eventSeq);
                 """)
         }
+        // --auto-halt reads one app's recent events about one version.
+        migrator.registerMigration("v2") { db in
+            try db.execute(sql: "CREATE INDEX events_app_received ON events(app, receivedMillis)")
+        }
         return migrator
     }
 
-    /// What one batch did to the store.
-    struct Insertion: Sendable {
-        /// The events stored now, in batch order (their counts go to the metrics).
-        var inserted: [ReportEvent]
-        /// Events whose id was already stored (before or earlier in this batch).
-        var duplicates: Int
-    }
-
     /// Stores a batch in one transaction.
-    func insert(_ events: [ReportEvent]) async throws -> Insertion {
+    func insert(_ events: [ReportEvent]) async throws -> ReportInsertion {
         let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
         return try await pool.write { db in
             let insertEvent = try db.cachedStatement(sql: """
@@ -91,7 +88,7 @@ final class ReportStore: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             let insertFallback = try db.cachedStatement(sql: "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (?, ?, ?)")
-            var result = Insertion(inserted: [], duplicates: 0)
+            var result = ReportInsertion(inserted: [], duplicates: 0)
             result.inserted.reserveCapacity(events.count)
             for event in events {
                 try insertEvent.execute(arguments: [
@@ -115,9 +112,9 @@ final class ReportStore: Sendable {
 
     /// The counters of every stored event, as `/metrics` shows them (the same tally a
     /// batch adds, so a restart changes nothing a scrape sees).
-    func tally() throws -> ReportTally {
-        try pool.read { db in
-            var tally = ReportTally()
+    func tally(labels: ReportLabels) async throws -> ReportTally {
+        try await pool.read { db in
+            var tally = ReportTally(labels: labels)
             let rows = try Row.fetchCursor(db, sql: "SELECT app, event, version, via, errorCode, bytes, fullSize, offlineHits FROM events")
             while let row = try rows.next() {
                 guard let event = ReportEvent.Kind(rawValue: row[1]) else { continue }
@@ -203,5 +200,48 @@ final class ReportStore: Sendable {
             for row in reasons { result.fallbacks[row[0]] = row[1] }
             return result
         }
+    }
+
+    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
+        try await pool.read { db in
+            let rows = try Row.fetchCursor(db, sql: """
+                SELECT device,
+                    MAX(event = 'updated' AND version = ?1), MAX(event = 'failed' AND version = ?1),
+                    MAX(event = 'rolled-back' AND previousVersion = ?1)
+                FROM events
+                WHERE app = ?2 AND receivedMillis >= ?3 AND (version = ?1 OR previousVersion = ?1)
+                GROUP BY device
+                """, arguments: [version, app, sinceMillis])
+            var devices: [RolloutFigures.Device] = []
+            while let row = try rows.next() {
+                devices.append(.init(id: row[0], updated: (row[1] as Int64?) == 1, failed: (row[2] as Int64?) == 1, rolledBack: (row[3] as Int64?) == 1))
+            }
+            return devices
+        }
+    }
+
+    func adoption(app: String) async throws -> AdoptionSeries {
+        try await pool.read { db in
+            guard let range = try Row.fetchOne(db, sql: """
+                SELECT MIN(receivedMillis), MAX(receivedMillis) FROM events WHERE app = ? AND event = 'updated'
+                """, arguments: [app]), let from = range[0] as Int64?, let to = range[1] as Int64? else { return AdoptionSeries() }
+            // Only moves between versions: a device re-reporting its version moves nothing.
+            let rows = try Row.fetchAll(db, sql: """
+                WITH updates AS (
+                    SELECT receivedMillis AS at, version,
+                        LAG(version) OVER (PARTITION BY device ORDER BY timeMillis, seq) AS previous
+                    FROM events WHERE app = ? AND event = 'updated' AND version IS NOT NULL
+                )
+                SELECT (at - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*)
+                FROM updates WHERE previous IS NULL OR previous != version
+                GROUP BY bucket, version, previous
+                """, arguments: [app, from, AdoptionSeries.buckets, to, from])
+            let moves = rows.map { AdoptionSeries.Move(bucket: $0[0], version: $0[1], previous: $0[2], count: $0[3]) }
+            return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
+        }
+    }
+
+    func close() async {
+        try? pool.close()
     }
 }
