@@ -106,6 +106,11 @@ struct FleetAutoHaltTests {
             let revision = try #require(state.revisions?.last)
             #expect(revision.verb == "auto-halt")
             #expect(revision.reason.contains("failure-rate>20%"), "\(revision.reason)")
+            // At the threshold: at least min-devices tried, and more than 20 % of them failed.
+            let figures = try #require(revision.reason.firstMatch(of: /: (\d+) of (\d+) devices in the stage failed/))
+            let (failing, tried) = (Int(figures.1)!, Int(figures.2)!)
+            #expect(tried >= 10 && failing * 100 > tried * 20, "\(revision.reason)")
+            #expect(failing <= failed, "only failures devices had count")
 
             // Devices that took 2.0.0 keep it; the others keep 1.0.0, and no new device takes it.
             let before = fleet.roots.map(active)

@@ -84,13 +84,21 @@ actor AutoHalter {
                     app: app, version: version, publishDirectory: directory, key: signingKey, reason: reason, now: now)
             }
             logger.warning("auto-halt: halted \(app) \(version) at stage \(stage)%: \(reason)")
-        } catch let error as OfflineAgentError where error.code == .usage {
-            // Refused: another instance or an operator changed the release since the figures were read.
+        } catch let error as OfflineAgentError where error.code == .usage && Self.changedSince(app, version, catalog, now) {
+            // Refused because another instance or an operator changed the release since the
+            // figures were read: nothing left to do.
             logger.info("auto-halt: \(app) \(version) not halted: \(error.reason)")
         } catch {
             failedAt[key] = ContinuousClock.now
             logger.error("auto-halt: cannot halt \(app) \(version) (\(reason)): \(error)")
         }
+    }
+
+    /// Whether `version` of `app` is no longer the latest or no longer being staged: a
+    /// refused halt is then someone else's halt or change, not a fault of this server's.
+    private static func changedSince(_ app: String, _ version: Version, _ catalog: ReferenceServerCatalog, _ now: Date) -> Bool {
+        guard let state = (try? catalog.entry(app: app))?.state else { return true }
+        return state.latest != version || !state.isStaging(at: now)
     }
 
     /// Milliseconds since 1970 from which received reports count: the window, but never
