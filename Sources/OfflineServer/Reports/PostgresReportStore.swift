@@ -39,7 +39,7 @@ final class PostgresReportStore: ReportStorage {
         let (configuration, shown) = try configuration(url)
         let store = PostgresReportStore(location: shown, client: PostgresClient(configuration: configuration, backgroundLogger: logger), logger: logger)
         do {
-            try await store.migrate()
+            try await store.bounded("the migrations") { try await store.migrate() }
         } catch {
             await store.close()
             throw OfflineAgentError(
@@ -148,9 +148,54 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
-    // MARK: Writing
+    // MARK: Bounded
+
+    /// How long one operation may wait for the database (a connection, a lock, a query):
+    /// a database that stopped answering turns into an error (`POST /report` answers 503
+    /// and the agent resends later), never a request that hangs.
+    static let operationTimeout: Duration = .seconds(30)
+
+    /// `work`, or a `serve` error (cause `timeout`) once `operationTimeout` has passed.
+    private func bounded<T: Sendable>(_ what: String, _ work: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await work() }
+            group.addTask {
+                try await Task.sleep(for: Self.operationTimeout)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else {
+                throw OfflineAgentError(.serve, "the reports database did not answer \(what) within \(Self.operationTimeout)", cause: .timeout)
+            }
+            return value
+        }
+    }
 
     func insert(_ events: [ReportEvent]) async throws -> ReportInsertion {
+        try await bounded("a batch") { try await self.unboundedInsert(events) }
+    }
+
+    func tally(labels: ReportLabels) async throws -> ReportTally {
+        try await bounded("the counters") { try await self.unboundedTally(labels: labels) }
+    }
+
+    func stats(app: String) async throws -> AppStats {
+        try await bounded("/stats") { try await self.unboundedStats(app: app) }
+    }
+
+    func adoption(app: String) async throws -> AdoptionSeries {
+        try await bounded("the adoption chart") { try await self.unboundedAdoption(app: app) }
+    }
+
+    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
+        try await bounded("the auto-halt figures") {
+            try await self.unboundedRolloutDevices(app: app, version: version, sinceMillis: sinceMillis)
+        }
+    }
+
+    // MARK: Writing
+
+    private func unboundedInsert(_ events: [ReportEvent]) async throws -> ReportInsertion {
         let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection in
@@ -184,7 +229,7 @@ final class PostgresReportStore: ReportStorage {
 
     // MARK: Reading
 
-    func tally(labels: ReportLabels) async throws -> ReportTally {
+    private func unboundedTally(labels: ReportLabels) async throws -> ReportTally {
         var tally = ReportTally(labels: labels)
         let rows = try await client.query(
             "SELECT app, event, version, via, errorCode, bytes, fullSize, offlineHits FROM events ORDER BY seq", logger: logger)
@@ -205,7 +250,7 @@ final class PostgresReportStore: ReportStorage {
         return tally
     }
 
-    func stats(app: String) async throws -> AppStats {
+    private func unboundedStats(app: String) async throws -> AppStats {
         var versions: [String: AppStats.VersionStats] = [:]
         func entry(_ version: String) -> AppStats.VersionStats {
             versions[version] ?? AppStats.VersionStats(version: version)
@@ -275,7 +320,7 @@ final class PostgresReportStore: ReportStorage {
         return result
     }
 
-    func adoption(app: String) async throws -> AdoptionSeries {
+    private func unboundedAdoption(app: String) async throws -> AdoptionSeries {
         var range: (Int64, Int64)?
         let bounds = try await client.query("""
             SELECT MIN(receivedMillis), MAX(receivedMillis) FROM events WHERE app = \(app) AND event = 'updated'
@@ -303,7 +348,7 @@ final class PostgresReportStore: ReportStorage {
         return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
     }
 
-    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
+    private func unboundedRolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
         let rows = try await client.query("""
             SELECT device,
                 BOOL_OR(event = 'updated' AND version = \(version)), BOOL_OR(event = 'failed' AND version = \(version)),
