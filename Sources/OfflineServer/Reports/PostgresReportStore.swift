@@ -109,6 +109,10 @@ final class PostgresReportStore: ReportStorage {
             "CREATE UNIQUE INDEX IF NOT EXISTS events_id ON events(id)",
             "CREATE INDEX IF NOT EXISTS events_app ON events(app, event)",
             "CREATE INDEX IF NOT EXISTS events_app_received ON events(app, receivedMillis)",
+            // As ReportStore's: each device's updates in order, the per-version sums, distinct devices.
+            "CREATE INDEX IF NOT EXISTS events_device_order ON events(app, event, device, timeMillis, seq) INCLUDE (version, receivedMillis)",
+            "CREATE INDEX IF NOT EXISTS events_version_sums ON events(app, version) INCLUDE (event, via, bytes, fullSize, offlineHits)",
+            "CREATE INDEX IF NOT EXISTS events_app_device ON events(app, device)",
             """
             CREATE TABLE IF NOT EXISTS fallbacks (
                 eventSeq BIGINT NOT NULL REFERENCES events(seq),
@@ -255,15 +259,24 @@ final class PostgresReportStore: ReportStorage {
         func entry(_ version: String) -> AppStats.VersionStats {
             versions[version] ?? AppStats.VersionStats(version: version)
         }
+        // One pass gives the versions' sums and, added up, the app's (the NULL group is the
+        // events without a version), as in ReportStore.
+        var result = AppStats(app: app)
         let totals = try await client.query("""
             SELECT version,
                 COUNT(*) FILTER (WHERE event = 'updated'), COUNT(*) FILTER (WHERE event = 'failed'),
                 COUNT(*) FILTER (WHERE event = 'rolled-back'), COALESCE(SUM(bytes), 0)::BIGINT,
-                COALESCE(SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END), 0)::BIGINT
-            FROM events WHERE app = \(app) AND version IS NOT NULL GROUP BY version
+                COALESCE(SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END), 0)::BIGINT,
+                COUNT(*), COALESCE(SUM(CASE WHEN event = 'usage' THEN offlineHits ELSE 0 END), 0)::BIGINT
+            FROM events WHERE app = \(app) GROUP BY version
             """, logger: logger)
-        for try await (version, updated, failed, rolledBack, bytes, saved)
-            in totals.decode((String, Int64, Int64, Int64, Int64, Int64).self) {
+        for try await (version, updated, failed, rolledBack, bytes, saved, count, hits)
+            in totals.decode((String?, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self) {
+            result.events += count
+            result.bytesDownloaded += bytes
+            result.bytesSaved += saved
+            result.offlineHits += hits
+            guard let version else { continue }
             var stats = entry(version)
             stats.updated = updated
             stats.failed = failed
@@ -297,21 +310,9 @@ final class PostgresReportStore: ReportStorage {
             }
             versions[version] = stats
         }
-        var result = AppStats(app: app)
         result.versions = versions.values.sorted(by: AppStats.VersionStats.newestFirst)
-        let totalsRows = try await client.query("""
-            SELECT COUNT(*), COUNT(DISTINCT device), COALESCE(SUM(bytes), 0)::BIGINT,
-                COALESCE(SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END), 0)::BIGINT,
-                COALESCE(SUM(CASE WHEN event = 'usage' THEN offlineHits ELSE 0 END), 0)::BIGINT
-            FROM events WHERE app = \(app)
-            """, logger: logger)
-        for try await (events, deviceCount, bytes, saved, hits) in totalsRows.decode((Int64, Int64, Int64, Int64, Int64).self) {
-            result.events = events
-            result.devices = deviceCount
-            result.bytesDownloaded = bytes
-            result.bytesSaved = saved
-            result.offlineHits = hits
-        }
+        let distinct = try await client.query("SELECT COUNT(DISTINCT device) FROM events WHERE app = \(app)", logger: logger)
+        for try await count in distinct.decode(Int64.self) { result.devices = count }
         let reasons = try await client.query("""
             SELECT f.reason, SUM(f.count)::BIGINT FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
             WHERE e.app = \(app) GROUP BY f.reason
