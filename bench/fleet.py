@@ -233,7 +233,9 @@ def main():
             psql(server_url, f"DROP DATABASE IF EXISTS {pg_name} WITH (FORCE)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    header = f"# bench/fleet.py on {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+    # The load average says how much the machine was shared: these figures move with it.
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    header = f"# bench/fleet.py on {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load average {load}"
     with open(args.out, "w") as f:
         f.write("\n".join([header] + results) + "\n")
     print("\n".join(results))

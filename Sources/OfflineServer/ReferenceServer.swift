@@ -20,8 +20,10 @@ import ServiceLifecycle
 ///   `state.json` and anything else is 404.
 /// - `GET /metrics`: this server's counters in the Prometheus text format (see
 ///   `ReferenceServerMetrics`), and the fleet counters when reports are on.
-/// - `POST /report`, `GET /stats?app=NAME`: the fleet report collector, when
-///   `reportsDatabase` is set (docs/PROTOCOL.md, "Fleet reports").
+/// - `POST /report`, `GET /stats?app=NAME`, `GET /dashboard[?app=NAME]`: the fleet
+///   report collector, when `reportsDatabase` is set (SQLite, or PostgreSQL shared by
+///   several servers), with `autoHalt` halting a staged rollout its reports condemn
+///   (docs/PROTOCOL.md, "Fleet reports", "Automatic halt"; docs/FLEET.md).
 /// - `Cache-Control`: manifests and `.sig` `public, max-age=<manifestMaxAge>`
 ///   (revalidated by ETag afterwards); packages and patches, whose names are
 ///   versions and never change, `public, max-age=31536000, immutable`; errors `no-store`.

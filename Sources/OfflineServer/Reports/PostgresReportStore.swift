@@ -109,9 +109,7 @@ final class PostgresReportStore: ReportStorage {
             "CREATE UNIQUE INDEX IF NOT EXISTS events_id ON events(id)",
             "CREATE INDEX IF NOT EXISTS events_app ON events(app, event)",
             "CREATE INDEX IF NOT EXISTS events_app_received ON events(app, receivedMillis)",
-            // As ReportStore's: each device's updates in order, the per-version sums, distinct devices.
-            "CREATE INDEX IF NOT EXISTS events_device_order ON events(app, event, device, timeMillis, seq) INCLUDE (version, receivedMillis)",
-            "CREATE INDEX IF NOT EXISTS events_version_sums ON events(app, version) INCLUDE (event, via, bytes, fullSize, offlineHits)",
+            // As ReportStore's: /stats' distinct devices from an index.
             "CREATE INDEX IF NOT EXISTS events_app_device ON events(app, device)",
             """
             CREATE TABLE IF NOT EXISTS fallbacks (
