@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 scripts/install-deps.sh
+# PostgreSQL for offline-server's shared report store: started (idempotently) unless a
+# server is named already; when it cannot start, the PostgreSQL tests skip and say why.
+if [[ -z ${OFFLINE_AGENT_TEST_POSTGRES_URL:-} ]]; then
+    OFFLINE_AGENT_TEST_POSTGRES_URL="$(scripts/postgres-test.sh)" || OFFLINE_AGENT_TEST_POSTGRES_URL=""
+    export OFFLINE_AGENT_TEST_POSTGRES_URL
+fi
 # The CLI and server executables are exercised as real processes by the tests.
 swift build --build-tests
 # Every test is Swift Testing: the XCTest pass would only print "Executed 0 tests".

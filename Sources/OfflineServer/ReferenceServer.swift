@@ -20,8 +20,10 @@ import ServiceLifecycle
 ///   `state.json` and anything else is 404.
 /// - `GET /metrics`: this server's counters in the Prometheus text format (see
 ///   `ReferenceServerMetrics`), and the fleet counters when reports are on.
-/// - `POST /report`, `GET /stats?app=NAME`: the fleet report collector, when
-///   `reportsDatabase` is set (docs/PROTOCOL.md, "Fleet reports").
+/// - `POST /report`, `GET /stats?app=NAME`, `GET /dashboard[?app=NAME]`: the fleet
+///   report collector, when `reportsDatabase` is set (SQLite, or PostgreSQL shared by
+///   several servers), with `autoHalt` halting a staged rollout its reports condemn
+///   (docs/PROTOCOL.md, "Fleet reports", "Automatic halt"; docs/FLEET.md).
 /// - `Cache-Control`: manifests and `.sig` `public, max-age=<manifestMaxAge>`
 ///   (revalidated by ETag afterwards); packages and patches, whose names are
 ///   versions and never change, `public, max-age=31536000, immutable`; errors `no-store`.
@@ -46,9 +48,17 @@ public struct ReferenceServer: Sendable {
         /// CDN or proxy may answer for the server, so the longest a new version waits
         /// behind it. Versioned packages and patches never change and are cached for a year.
         public var manifestMaxAge: Int
-        /// The SQLite database of fleet reports (`POST /report`, `GET /stats`), created if
-        /// missing; nil turns reports off (both answer 404).
+        /// Where fleet reports are stored (`POST /report`, `GET /stats`): a SQLite database
+        /// path, created if missing, or a `postgres://` URL (several servers may share one);
+        /// nil turns reports off (both answer 404).
         public var reportsDatabase: String?
+
+        /// Halts the staged rollout of an app's latest version by itself when its reports
+        /// trip these rules (`--auto-halt`; see `AutoHaltRules`); nil: never. Needs reports.
+        public var autoHalt: AutoHaltRules?
+        /// The bearer token `POST /report` requires (`Authorization: Bearer TOKEN`); nil:
+        /// any sender is accepted.
+        public var reportToken: String?
 
         /// Faults to inject, for testing clients (`--fault`; see `ServerFault`). None by default.
         public var faults: [ServerFault] = []
@@ -88,48 +98,74 @@ public struct ReferenceServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
-        let reports = try await openReports()
-        try await ServiceRunner.run(
-            makeApplication(reports: reports, onListening: onListening), stopOnSignals: stopOnSignals, logger: logger)
+        let catalog = makeCatalog()
+        let reports = try await openReports(catalog: catalog)
+        do {
+            try await ServiceRunner.run(
+                makeApplication(catalog: catalog, reports: reports, onListening: onListening), stopOnSignals: stopOnSignals,
+                logger: logger)
+        } catch {
+            await reports?.store.close()
+            throw error
+        }
+        await reports?.store.close()
     }
 
     /// Starts the server in the background and returns once it listens: the
     /// in-process form for tests (use port 0 and read `port`).
     public func start() async throws -> RunningReferenceServer {
-        let reports = try await openReports()
-        let service = try await ServiceRunner.start(logger: logger) { makeApplication(reports: reports, onListening: $0) }
-        return RunningReferenceServer(host: configuration.host, metrics: metrics, service: service)
+        let catalog = makeCatalog()
+        let reports = try await openReports(catalog: catalog)
+        let service = try await ServiceRunner.start(logger: logger) {
+            makeApplication(catalog: catalog, reports: reports, onListening: $0)
+        }
+        return RunningReferenceServer(host: configuration.host, metrics: metrics, service: service) {
+            await reports?.store.close()
+        }
     }
 
     /// The report collector when configured: the database opened and the counters restored from it.
     /// Opens (creating and migrating, with its fsyncs) the reports database on a thread
     /// of its own, not one of the cooperative pool the requests run on.
-    private func openReports() async throws -> ReportCollector? {
-        guard let path = configuration.reportsDatabase else { return nil }
-        let pool = BlockingPool(threads: 1), logger = self.logger
+    private func openReports(catalog: ReferenceServerCatalog) async throws -> ReportCollector? {
+        guard let location = configuration.reportsDatabase else { return nil }
+        let store: any ReportStorage
+        if PostgresReportStore.isURL(location) {
+            store = try await PostgresReportStore.open(url: location, logger: logger)
+        } else {
+            let pool = BlockingPool(threads: 1)
+            do {
+                store = try await pool.run(.serve) { try ReportStore(path: location) }
+                await pool.shutdown()
+            } catch {
+                await pool.shutdown()
+                throw error
+            }
+        }
         do {
-            let collector = try await pool.run(.serve) { try ReportCollector(databasePath: path, logger: logger) }
-            await pool.shutdown()
-            return collector
+            return try await ReportCollector(store: store, catalog: catalog, autoHalt: configuration.autoHalt, logger: logger)
         } catch {
-            await pool.shutdown()
+            await store.close()
             throw error
         }
     }
 
-    private func makeApplication(
-        reports: ReportCollector?,
-        onListening: @escaping @Sendable (String, Int) async -> Void
-    ) -> some Service {
-        let catalog = ReferenceServerCatalog(
+    private func makeCatalog() -> ReferenceServerCatalog {
+        ReferenceServerCatalog(
             directory: URL(fileURLWithPath: configuration.directory).standardizedFileURL.path, signingKey: configuration.signingKey,
             fullCompression: configuration.fullCompression)
+    }
+
+    private func makeApplication(
+        catalog: ReferenceServerCatalog, reports: ReportCollector?,
+        onListening: @escaping @Sendable (String, Int) async -> Void
+    ) -> some Service {
         let host = configuration.host
         return Application(
             responder: FaultingResponder(
                 base: ReferenceServerResponder(
                     catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge,
-                    reports: reports),
+                    reports: reports, reportToken: configuration.reportToken),
                 injector: FaultInjector(configuration.faults, metrics: metrics)),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },

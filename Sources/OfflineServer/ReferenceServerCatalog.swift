@@ -45,6 +45,13 @@ final class ReferenceServerCatalog: Sendable {
         return entry
     }
 
+    /// The apps of the publish directory: directories with a valid app name and a
+    /// `state.json`, sorted. Bounded by the directory, which the operator writes.
+    func apps() -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { AppName.isValid($0) && FileFingerprint(path: "\(directory)/\($0)/\(PublishState.fileName)") != nil }.sorted()
+    }
+
     private func render(_ state: PublishState) throws -> CatalogEntry {
         let bases: [Version?] = [nil] + state.patches.map(\.from)
         var manifests: [ManifestRoute: [Version?: RenderedManifest]] = [:]

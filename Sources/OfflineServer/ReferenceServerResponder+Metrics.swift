@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import OfflineHTTP
 
@@ -40,7 +41,7 @@ extension ReferenceServerResponder {
 
     /// `GET /metrics`: this server's counters in the Prometheus text format.
     func metricsResponse(head: Bool) -> Response {
-        let text = metrics.prometheusText() + (reports?.metrics.prometheusText() ?? "")
+        let text = metrics.prometheusText() + (reports?.metrics.prometheusText() ?? "") + rolloutHaltedText()
         var response = Self.text(.ok, text)
         response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
         response.headers[.cacheControl] = "no-store"
@@ -48,4 +49,25 @@ extension ReferenceServerResponder {
         if head { response.body = ResponseBody() }
         return response
     }
+
+    /// `offline_server_rollout_halted{app,version}`: 1 for an app of the publish directory
+    /// whose latest version's stage in force is 0 (halted, by `--auto-halt` or by hand),
+    /// else 0; one series per app, for its latest version, read from the publish
+    /// directory at each scrape so every instance serving it agrees.
+    func rolloutHaltedText(now: Date = Date()) -> String {
+        let apps = catalog.apps()
+        guard !apps.isEmpty else { return "" }
+        var lines = [
+            "# HELP \(Self.rolloutHaltedName) 1 when the staged rollout of the app's latest version is halted (stage 0), else 0.",
+            "# TYPE \(Self.rolloutHaltedName) gauge",
+        ]
+        for app in apps {
+            guard let state = (try? catalog.entry(app: app))?.state else { continue }
+            let halted = state.stageInForce(at: now) == 0 ? 1 : 0
+            lines.append("\(Self.rolloutHaltedName){app=\"\(app)\",version=\"\(state.latest)\"} \(halted)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    static let rolloutHaltedName = "offline_server_rollout_halted"
 }

@@ -11,11 +11,14 @@ public final class RunningReferenceServer: Sendable {
     /// The server's counters, also served at `GET /metrics`.
     public let metrics: ReferenceServerMetrics
     private let service: BackgroundService
+    /// Closes the reports store once the server stopped (a PostgreSQL client's connections).
+    private let afterStop: @Sendable () async -> Void
 
-    init(host: String, metrics: ReferenceServerMetrics, service: BackgroundService) {
+    init(host: String, metrics: ReferenceServerMetrics, service: BackgroundService, afterStop: @escaping @Sendable () async -> Void = {}) {
         self.host = host
         self.metrics = metrics
         self.service = service
+        self.afterStop = afterStop
     }
 
     public var port: Int { service.port }
@@ -24,5 +27,8 @@ public final class RunningReferenceServer: Sendable {
     public var baseURL: String { "http://\(host):\(port)" }
 
     /// Shuts the server down gracefully and waits until it has stopped.
-    public func stop() async { await service.stop() }
+    public func stop() async {
+        await service.stop()
+        await afterStop()
+    }
 }

@@ -16,8 +16,10 @@ struct OfflineServerCommand: AsyncParsableCommand {
             patch manifest when the latest version has a patch from VERSION, else the full package; \
             GET /NAME/FILE serves the published files with Range support; GET /metrics gives \
             Prometheus counters (manifests, files by kind and status, bytes sent, errors, and the \
-            fleet's). POST /report stores fleet report events (SQLite, --reports-db) and \
-            GET /stats?app=NAME sums them up per version. Prints \
+            fleet's). POST /report stores fleet report events (SQLite, or PostgreSQL shared by \
+            several instances: --reports-db) and GET /stats?app=NAME sums them up per version. \
+            --auto-halt halts a staged rollout by itself when its reports trip the rules \
+            (docs/PROTOCOL.md, "Automatic halt"). Prints \
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
             """
@@ -30,8 +32,14 @@ struct OfflineServerCommand: AsyncParsableCommand {
     @Option(help: "How full packages are offered: gzip (the .zip.gz) or none (the .zip).") var compression = "gzip"
     @Option(help: "Seconds a CDN or proxy may cache manifests and .sig files (Cache-Control max-age); packages and patches are immutable.")
     var manifestMaxAge = 60
-    @Option(help: "SQLite database of fleet reports (POST /report, GET /stats); default DIR/.offline-server/reports.sqlite.")
+    @Option(help: "Where fleet reports are stored (POST /report, GET /stats): a SQLite file, default DIR/.offline-server/reports.sqlite, or postgres://USER:PASSWORD@HOST:PORT/DB (shared by several instances; add ?sslmode=require for TLS).")
     var reportsDb: String?
+    @Option(help: "Halt the staged rollout of an app's latest version when its reports trip these rules, e.g. failure-rate>5%,rollback-rate>2%,min-devices=20,window=1h; re-signed with --key.")
+    var autoHalt: String?
+    @Option(help: "Bearer token POST /report requires (Authorization: Bearer TOKEN; devices: reportToken in their config).")
+    var reportToken: String?
+    @Option(help: "A JSON file of settings: reportsDb, autoHalt, reportToken (the options of the same names win).")
+    var config: String?
     @Flag(help: "Turn fleet reports off: POST /report and GET /stats answer 404.") var noReports = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
     @Option(help: "Inject a fault, for testing clients (repeatable): FAULT[@SCOPE][*COUNT], e.g. latency=500ms, status=503:retry-after=60@manifest, truncate=0.5@package*1, corrupt=patch, reset-after=64k, stall=2s; see README.")
@@ -44,14 +52,25 @@ struct OfflineServerCommand: AsyncParsableCommand {
         }
         guard manifestMaxAge >= 0 else { throw ValidationError("--manifest-max-age must be 0 or more") }
         guard FileManager.default.fileExists(atPath: dir) else { throw ValidationError("no such directory: \(dir)") }
+        let file = try config.map(ServerConfigFile.init(path:)) ?? ServerConfigFile()
+        let reportsDb = self.reportsDb ?? file.reportsDb
+        let autoHalt = self.autoHalt ?? file.autoHalt
+        let reportToken = self.reportToken ?? file.reportToken
         guard !(noReports && reportsDb != nil) else { throw ValidationError("--reports-db and --no-reports exclude each other") }
+        guard !(noReports && autoHalt != nil) else { throw ValidationError("--auto-halt needs fleet reports: drop --no-reports") }
+        if let reportToken {
+            guard !reportToken.isEmpty, reportToken.utf8.count <= 512, reportToken.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
+                throw ValidationError("--report-token must be 1 to 512 visible ASCII characters")
+            }
+        }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
         }
-        let signingKey: SigningKey?, faults: [ServerFault]
+        let signingKey: SigningKey?, faults: [ServerFault], rules: AutoHaltRules?
         do {
+            rules = try autoHalt.map(AutoHaltRules.init(parsing:))
             faults = try fault.map(ServerFault.init(parsing:))
             signingKey = try key.map(SigningKey.init(contentsOfFile:))
         } catch {
@@ -63,6 +82,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
             manifestMaxAge: manifestMaxAge,
             reportsDatabase: noReports ? nil : reportsDb ?? "\(dir)/.offline-server/reports.sqlite")
         configuration.faults = faults
+        configuration.autoHalt = rules
+        configuration.reportToken = reportToken
         let server = ReferenceServer(configuration: configuration, logger: Logger(label: "offline-server"))
         try await server.run(stopOnSignals: true) { host, port in
             // Written unbuffered: a parent process waits for this line to learn the port.

@@ -1,5 +1,6 @@
 import Foundation
 import OfflineAgent
+import OfflinePublish
 import OfflineServer
 import TestSupport
 import Testing
@@ -71,12 +72,27 @@ enum FleetReportClient {
     static func metrics(_ base: String) async throws -> PrometheusExposition { try await FleetStats.metrics(base) }
     static func fleetMetricsText(_ base: String) async throws -> String { try await FleetStats.fleetMetricsText(base) }
 
-    /// An in-process server over an empty publish directory with reports in `database`; stopped after `body`.
+    /// Publishes app `fleet` into `directory` as versions 1.0.0, 2.0.0 and 2.1.0 (the sample
+    /// app's first three): only apps and versions of the publish directory get series of
+    /// their own in `/metrics`, so the reports the tests send name these.
+    static func publishFleet(_ directory: String, versions: [String] = ["1.0.0", "2.0.0", "2.1.0"]) throws {
+        for (index, version) in versions.enumerated() {
+            var options = PublishOptions(
+                app: "fleet", version: Version(version)!, sourceDirectory: PublishFixtures.sampleApp(PublishFixtures.sampleVersions[index]),
+                publishDirectory: directory, whitelist: ["https://h5.example.com/fleet/"])
+            options.now = PublishFixtures.fixedPublishTime
+            try Publisher.publish(options)
+        }
+    }
+
+    /// An in-process server over a publish directory holding app `fleet` (`publishFleet`)
+    /// with reports in `database`; stopped after `body`.
     static func withServer(
         database: String, _ body: (RunningReferenceServer) async throws -> Void
     ) async throws {
         let directory = try PublishFixtures.temporaryDirectory("fleet-dir")
         defer { PublishFixtures.cleanUp(directory) }
+        try publishFleet(directory)
         let server = try await ReferenceServer(
             configuration: .init(directory: directory, port: 0, reportsDatabase: database)).start()
         do {

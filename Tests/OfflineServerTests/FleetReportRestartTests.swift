@@ -12,6 +12,7 @@ struct FleetReportRestartTests {
     func survivesRestart() async throws {
         let dir = try PublishFixtures.temporaryDirectory("fleet-restart")
         defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
         let events = [
             C.event("updated", device: "d1", ["via": "patch", "bytes": 40, "fullSize": 400]),
             C.event("failed", device: "d2", ["errorCode": "patch-invalid", "bytes": 40]),

@@ -137,6 +137,8 @@ struct ReferenceServerMetricsTests {
             ("offline_server_errors_total", ["code": "404"], 3),
             ("offline_server_errors_total", ["code": "405"], 1),
             ("offline_server_errors_total", ["code": "416"], 1),
+            // A gauge per app of the publish directory, for its latest version: not halted.
+            ("offline_server_rollout_halted", ["app": "sample", "version": "1.3.0"], 0),
         ]
         for (name, labels, value) in expected {
             #expect(scraped.value(name, labels) == value, "\(name) \(labels)")
@@ -145,7 +147,7 @@ struct ReferenceServerMetricsTests {
         let families = Set(expected.map(\.0))
         #expect(Set(scraped.types.keys) == families)
         for family in families {
-            #expect(scraped.types[family] == "counter", "\(family)")
+            #expect(scraped.types[family] == (family == "offline_server_rollout_halted" ? "gauge" : "counter"), "\(family)")
             #expect(scraped.help[family]?.isEmpty == false, "\(family)")
         }
 

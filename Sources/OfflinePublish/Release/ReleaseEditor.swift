@@ -30,6 +30,35 @@ public enum ReleaseEditor {
         }
     }
 
+    /// The verb `halt` records in the revisions (`offline-publish history`).
+    public static let haltVerb = "auto-halt"
+
+    /// Halts the staged rollout of `version` (stage 0, as `stage` with 0 does), for
+    /// `offline-server --auto-halt`: the same checks, re-signing and atomic write as
+    /// `stage`, recorded as an `auto-halt` revision whose reason says which rule
+    /// tripped on which figures.
+    ///
+    /// Refuses (`usage`) when `version` is no longer the latest or is not being staged
+    /// any more (an operator or another server changed it since the figures were read),
+    /// so a late halt never stops a newer version or undoes a resume.
+    @discardableResult
+    public static func halt(
+        app: String, version: Version, publishDirectory: String, key: SigningKey?, reason: String, now: Date = Date()
+    ) throws -> PublishState {
+        try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: haltVerb, reason: reason) { state in
+            guard state.latest == version else {
+                throw usage("version \(version) is no longer the latest (\(state.latest)): nothing halted")
+            }
+            guard state.isStaging(at: now) else {
+                throw usage("version \(version) is not being staged (stage \(describeStage(state))): nothing halted")
+            }
+            let before = describeStage(state)
+            state.stage = 0
+            state.stageSchedule = nil
+            return "stage \(before) -> 0% (halted)"
+        }
+    }
+
     /// Changes the app-wide settings of the live release.
     @discardableResult
     public static func set(

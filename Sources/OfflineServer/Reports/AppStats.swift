@@ -18,6 +18,11 @@ struct AppStats: Sendable, Encodable {
     /// Sums over the app's `usage` events.
     var offlineHits: Int64 = 0
     var fallbacks: [String: Int64] = [:]
+    /// The gray switch (0–100) of the publish directory's release; nil (JSON `null`) for
+    /// an app it does not have.
+    var rollout: Int?
+    /// The publish directory's latest version; nil (JSON `null`) for an app it does not have.
+    var latest: String?
 
     /// `offlineHits / (offlineHits + fallbacks)`, nil (JSON `null`) before any usage was counted.
     var offlineHitRatio: Double? {
@@ -36,6 +41,14 @@ struct AppStats: Sendable, Encodable {
         var topFailures: [Failure] = []
         var bytesDownloaded: Int64 = 0
         var bytesSaved: Int64 = 0
+        /// The stage in force now (0–100) when this is the publish directory's latest
+        /// version, else nil (JSON `null`): older versions are no longer offered.
+        var stage: Int?
+        /// The latest version's rollout is halted: its stage in force is 0.
+        var halted = false
+        /// Why, for a halted version: the reason of the revision that halted it (an
+        /// `auto-halt` names the rule and the figures); nil (JSON `null`) otherwise.
+        var reason: String?
 
         /// `updated / (updated + failed)`, nil (JSON `null`) when neither happened.
         var successRate: Double? {
@@ -58,6 +71,7 @@ struct AppStats: Sendable, Encodable {
 
         enum CodingKeys: String, CodingKey {
             case version, devices, updated, failed, rolledBack, successRate, topFailures, bytesDownloaded, bytesSaved
+            case stage, halted, reason
         }
 
         func encode(to encoder: any Encoder) throws {
@@ -71,6 +85,9 @@ struct AppStats: Sendable, Encodable {
             try container.encode(topFailures, forKey: .topFailures)
             try container.encode(bytesDownloaded, forKey: .bytesDownloaded)
             try container.encode(bytesSaved, forKey: .bytesSaved)
+            try container.encode(stage, forKey: .stage)
+            try container.encode(halted, forKey: .halted)
+            try container.encode(reason, forKey: .reason)
         }
 
         /// Newest version first; names `Version` cannot read after every version, by name.
@@ -86,6 +103,7 @@ struct AppStats: Sendable, Encodable {
 
     enum CodingKeys: String, CodingKey {
         case app, events, devices, versions, bytesDownloaded, bytesSaved, offlineHits, fallbacks, offlineHitRatio
+        case rollout, latest
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -99,5 +117,7 @@ struct AppStats: Sendable, Encodable {
         try container.encode(offlineHits, forKey: .offlineHits)
         try container.encode(fallbacks, forKey: .fallbacks)
         try container.encode(offlineHitRatio, forKey: .offlineHitRatio)
+        try container.encode(rollout, forKey: .rollout)
+        try container.encode(latest, forKey: .latest)
     }
 }

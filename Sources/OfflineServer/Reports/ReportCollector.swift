@@ -1,25 +1,38 @@
 import Foundation
 import Logging
 import OfflineAgent
+import OfflinePublish
 
 /// `offline-server`'s fleet report collector: checks `POST /report` batches, stores
-/// them (`ReportStore`), counts them (`ReportMetrics`) and answers `/stats`.
+/// them (`ReportStorage`), counts them (`ReportMetrics`), answers `/stats`, and hands
+/// the apps a batch touched to the auto-halt (`AutoHalter`) when rules are set.
 final class ReportCollector: Sendable {
-    let store: ReportStore
+    let store: any ReportStorage
     let metrics = ReportMetrics()
+    let catalog: ReferenceServerCatalog
+    let labels: ReportLabels
+    let halter: AutoHalter?
 
-    /// Opens the database at `path` and restores the counters from it.
-    init(databasePath: String, logger: Logger) throws {
-        store = try ReportStore(path: databasePath)
+    /// Takes an opened store and restores the counters from it.
+    init(store: any ReportStorage, catalog: ReferenceServerCatalog, autoHalt: AutoHaltRules?, logger: Logger) async throws {
+        self.store = store
+        self.catalog = catalog
+        // Only apps of the publish directory and versions it published get series of their own.
+        labels = ReportLabels { [catalog] app in
+            guard AppName.isValid(app), let entry = try? catalog.entry(app: app) else { return nil }
+            return Set(entry.state.versions.map(\.version.description))
+        }
         let tally: ReportTally
         do {
-            tally = try store.tally()
+            tally = try await store.tally(labels: labels)
         } catch {
             throw OfflineAgentError(
-                .serve, "cannot read the reports database: \(error)", cause: .io, path: databasePath, underlying: error)
+                .serve, "cannot read the reports database: \(error)", cause: .io, path: store.location, underlying: error)
         }
         metrics.record(tally)
-        logger.info("fleet reports in \(databasePath)")
+        halter = autoHalt.map { AutoHalter(rules: $0, store: store, catalog: catalog, logger: logger) }
+        logger.info("fleet reports in \(store.location)")
+        if let autoHalt { logger.info("auto-halt: \(autoHalt)") }
     }
 
     /// What `POST /report` answers with `200`.
@@ -33,9 +46,20 @@ final class ReportCollector: Sendable {
     func ingest(_ body: some Collection<UInt8>) async throws -> Receipt {
         let batch = try ReportBatch(body: body)
         let insertion = try await store.insert(batch.events)
-        var tally = ReportTally()
+        var tally = ReportTally(labels: labels)
         for event in insertion.inserted { tally.add(event) }
         metrics.record(tally)
+        // Only stored events can trip a rule: a duplicate adds nothing to the figures.
+        if let halter, !insertion.inserted.isEmpty {
+            await halter.check(apps: Set(insertion.inserted.map(\.app)))
+        }
         return Receipt(accepted: insertion.inserted.count, duplicates: insertion.duplicates)
+    }
+
+    /// `/stats?app=NAME`: the stored figures and what the publish directory says now.
+    func stats(app: String, now: Date = Date()) async throws -> AppStats {
+        var stats = try await store.stats(app: app)
+        if let entry = try? catalog.entry(app: app) { stats.apply(entry.state, now: now) }
+        return stats
     }
 }

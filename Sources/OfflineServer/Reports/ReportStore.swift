@@ -9,8 +9,9 @@ import OfflineAgent
 /// `id` has a unique index: an event sent twice (a retry after a lost answer) is
 /// stored once, and the second `INSERT OR IGNORE` counts it as a duplicate. A batch
 /// is one transaction, so it is stored whole or not at all.
-final class ReportStore: Sendable {
+final class ReportStore: ReportStorage {
     let path: String
+    var location: String { path }
     private let pool: DatabasePool
 
     /// Opens (creating it and its directory if needed) and migrates the database at `path`.
@@ -70,19 +71,19 @@ final class ReportStore: Sendable {
                 CREATE INDEX fallbacks_event ON fallbacks(eventSeq);
                 """)
         }
+        // --auto-halt reads one app's recent events about one version.
+        migrator.registerMigration("v2") { db in
+            try db.execute(sql: "CREATE INDEX events_app_received ON events(app, receivedMillis)")
+            // /stats' distinct devices from an index, not the table. (Wider covering indexes for
+            // the per-version sums and the devices' update order were measured: they saved
+            // /stats little and cost ingestion more than half; bench/fleet.py.)
+            try db.execute(sql: "CREATE INDEX events_app_device ON events(app, device)")
+        }
         return migrator
     }
 
-    /// What one batch did to the store.
-    struct Insertion: Sendable {
-        /// The events stored now, in batch order (their counts go to the metrics).
-        var inserted: [ReportEvent]
-        /// Events whose id was already stored (before or earlier in this batch).
-        var duplicates: Int
-    }
-
     /// Stores a batch in one transaction.
-    func insert(_ events: [ReportEvent]) async throws -> Insertion {
+    func insert(_ events: [ReportEvent]) async throws -> ReportInsertion {
         let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
         return try await pool.write { db in
             let insertEvent = try db.cachedStatement(sql: """
@@ -91,7 +92,7 @@ final class ReportStore: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             let insertFallback = try db.cachedStatement(sql: "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (?, ?, ?)")
-            var result = Insertion(inserted: [], duplicates: 0)
+            var result = ReportInsertion(inserted: [], duplicates: 0)
             result.inserted.reserveCapacity(events.count)
             for event in events {
                 try insertEvent.execute(arguments: [
@@ -115,9 +116,9 @@ final class ReportStore: Sendable {
 
     /// The counters of every stored event, as `/metrics` shows them (the same tally a
     /// batch adds, so a restart changes nothing a scrape sees).
-    func tally() throws -> ReportTally {
-        try pool.read { db in
-            var tally = ReportTally()
+    func tally(labels: ReportLabels) async throws -> ReportTally {
+        try await pool.read { db in
+            var tally = ReportTally(labels: labels)
             let rows = try Row.fetchCursor(db, sql: "SELECT app, event, version, via, errorCode, bytes, fullSize, offlineHits FROM events")
             while let row = try rows.next() {
                 guard let event = ReportEvent.Kind(rawValue: row[1]) else { continue }
@@ -144,14 +145,23 @@ final class ReportStore: Sendable {
             func entry(_ version: String) -> AppStats.VersionStats {
                 versions[version] ?? AppStats.VersionStats(version: version)
             }
+            // One pass gives the versions' sums and, added up, the app's (the NULL group is the
+            // events without a version).
+            var result = AppStats(app: app)
             let totals = try Row.fetchAll(db, sql: """
                 SELECT version,
                     SUM(event = 'updated'), SUM(event = 'failed'), SUM(event = 'rolled-back'), SUM(bytes),
-                    SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END)
-                FROM events WHERE app = ? AND version IS NOT NULL GROUP BY version
+                    SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END),
+                    COUNT(*), SUM(CASE WHEN event = 'usage' THEN offlineHits ELSE 0 END)
+                FROM events WHERE app = ? GROUP BY version
                 """, arguments: [app])
             for row in totals {
-                var stats = entry(row[0])
+                result.events += row[6]
+                result.bytesDownloaded += row[4]
+                result.bytesSaved += row[5]
+                result.offlineHits += (row[7] as Int64?) ?? 0
+                guard let version = row[0] as String? else { continue }
+                var stats = entry(version)
                 stats.updated = row[1]
                 stats.failed = row[2]
                 stats.rolledBack = row[3]
@@ -183,19 +193,8 @@ final class ReportStore: Sendable {
                 }
                 versions[stats.version] = stats
             }
-            var result = AppStats(app: app)
             result.versions = versions.values.sorted(by: AppStats.VersionStats.newestFirst)
-            let app = try Row.fetchOne(db, sql: """
-                SELECT COUNT(*), COUNT(DISTINCT device), COALESCE(SUM(bytes), 0),
-                    COALESCE(SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END), 0),
-                    COALESCE(SUM(CASE WHEN event = 'usage' THEN offlineHits ELSE 0 END), 0)
-                FROM events WHERE app = ?
-                """, arguments: [app])!
-            result.events = app[0]
-            result.devices = app[1]
-            result.bytesDownloaded = app[2]
-            result.bytesSaved = app[3]
-            result.offlineHits = app[4]
+            result.devices = try Int64.fetchOne(db, sql: "SELECT COUNT(DISTINCT device) FROM events WHERE app = ?", arguments: [app]) ?? 0
             let reasons = try Row.fetchAll(db, sql: """
                 SELECT f.reason, SUM(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
                 WHERE e.app = ? GROUP BY f.reason ORDER BY f.reason
@@ -203,5 +202,48 @@ final class ReportStore: Sendable {
             for row in reasons { result.fallbacks[row[0]] = row[1] }
             return result
         }
+    }
+
+    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
+        try await pool.read { db in
+            let rows = try Row.fetchCursor(db, sql: """
+                SELECT device,
+                    MAX(event = 'updated' AND version = ?1), MAX(event = 'failed' AND version = ?1),
+                    MAX(event = 'rolled-back' AND previousVersion = ?1)
+                FROM events
+                WHERE app = ?2 AND receivedMillis >= ?3 AND (version = ?1 OR previousVersion = ?1)
+                GROUP BY device
+                """, arguments: [version, app, sinceMillis])
+            var devices: [RolloutFigures.Device] = []
+            while let row = try rows.next() {
+                devices.append(.init(id: row[0], updated: (row[1] as Int64?) == 1, failed: (row[2] as Int64?) == 1, rolledBack: (row[3] as Int64?) == 1))
+            }
+            return devices
+        }
+    }
+
+    func adoption(app: String) async throws -> AdoptionSeries {
+        try await pool.read { db in
+            guard let range = try Row.fetchOne(db, sql: """
+                SELECT MIN(receivedMillis), MAX(receivedMillis) FROM events WHERE app = ? AND event = 'updated'
+                """, arguments: [app]), let from = range[0] as Int64?, let to = range[1] as Int64? else { return AdoptionSeries() }
+            // Only moves between versions: a device re-reporting its version moves nothing.
+            let rows = try Row.fetchAll(db, sql: """
+                WITH updates AS (
+                    SELECT receivedMillis AS at, version,
+                        LAG(version) OVER (PARTITION BY device ORDER BY timeMillis, seq) AS previous
+                    FROM events WHERE app = ? AND event = 'updated' AND version IS NOT NULL
+                )
+                SELECT (at - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*)
+                FROM updates WHERE previous IS NULL OR previous != version
+                GROUP BY bucket, version, previous
+                """, arguments: [app, from, AdoptionSeries.buckets, to, from])
+            let moves = rows.map { AdoptionSeries.Move(bucket: $0[0], version: $0[1], previous: $0[2], count: $0[3]) }
+            return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
+        }
+    }
+
+    func close() async {
+        try? pool.close()
     }
 }

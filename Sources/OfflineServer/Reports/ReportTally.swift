@@ -5,9 +5,10 @@ import OfflineAgent
 /// One function counts both, so a restart never changes what a scrape shows.
 ///
 /// Label values devices choose are bounded, so a buggy or hostile sender cannot grow
-/// `/metrics` without end: a `version` that is not a version, an `errorCode` that is not
-/// an `OfflineAgentError.Cause` and a fallback reason that is not a `FallbackReason`
-/// count as `other` (`/stats` keeps them as sent); an absent one is `unknown`.
+/// `/metrics` without end: an `app` the publish directory does not have, a `version` it
+/// did not publish for the app (`ReportLabels`), an `errorCode` that is not an
+/// `OfflineAgentError.Cause` and a fallback reason that is not a `FallbackReason` count
+/// as `other` (`/stats` keeps them as sent); an absent one is `unknown`.
 struct ReportTally: Sendable {
     /// Series → increment; a series is a family name and its label values in the family's label order.
     struct Series: Hashable, Sendable {
@@ -16,6 +17,11 @@ struct ReportTally: Sendable {
     }
 
     private(set) var counts: [Series: Int64] = [:]
+    private var labels: ReportLabelCache
+
+    init(labels: ReportLabels) {
+        self.labels = ReportLabelCache(labels)
+    }
     /// Per app: offline hits and fallbacks, for the hit-ratio gauge.
     private(set) var usage: [String: (hits: Int64, fallbacks: Int64)] = [:]
 
@@ -31,11 +37,13 @@ struct ReportTally: Sendable {
         app: String, event: ReportEvent.Kind, version: String?, via: ReportEvent.Via?, errorCode: String?,
         bytes: Int64, fullSize: Int64?, offlineHits: Int64?
     ) {
+        let version = labels.version(version, app: app)
+        let app = labels.app(app)
         bump(ReportMetrics.Name.events, [app, event.rawValue], 1)
         bump(ReportMetrics.Name.downloaded, [app], bytes)
         switch event {
         case .updated:
-            bump(ReportMetrics.Name.updates, [app, Self.label(version: version), via?.rawValue ?? "unknown"], 1)
+            bump(ReportMetrics.Name.updates, [app, version, via?.rawValue ?? "unknown"], 1)
             if via == .patch, let fullSize, fullSize > bytes { bump(ReportMetrics.Name.saved, [app], fullSize - bytes) }
         case .failed:
             bump(ReportMetrics.Name.failures, [app, Self.label(cause: errorCode)], 1)
@@ -51,13 +59,9 @@ struct ReportTally: Sendable {
     }
 
     mutating func addFallbacks(app: String, reason: String, count: Int64) {
+        let app = labels.app(app)
         bump(ReportMetrics.Name.fallbacks, [app, FallbackReason(rawValue: reason) == nil ? "other" : reason], count)
         usage[app, default: (0, 0)].fallbacks += count
-    }
-
-    static func label(version: String?) -> String {
-        guard let version else { return "unknown" }
-        return Version(version) == nil ? "other" : version
     }
 
     static func label(cause: String?) -> String {

@@ -1,0 +1,29 @@
+/// Where `offline-server` keeps fleet report events: SQLite (`ReportStore`, the
+/// embedded default) or PostgreSQL (`PostgresReportStore`, shared by several
+/// instances). Both answer the same queries with the same arithmetic, so `/stats`,
+/// the dashboard and `--auto-halt` read the same figures from either.
+protocol ReportStorage: Sendable {
+    /// Where the store is, for the log (a path or a URL without its password).
+    var location: String { get }
+    /// Stores a batch in one transaction; an id already stored is a duplicate.
+    func insert(_ events: [ReportEvent]) async throws -> ReportInsertion
+    /// The counters of every stored event (restored into `/metrics` at start).
+    func tally(labels: ReportLabels) async throws -> ReportTally
+    /// `/stats?app=NAME`, from every stored event of `app`.
+    func stats(app: String) async throws -> AppStats
+    /// Per device, what it reported about `version` of `app` in events received at
+    /// `sinceMillis` or later: `updated` or `failed` naming it, `rolled-back` from it.
+    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device]
+    /// The dashboard's adoption chart of `app` (see `AdoptionSeries`).
+    func adoption(app: String) async throws -> AdoptionSeries
+    /// Releases connections.
+    func close() async
+}
+
+/// What one batch did to the store.
+struct ReportInsertion: Sendable {
+    /// The events stored now, in batch order (their counts go to the metrics).
+    var inserted: [ReportEvent]
+    /// Events whose id was already stored (before or earlier in this batch).
+    var duplicates: Int
+}

@@ -1,0 +1,93 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// Two `offline-server` processes on one PostgreSQL database are one collector: the same
+/// batch posted to both at once is stored once; their `/stats` and `/dashboard` agree with
+/// each other and with a SQLite server fed the same events (the same arithmetic); the
+/// migrations ran once however many servers started.
+@Suite(
+    "Fleet reports on PostgreSQL: two servers, one collector",
+    .enabled(if: PostgresTestDatabase.isAvailable, "\(PostgresTestDatabase.server.skipReason ?? "")"))
+struct PostgresCollectorTests {
+    typealias C = FleetReportClient
+
+    /// A mix of every kind, hostile bits included (a duplicate id inside the batch, a clock
+    /// far off, a version that is not one, a failure without a code).
+    static func events() -> [[String: Any]] {
+        var events: [[String: Any]] = []
+        for i in 0..<40 {
+            let device = "pg-device-\(i)"
+            events.append(C.event("updated", device: device, version: "1.0.0", ["via": "full", "bytes": 4000]))
+            if i % 2 == 0 {
+                events.append(C.event("updated", device: device, version: "2.0.0", ["via": "patch", "bytes": 300 + i, "fullSize": 4000, "previousVersion": "1.0.0", "time": "2026-11-23T10:00:00Z"]))
+            }
+            if i % 5 == 0 {
+                events.append(C.event("failed", device: device, version: "2.1.0", i % 10 == 0 ? ["errorCode": "hash-mismatch"] : [:]))
+            }
+            if i % 7 == 0 { events.append(C.event("rolled-back", device: device, version: "1.0.0", ["previousVersion": "2.0.0"])) }
+            events.append(C.event("usage", device: device, version: "2.0.0", ["offlineHits": i, "fallbacks": ["missing-file": 1, "made-up": 2]]))
+        }
+        events.append(C.event("updated", device: "liar", version: "beta build", ["via": "full", "time": "2099-01-01T00:00:00Z"]))
+        events.append(events[0])
+        return events
+    }
+
+    @Test("the same batch to both servers at once is stored once; /stats agrees across servers and with SQLite")
+    func oneCollector() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("pg-collector")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let database = try PostgresTestDatabase("collector")
+        defer { database.drop() }
+        let a = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", database.url])
+        let b = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", database.url])
+        let lite = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/reports.sqlite"])
+        do {
+            let body = try C.body(Self.events())
+            let unique = Self.events().count - 1
+            async let first = C.post(a.baseURL, body)
+            async let second = C.post(b.baseURL, body)
+            let receipts = try await [first, second].map { try #require($0.receipt) }
+            #expect(receipts.map(\.accepted).reduce(0, +) == unique, "\(receipts)")
+            #expect(receipts.map(\.duplicates).reduce(0, +) == unique + 2, "\(receipts)")
+            #expect(try await C.post(lite.baseURL, body).receipt?.accepted == unique)
+
+            let fromA = try await C.statsText(a.baseURL), fromB = try await C.statsText(b.baseURL)
+            #expect(fromA == fromB)
+            #expect(fromA == (try await C.statsText(lite.baseURL)), "PostgreSQL and SQLite count alike")
+            #expect(try await C.stats(a.baseURL)["events"] as? Int == unique)
+            for app in ["fleet", "nobody"] {
+                #expect(try await C.statsText(a.baseURL, app: app) == (try await C.statsText(lite.baseURL, app: app)))
+            }
+            // The dashboard's figures and chart come from the same rows on either store.
+            let pageA = try await PublishHTTP.fetch(a.baseURL + "/dashboard?app=fleet")
+            let pageLite = try await PublishHTTP.fetch(lite.baseURL + "/dashboard?app=fleet")
+            #expect(pageA.status == 200 && pageLite.status == 200)
+            let lines = { (page: Data) in
+                String(decoding: page, as: UTF8.self).split(separator: "\n").filter { $0.contains("<tr class") || $0.contains("data-last=") }
+                    .map { $0.replacingOccurrences(of: #"points="[^"]*""#, with: "", options: .regularExpression) }
+            }
+            #expect(lines(pageA.body) == lines(pageLite.body))
+            #expect(!lines(pageA.body).isEmpty)
+        } catch {
+            for server in [a, b, lite] { await server.stop() }
+            throw error
+        }
+        for server in [a, b, lite] { await server.stop() }
+
+        // Restarted (migrations again) and a third server: still one run of each migration.
+        let again = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", database.url])
+        let count = try await C.stats(again.baseURL)["events"] as? Int
+        await again.stop()
+        #expect(count == Self.events().count - 1)
+        let output = Pipe(), process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+        process.arguments = [database.url, "-qAtc", "SELECT name FROM offline_server_migrations ORDER BY name"]
+        process.standardOutput = output
+        try process.run()
+        let names = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(names == "v1\n")
+    }
+}
