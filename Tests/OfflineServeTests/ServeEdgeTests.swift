@@ -42,6 +42,50 @@ struct ServeEdgeTests {
         #expect(upstream.requests.first?.header("content-length") == String("GET /smuggled HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n".utf8.count))
     }
 
+    @Test("POSTs one after another on one kept-alive connection are each forwarded and answered, on one origin connection")
+    func postsOnOneConnection() async throws {
+        let upstream = try ScriptedServer { request in .ok(Array("posted \(request.path)".utf8)) }
+        defer { upstream.stop() }
+        let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
+        try await Self.postSix(through: origin)
+        #expect(upstream.requests.map(\.path) == (0..<6).map { "/api/\($0)" })
+        #expect(upstream.connections == 1)
+    }
+
+    @Test("POSTs one after another on one kept-alive connection to a real nginx that answers from their heads",
+          .enabled(if: Nginx.missing == nil, "nginx is not installed"))
+    func postsAnsweredBeforeTheirBodies() async throws {
+        // `return 200` answers as soon as the head is read, often before the page's end of
+        // body has reached the exchange: the answer must still find the request complete.
+        let nginx = try Nginx(server: "location / { return 200 'posted $uri'; }")
+        defer { nginx.stop() }
+        try await Self.postSix(through: MirrorOrigin(scheme: "http", host: "127.0.0.1", port: nginx.port)!, count: 40)
+    }
+
+    /// `count` POSTs with small bodies, one after another on one connection, each answered `posted <path>`.
+    static func postSix(through origin: MirrorOrigin, count: Int = 6) async throws {
+        try await H.withFront(origins: [origin]) { front in
+            let host = front.authority(origin)
+            let answers = try await LocalHTTP.onThread { () -> [String] in
+                let fd = try LocalHTTP.connect(port: front.port)
+                defer { close(fd) }
+                return try (0..<count).map { n in
+                    let body = "{\"n\":\(n)}"
+                    try LocalHTTP.send(fd, Array("POST /api/\(n) HTTP/1.1\r\nHost: \(host)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)".utf8))
+                    let (head, extra) = try LocalHTTP.readHead(fd)
+                    var bytes = extra, chunk = [UInt8](repeating: 0, count: 4096)
+                    while bytes.count < Int(head.header("content-length") ?? "0") ?? 0 {
+                        let got = recv(fd, &chunk, chunk.count, 0)
+                        guard got > 0 else { break }
+                        bytes += chunk[0..<got]
+                    }
+                    return "\(head.status) " + String(decoding: bytes, as: UTF8.self)
+                }
+            }
+            #expect(answers == (0..<count).map { "200 posted /api/\($0)" })
+        }
+    }
+
     // MARK: Targets byte for byte
 
     @Test("path and query reach the origin byte for byte, from a missing file's forward and any other", arguments: [

@@ -41,11 +41,11 @@ final class OriginCall {
         let head: EventLoopFuture<Head>
         let body: Body
 
-        /// Sends a part of the page's body (`nil`: its end) once the origin takes more;
-        /// false when the exchange is over (nothing more is sent).
-        func send(_ bytes: ByteBuffer?) async -> Bool {
+        /// Sends a part of the page's body (`nil`: its end; `end`: this part is the last)
+        /// once the origin takes more; false when the exchange is over (nothing more is sent).
+        func send(_ bytes: ByteBuffer?, end: Bool = false) async -> Bool {
             let promise = call.eventLoop.makePromise(of: Bool.self)
-            call.eventLoop.execute { call.value.send(bytes, promise: promise) }
+            call.eventLoop.execute { call.value.send(bytes, end: end, promise: promise) }
             return (try? await promise.futureResult.get()) ?? false
         }
     }
@@ -77,9 +77,12 @@ final class OriginCall {
         }.get()
     }
 
-    private func send(_ bytes: ByteBuffer?, promise: EventLoopPromise<Bool>) {
+    private func send(_ bytes: ByteBuffer?, end: Bool, promise: EventLoopPromise<Bool>) {
         guard let exchange else { return promise.succeed(false) }
         exchange.pageRead(bytes)
+        // The body's last bytes and its end together: an origin that answers as soon as it has
+        // them finds the request complete, and its connection is kept.
+        if end, bytes != nil { exchange.pageRead(nil) }
         exchange.pageReadComplete()
         if exchange.mayReadPage { return promise.succeed(true) }
         uploadWaiter = promise

@@ -78,12 +78,22 @@ package struct OriginProxy: Sendable {
         let upload = UploadProgress()
         if hasBody {
             let body = ForwardedRequestBody(body: request.body, progress: upload)
+            let length = chunked ? nil : contentLength.flatMap { Int($0.trimmingWhitespace()) }
             Task {
                 do {
+                    var sent = 0, sending = true
                     for try await chunk in body {
-                        guard await call.send(chunk) else { return }
+                        guard sending else { continue }
+                        sent += chunk.readableBytes
+                        // A body of a known length ends with its last byte, not when the page's
+                        // decoder says so a moment later.
+                        let last = length.map { sent >= $0 } ?? false
+                        sending = await call.send(chunk, end: last) && !last
+                        // The origin answered without the rest: a small rest is read and dropped so
+                        // the page's connection goes on; a large one ends it (`closeIfUploading`).
+                        if !sending, !last, (length ?? .max) - sent > Self.drainLimit { return }
                     }
-                    _ = await call.send(nil)
+                    if sending { _ = await call.send(nil) }
                 } catch {
                     // The page's connection failed: the exchange goes with it (`OriginCall.terminated`).
                 }
@@ -101,6 +111,9 @@ package struct OriginProxy: Sendable {
         }
         return Response(status: answer.status, headers: answer.fields, body: body)
     }
+
+    /// The most of a page's body read and dropped after the origin answered without it.
+    static let drainLimit = 64 * 1024
 
     /// Thrown after a complete response, so the server closes the connection rather than
     /// read its next request while the upload may still be reading the same stream.
