@@ -3,7 +3,9 @@
 # side in one run, both in front of the same upstream (a second nginx, in processes of its
 # own, that answers GET /api/small.json from a file and POST /api/echo with a fixed JSON
 # body).
-# Requests/s and p99 latency (wrk --latency). Target: ours >= 0.5x nginx's requests/s.
+# Requests/s and p99 latency (wrk --latency), reported: no target (issue 29 retired the
+# 0.5x; what a user feels of forwarding is bench/forward-latency.sh's added latency).
+# The closing lines still read `# PASS proxy ...` (a target of 0x) for bench/run.sh proxy.
 # Run as `bench/run.sh proxy` or standalone.
 #
 #   bench/proxy.sh
@@ -15,11 +17,12 @@
 #   ROUNDS=3                      measured runs per case and front, alternating; medians reported
 #   THREADS=2 CONNECTIONS=50      wrk load
 #   NGINX=/usr/sbin/nginx         nginx binary (Debian nginx-light is enough)
+#   CASES="get post"              the cases measured (e.g. CASES=get)
 #   KEEP=1                        keep the scratch directory
 #
 # `serve` answers a mirrored origin on `<host>.<scheme>-<port>.localhost` (docs/PROTOCOL.md,
 # "Mirrored origins"); wrk connects to 127.0.0.1 and names the mirror in `Host`, so no
-# resolver is involved. Needs wrk, nginx, curl; exits 1 when the target is missed.
+# resolver is involved. Needs wrk, nginx, curl; exits 1 only when a request fails.
 set -euo pipefail
 export LC_ALL=C
 
@@ -91,11 +94,11 @@ case_args() {
     local path=/api/small.json; [ "$1" = post ] && path=/api/echo
     printf '%s\n' -H "Host: $(front_host "$2")" "http://127.0.0.1:$(front_port "$2")$path"
 }
-measure get
-measure post
+CASES=${CASES:-get post}
+for case in $CASES; do measure "$case"; done
 
 printf '\n%-34s %-14s %12s %10s %11s   %s\n' "forwarded request" "front" "requests/s" "p99 ms" "CPU us/req" "(each round: req/s/p99 ms)"
-for case in get post; do
+for case in $CASES; do
     label="GET /api/small.json ($(stat -c %s "$WORK/www/api/small.json") B)"; [ "$case" = post ] && label="POST /api/echo (31 B body)"
     for front in ours nginx; do
         shown=offline-agent; [ "$front" = nginx ] && shown="nginx $(nginx_version)"
@@ -103,7 +106,6 @@ for case in get post; do
     done
 done
 echo
-verdict get "proxy get"
-verdict post "proxy post"
+for case in $CASES; do verdict "$case" "proxy $case (reported, no target)" 0; done
 conditions
 exit $STATUS

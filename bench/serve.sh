@@ -2,9 +2,9 @@
 # `offline-agent serve` vs nginx on loopback, side by side in one run: requests/s and
 # p99 latency (wrk --latency) for a small JS file (the fixture app's js/app.js, ~30 KB)
 # and a 1 MiB file, both servers serving the same version directory.
-# Targets: ours >= 0.8x nginx's requests/s for the small file (issue 14) and >= 0.5x for
-# the large one; our idle RSS (VmRSS after startup and one request, before the load)
-# <= 15 MB.
+# Targets: ours >= 0.5x nginx's requests/s for both files, a floor only (issue 29: what a
+# user feels is bench/pageload.sh's page load; the old 0.8x for the small file is
+# retired); our idle RSS (VmRSS after startup and one request, before the load) <= 15 MB.
 #
 #   bench/serve.sh
 #
@@ -86,7 +86,7 @@ for case in small large; do
     done
 done
 echo
-verdict small small 0.8
+verdict small small
 verdict large large
 result=PASS
 awk -v r="$IDLE_RSS_MB" -v t="$TARGET_IDLE_RSS_MB" 'BEGIN { exit !(r <= t) }' || { result=FAIL; STATUS=1; }
