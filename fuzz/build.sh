@@ -44,7 +44,7 @@ src=Sources/OfflineAgent
     $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Agent/{OfflineAgentError,POSIXFailure}.swift \
     -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
-    $src/Check/{Manifest,ManifestFields,ManifestPatch,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
+    $src/Check/{Manifest,Manifest+Stage,ManifestFields,ManifestPatch,ManifestStageStep,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
     $src/Support/{WebAddress,UTCTime}.swift \
     -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \
