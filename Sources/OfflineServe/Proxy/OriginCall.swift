@@ -58,9 +58,10 @@ final class OriginCall {
         for page: any Channel, hasBody: Bool,
         _ makeExchange: @escaping @Sendable (_ page: OriginCall, _ onEnd: @escaping (OriginExchange.Ending) -> Void, _ onOriginWritable: @escaping () -> Void)
             -> OriginExchange
-    ) async -> Handle {
+    ) async throws -> Handle {
         let eventLoop = page.eventLoop
-        return try! await eventLoop.submit {
+        // Fails only when the loop is shutting down with the server.
+        return try await eventLoop.submit {
             let call = OriginCall(eventLoop: eventLoop)
             let bound = NIOLoopBound(call, eventLoop: eventLoop)
             let delegate = Delegate(call: NIOLoopBound(Weak(call), eventLoop: eventLoop))

@@ -70,10 +70,15 @@ package struct OriginProxy: Sendable {
         let configuration = configuration, metrics = metrics
         let hasBody = chunked || (contentLength.map { $0 != "0" } ?? false)
         let eventLoop = page.eventLoop
-        let call = await OriginCall.start(for: page, hasBody: hasBody) { call, onEnd, onOriginWritable in
-            OriginExchange(
-                head, to: origin, servePort: servePort, fallback: fallback, isMirrored: isMirrored, page: call,
-                pool: .of(eventLoop), configuration: configuration, metrics: metrics, onEnd: onEnd, onOriginWritable: onOriginWritable)
+        let call: OriginCall.Handle
+        do {
+            call = try await OriginCall.start(for: page, hasBody: hasBody) { call, onEnd, onOriginWritable in
+                OriginExchange(
+                    head, to: origin, servePort: servePort, fallback: fallback, isMirrored: isMirrored, page: call,
+                    pool: .of(eventLoop), configuration: configuration, metrics: metrics, onEnd: onEnd, onOriginWritable: onOriginWritable)
+            }
+        } catch {
+            return Response(status: .serviceUnavailable, headers: [.contentLength: "0", .cacheControl: "no-store", .connection: "close"])
         }
         let upload = UploadProgress()
         if hasBody {
