@@ -120,6 +120,69 @@ final class PostgresReportStore: ReportStorage {
             """,
             "CREATE INDEX IF NOT EXISTS fallbacks_event ON fallbacks(eventSeq)",
         ]),
+        // The running sums (`ReportRollup`), filled from the events already stored, as ReportStore's v3.
+        ("v3", [
+            """
+            CREATE TABLE version_totals (
+                app TEXT NOT NULL, version TEXT NOT NULL,
+                events BIGINT NOT NULL, updated BIGINT NOT NULL, failed BIGINT NOT NULL, rolledBack BIGINT NOT NULL,
+                bytes BIGINT NOT NULL, bytesSaved BIGINT NOT NULL, offlineHits BIGINT NOT NULL,
+                firstUpdated BIGINT, lastUpdated BIGINT,
+                PRIMARY KEY (app, version)
+            )
+            """,
+            """
+            CREATE TABLE failure_causes (
+                app TEXT NOT NULL, version TEXT NOT NULL, errorCode TEXT NOT NULL, count BIGINT NOT NULL,
+                PRIMARY KEY (app, version, errorCode)
+            )
+            """,
+            "CREATE TABLE fallback_totals (app TEXT NOT NULL, reason TEXT NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (app, reason))",
+            """
+            CREATE TABLE devices (
+                app TEXT NOT NULL, device TEXT NOT NULL, version TEXT, timeMillis BIGINT, seq BIGINT,
+                PRIMARY KEY (app, device)
+            )
+            """,
+            "CREATE INDEX devices_version ON devices(app, version)",
+            "CREATE TABLE version_moves (app TEXT NOT NULL, receivedMillis BIGINT NOT NULL, version TEXT NOT NULL, previous TEXT)",
+            "CREATE INDEX version_moves_app ON version_moves(app, receivedMillis)",
+            """
+            INSERT INTO version_totals
+            SELECT app, COALESCE(version, ''), COUNT(*), COUNT(*) FILTER (WHERE event = 'updated'),
+                COUNT(*) FILTER (WHERE event = 'failed'), COUNT(*) FILTER (WHERE event = 'rolled-back'), SUM(bytes),
+                SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END),
+                SUM(CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END),
+                MIN(receivedMillis) FILTER (WHERE event = 'updated'), MAX(receivedMillis) FILTER (WHERE event = 'updated')
+            FROM events GROUP BY app, COALESCE(version, '')
+            """,
+            """
+            INSERT INTO failure_causes
+            SELECT app, version, COALESCE(errorCode, ''), COUNT(*) FROM events
+            WHERE event = 'failed' AND version IS NOT NULL GROUP BY app, version, COALESCE(errorCode, '')
+            """,
+            """
+            INSERT INTO fallback_totals
+            SELECT e.app, f.reason, SUM(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason
+            """,
+            """
+            INSERT INTO devices
+            SELECT app, device, version, timeMillis, seq FROM (
+                SELECT app, device, version, timeMillis, seq,
+                    ROW_NUMBER() OVER (PARTITION BY app, device ORDER BY timeMillis DESC, seq DESC) AS rank
+                FROM events WHERE event = 'updated' AND version IS NOT NULL
+            ) latest WHERE rank = 1
+            """,
+            "INSERT INTO devices (app, device) SELECT DISTINCT app, device FROM events ON CONFLICT DO NOTHING",
+            """
+            INSERT INTO version_moves
+            SELECT app, receivedMillis, version, previous FROM (
+                SELECT app, receivedMillis, version,
+                    LAG(version) OVER (PARTITION BY app, device ORDER BY timeMillis, seq) AS previous
+                FROM events WHERE event = 'updated' AND version IS NOT NULL
+            ) updates WHERE previous IS NULL OR previous != version
+            """,
+        ]),
     ]
 
     /// An arbitrary constant: the advisory lock every instance takes to migrate.
@@ -202,6 +265,7 @@ final class PostgresReportStore: ReportStorage {
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection in
             var result = ReportInsertion(inserted: [], duplicates: 0)
+            var stored: [(event: ReportEvent, seq: Int64)] = []
             for event in events {
                 let via = event.via?.rawValue, kind = event.event.rawValue
                 let rows = try await connection.query("""
@@ -224,8 +288,77 @@ final class PostgresReportStore: ReportStorage {
                         logger: logger)
                 }
                 result.inserted.append(event)
+                stored.append((event, seq))
             }
+            try await Self.add(ReportRollup(stored, receivedMillis: received), to: connection, logger: logger)
             return result
+        }
+    }
+
+    /// Adds a batch's sums to the running ones, in the batch's transaction; rows in key
+    /// order, so two instances adding to the same rows wait for each other, never deadlock.
+    private static func add(_ rollup: ReportRollup, to connection: PostgresConnection, logger: Logger) async throws {
+        for (key, sums) in rollup.totals.sorted(by: { $0.key < $1.key }) {
+            try await connection.query("""
+                INSERT INTO version_totals (app, version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits,
+                    firstUpdated, lastUpdated)
+                VALUES (\(key.app), \(key.version), \(sums.events), \(sums.updated), \(sums.failed), \(sums.rolledBack),
+                    \(sums.bytes), \(sums.bytesSaved), \(sums.offlineHits), \(sums.firstUpdated), \(sums.lastUpdated))
+                ON CONFLICT (app, version) DO UPDATE SET
+                    events = version_totals.events + excluded.events, updated = version_totals.updated + excluded.updated,
+                    failed = version_totals.failed + excluded.failed, rolledBack = version_totals.rolledBack + excluded.rolledBack,
+                    bytes = version_totals.bytes + excluded.bytes, bytesSaved = version_totals.bytesSaved + excluded.bytesSaved,
+                    offlineHits = version_totals.offlineHits + excluded.offlineHits,
+                    firstUpdated = LEAST(version_totals.firstUpdated, excluded.firstUpdated),
+                    lastUpdated = GREATEST(version_totals.lastUpdated, excluded.lastUpdated)
+                """, logger: logger)
+        }
+        for (key, count) in rollup.causes.sorted(by: { $0.key < $1.key }) {
+            try await connection.query("""
+                INSERT INTO failure_causes (app, version, errorCode, count) VALUES (\(key.app), \(key.version), \(key.errorCode), \(count))
+                ON CONFLICT (app, version, errorCode) DO UPDATE SET count = failure_causes.count + excluded.count
+                """, logger: logger)
+        }
+        for (key, count) in rollup.fallbacks.sorted(by: { $0.key < $1.key }) {
+            try await connection.query("""
+                INSERT INTO fallback_totals (app, reason, count) VALUES (\(key.app), \(key.reason), \(count))
+                ON CONFLICT (app, reason) DO UPDATE SET count = fallback_totals.count + excluded.count
+                """, logger: logger)
+        }
+        // Per app: every device named gets its row, then the rows of those with a newer update
+        // are locked, compared and moved (three statements, whatever the batch's size).
+        let byApp = Dictionary(grouping: rollup.devices.keys.sorted(), by: \.app)
+        let updates = Dictionary(grouping: rollup.updates, by: \.key.app)
+        for app in byApp.keys.sorted() {
+            let named = byApp[app]!.map(\.device)
+            try await connection.query("""
+                INSERT INTO devices (app, device) SELECT \(app), unnest(\(named)::text[]) ON CONFLICT DO NOTHING
+                """, logger: logger)
+            guard let updates = updates[app] else { continue }
+            let rows = try await connection.query("""
+                SELECT device, version, timeMillis, seq FROM devices
+                WHERE app = \(app) AND device = ANY(\(updates.map(\.key.device))::text[]) ORDER BY device FOR UPDATE
+                """, logger: logger)
+            var stored: [String: ReportRollup.Latest] = [:]
+            for try await (device, version, time, seq) in rows.decode((String, String?, Int64?, Int64?).self) {
+                if let version, let time, let seq { stored[device] = .init(version: version, timeMillis: time, seq: seq) }
+            }
+            let changed = updates.filter { $0.latest.supersedes(stored[$0.key.device]) }
+            guard !changed.isEmpty else { continue }
+            try await connection.query("""
+                UPDATE devices d SET version = u.version, timeMillis = u.timeMillis, seq = u.seq
+                FROM unnest(\(changed.map(\.key.device))::text[], \(changed.map(\.latest.version))::text[],
+                    \(changed.map(\.latest.timeMillis))::bigint[], \(changed.map(\.latest.seq))::bigint[]) AS u(device, version, timeMillis, seq)
+                WHERE d.app = \(app) AND d.device = u.device
+                """, logger: logger)
+            let moves = changed.filter { stored[$0.key.device]?.version != $0.latest.version }
+            guard !moves.isEmpty else { continue }
+            // unnest gives NULL for nothing reported before: an empty string stands for it in the array.
+            try await connection.query("""
+                INSERT INTO version_moves (app, receivedMillis, version, previous)
+                SELECT \(app), \(rollup.receivedMillis), v, NULLIF(p, '')
+                FROM unnest(\(moves.map(\.latest.version))::text[], \(moves.map { stored[$0.key.device]?.version ?? "" })::text[]) AS m(v, p)
+                """, logger: logger)
         }
     }
 
@@ -253,77 +386,38 @@ final class PostgresReportStore: ReportStorage {
     }
 
     private func unboundedStats(app: String) async throws -> AppStats {
-        var versions: [String: AppStats.VersionStats] = [:]
-        func entry(_ version: String) -> AppStats.VersionStats {
-            versions[version] ?? AppStats.VersionStats(version: version)
-        }
-        // One pass gives the versions' sums and, added up, the app's (the NULL group is the
-        // events without a version), as in ReportStore.
-        var result = AppStats(app: app)
-        let totals = try await client.query("""
-            SELECT version,
-                COUNT(*) FILTER (WHERE event = 'updated'), COUNT(*) FILTER (WHERE event = 'failed'),
-                COUNT(*) FILTER (WHERE event = 'rolled-back'), COALESCE(SUM(bytes), 0)::BIGINT,
-                COALESCE(SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END), 0)::BIGINT,
-                COUNT(*), COALESCE(SUM(CASE WHEN event = 'usage' THEN offlineHits ELSE 0 END), 0)::BIGINT
-            FROM events WHERE app = \(app) GROUP BY version
+        var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
+        let rows = try await client.query("""
+            SELECT version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits FROM version_totals WHERE app = \(app)
             """, logger: logger)
-        for try await (version, updated, failed, rolledBack, bytes, saved, count, hits)
-            in totals.decode((String?, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self) {
-            result.events += count
-            result.bytesDownloaded += bytes
-            result.bytesSaved += saved
-            result.offlineHits += hits
-            guard let version else { continue }
-            var stats = entry(version)
-            stats.updated = updated
-            stats.failed = failed
-            stats.rolledBack = rolledBack
-            stats.bytesDownloaded = bytes
-            stats.bytesSaved = saved
-            versions[version] = stats
+        for try await (version, events, updated, failed, rolledBack, bytes, saved, hits)
+            in rows.decode((String, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self) {
+            totals[.init(app: app, version: version)] = .init(
+                events: events, updated: updated, failed: failed, rolledBack: rolledBack, bytes: bytes, bytesSaved: saved,
+                offlineHits: hits)
         }
-        // A device counts for the version of its latest `updated` event (by time, then arrival).
-        let devices = try await client.query("""
-            SELECT version, COUNT(*) FROM (
-                SELECT version, ROW_NUMBER() OVER (PARTITION BY device ORDER BY timeMillis DESC, seq DESC) AS rank
-                FROM events WHERE app = \(app) AND event = 'updated' AND version IS NOT NULL
-            ) latest WHERE rank = 1 GROUP BY version
+        var devices: [(version: String, count: Int64)] = []
+        let perVersion = try await client.query("""
+            SELECT version, COUNT(*) FROM devices WHERE app = \(app) AND version IS NOT NULL GROUP BY version
             """, logger: logger)
-        for try await (version, count) in devices.decode((String, Int64).self) {
-            var stats = entry(version)
-            stats.devices = count
-            versions[version] = stats
+        for try await (version, count) in perVersion.decode((String, Int64).self) { devices.append((version, count)) }
+        var causes: [(version: String, errorCode: String, count: Int64)] = []
+        let failures = try await client.query("SELECT version, errorCode, count FROM failure_causes WHERE app = \(app)", logger: logger)
+        for try await (version, code, count) in failures.decode((String, String, Int64).self) { causes.append((version, code, count)) }
+        var reasons: [(reason: String, count: Int64)] = []
+        let fallbacks = try await client.query("SELECT reason, count FROM fallback_totals WHERE app = \(app)", logger: logger)
+        for try await (reason, count) in fallbacks.decode((String, Int64).self) { reasons.append((reason, count)) }
+        var known: Int64 = 0
+        for try await count in try await client.query("SELECT COUNT(*) FROM devices WHERE app = \(app)", logger: logger).decode(Int64.self) {
+            known = count
         }
-        // Ordered like SQLite's: NULL codes sort first there, so NULLS FIRST here.
-        let failures = try await client.query("""
-            SELECT version, errorCode, COUNT(*) AS n FROM events
-            WHERE app = \(app) AND event = 'failed' AND version IS NOT NULL
-            GROUP BY version, errorCode ORDER BY version, n DESC, errorCode COLLATE "C" NULLS FIRST
-            """, logger: logger)
-        for try await (version, errorCode, count) in failures.decode((String, String?, Int64).self) {
-            var stats = entry(version)
-            if stats.topFailures.count < AppStats.topFailureCount {
-                stats.topFailures.append(.init(errorCode: errorCode, count: count))
-            }
-            versions[version] = stats
-        }
-        result.versions = versions.values.sorted(by: AppStats.VersionStats.newestFirst)
-        let distinct = try await client.query("SELECT COUNT(DISTINCT device) FROM events WHERE app = \(app)", logger: logger)
-        for try await count in distinct.decode(Int64.self) { result.devices = count }
-        let reasons = try await client.query("""
-            SELECT f.reason, SUM(f.count)::BIGINT FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
-            WHERE e.app = \(app) GROUP BY f.reason
-            """, logger: logger)
-        for try await (reason, count) in reasons.decode((String, Int64).self) { result.fallbacks[reason] = count }
-        return result
+        return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
     }
 
     private func unboundedAdoption(app: String) async throws -> AdoptionSeries {
         var range: (Int64, Int64)?
-        let bounds = try await client.query("""
-            SELECT MIN(receivedMillis), MAX(receivedMillis) FROM events WHERE app = \(app) AND event = 'updated'
-            """, logger: logger)
+        let bounds = try await client.query(
+            "SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = \(app)", logger: logger)
         for try await (from, to) in bounds.decode((Int64?, Int64?).self) {
             if let from, let to { range = (from, to) }
         }
@@ -331,14 +425,8 @@ final class PostgresReportStore: ReportStorage {
         let buckets = Int64(AdoptionSeries.buckets)
         // The same arithmetic as ReportStore's (bigint division truncates as SQLite's does).
         let rows = try await client.query("""
-            WITH updates AS (
-                SELECT receivedMillis AS at, version,
-                    LAG(version) OVER (PARTITION BY device ORDER BY timeMillis, seq) AS previous
-                FROM events WHERE app = \(app) AND event = 'updated' AND version IS NOT NULL
-            )
-            SELECT (at - \(from)) * \(buckets) / (\(to) - \(from) + 1) AS bucket, version, previous, COUNT(*)
-            FROM updates WHERE previous IS NULL OR previous != version
-            GROUP BY bucket, version, previous
+            SELECT (receivedMillis - \(from)) * \(buckets) / (\(to) - \(from) + 1) AS bucket, version, previous, COUNT(*)
+            FROM version_moves WHERE app = \(app) GROUP BY bucket, version, previous
             """, logger: logger)
         var moves: [AdoptionSeries.Move] = []
         for try await (bucket, version, previous, count) in rows.decode((Int64, String, String?, Int64).self) {

@@ -79,6 +79,61 @@ final class ReportStore: ReportStorage {
             // /stats little and cost ingestion more than half; bench/fleet.py.)
             try db.execute(sql: "CREATE INDEX events_app_device ON events(app, device)")
         }
+        // The running sums (`ReportRollup`), filled from the events already stored.
+        migrator.registerMigration("v3") { db in
+            try db.execute(sql: """
+                CREATE TABLE version_totals (
+                    app TEXT NOT NULL, version TEXT NOT NULL,
+                    events INTEGER NOT NULL, updated INTEGER NOT NULL, failed INTEGER NOT NULL, rolledBack INTEGER NOT NULL,
+                    bytes INTEGER NOT NULL, bytesSaved INTEGER NOT NULL, offlineHits INTEGER NOT NULL,
+                    firstUpdated INTEGER, lastUpdated INTEGER,
+                    PRIMARY KEY (app, version)
+                ) WITHOUT ROWID;
+                CREATE TABLE failure_causes (
+                    app TEXT NOT NULL, version TEXT NOT NULL, errorCode TEXT NOT NULL, count INTEGER NOT NULL,
+                    PRIMARY KEY (app, version, errorCode)
+                ) WITHOUT ROWID;
+                CREATE TABLE fallback_totals (
+                    app TEXT NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL,
+                    PRIMARY KEY (app, reason)
+                ) WITHOUT ROWID;
+                CREATE TABLE devices (
+                    app TEXT NOT NULL, device TEXT NOT NULL, version TEXT, timeMillis INTEGER, seq INTEGER,
+                    PRIMARY KEY (app, device)
+                ) WITHOUT ROWID;
+                CREATE INDEX devices_version ON devices(app, version);
+                CREATE TABLE version_moves (
+                    app TEXT NOT NULL, receivedMillis INTEGER NOT NULL, version TEXT NOT NULL, previous TEXT
+                );
+                CREATE INDEX version_moves_app ON version_moves(app, receivedMillis);
+
+                INSERT INTO version_totals
+                SELECT app, COALESCE(version, ''), COUNT(*), SUM(event = 'updated'), SUM(event = 'failed'),
+                    SUM(event = 'rolled-back'), SUM(bytes),
+                    SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END),
+                    SUM(CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END),
+                    MIN(CASE WHEN event = 'updated' THEN receivedMillis END), MAX(CASE WHEN event = 'updated' THEN receivedMillis END)
+                FROM events GROUP BY app, COALESCE(version, '');
+                INSERT INTO failure_causes
+                SELECT app, version, COALESCE(errorCode, ''), COUNT(*) FROM events
+                WHERE event = 'failed' AND version IS NOT NULL GROUP BY app, version, COALESCE(errorCode, '');
+                INSERT INTO fallback_totals
+                SELECT e.app, f.reason, SUM(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason;
+                INSERT INTO devices
+                SELECT app, device, version, timeMillis, seq FROM (
+                    SELECT app, device, version, timeMillis, seq,
+                        ROW_NUMBER() OVER (PARTITION BY app, device ORDER BY timeMillis DESC, seq DESC) AS rank
+                    FROM events WHERE event = 'updated' AND version IS NOT NULL
+                ) WHERE rank = 1;
+                INSERT OR IGNORE INTO devices (app, device) SELECT DISTINCT app, device FROM events;
+                INSERT INTO version_moves
+                SELECT app, receivedMillis, version, previous FROM (
+                    SELECT app, receivedMillis, version,
+                        LAG(version) OVER (PARTITION BY app, device ORDER BY timeMillis, seq) AS previous
+                    FROM events WHERE event = 'updated' AND version IS NOT NULL
+                ) WHERE previous IS NULL OR previous != version;
+                """)
+        }
         return migrator
     }
 
@@ -94,6 +149,7 @@ final class ReportStore: ReportStorage {
             let insertFallback = try db.cachedStatement(sql: "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (?, ?, ?)")
             var result = ReportInsertion(inserted: [], duplicates: 0)
             result.inserted.reserveCapacity(events.count)
+            var stored: [(event: ReportEvent, seq: Int64)] = []
             for event in events {
                 try insertEvent.execute(arguments: [
                     event.id, event.time, event.timeMillis, event.device, event.app, event.event.rawValue, event.version,
@@ -109,8 +165,63 @@ final class ReportStore: ReportStorage {
                     try insertFallback.execute(arguments: [seq, fallback.reason, fallback.count])
                 }
                 result.inserted.append(event)
+                stored.append((event, seq))
             }
+            try Self.add(ReportRollup(stored, receivedMillis: received), to: db)
             return result
+        }
+    }
+
+    /// Adds a batch's sums to the running ones, in the batch's transaction.
+    private static func add(_ rollup: ReportRollup, to db: Database) throws {
+        let totals = try db.cachedStatement(sql: """
+            INSERT INTO version_totals (app, version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits,
+                firstUpdated, lastUpdated)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (app, version) DO UPDATE SET
+                events = events + excluded.events, updated = updated + excluded.updated, failed = failed + excluded.failed,
+                rolledBack = rolledBack + excluded.rolledBack, bytes = bytes + excluded.bytes,
+                bytesSaved = bytesSaved + excluded.bytesSaved, offlineHits = offlineHits + excluded.offlineHits,
+                firstUpdated = COALESCE(MIN(firstUpdated, excluded.firstUpdated), firstUpdated, excluded.firstUpdated),
+                lastUpdated = COALESCE(MAX(lastUpdated, excluded.lastUpdated), lastUpdated, excluded.lastUpdated)
+            """)
+        for (key, sums) in rollup.totals.sorted(by: { $0.key < $1.key }) {
+            try totals.execute(arguments: [
+                key.app, key.version, sums.events, sums.updated, sums.failed, sums.rolledBack, sums.bytes, sums.bytesSaved,
+                sums.offlineHits, sums.firstUpdated, sums.lastUpdated,
+            ])
+        }
+        let causes = try db.cachedStatement(sql: """
+            INSERT INTO failure_causes (app, version, errorCode, count) VALUES (?, ?, ?, ?)
+            ON CONFLICT (app, version, errorCode) DO UPDATE SET count = count + excluded.count
+            """)
+        for (key, count) in rollup.causes.sorted(by: { $0.key < $1.key }) {
+            try causes.execute(arguments: [key.app, key.version, key.errorCode, count])
+        }
+        let fallbacks = try db.cachedStatement(sql: """
+            INSERT INTO fallback_totals (app, reason, count) VALUES (?, ?, ?)
+            ON CONFLICT (app, reason) DO UPDATE SET count = count + excluded.count
+            """)
+        for (key, count) in rollup.fallbacks.sorted(by: { $0.key < $1.key }) {
+            try fallbacks.execute(arguments: [key.app, key.reason, count])
+        }
+        let known = try db.cachedStatement(sql: "INSERT OR IGNORE INTO devices (app, device) VALUES (?, ?)")
+        for key in rollup.devices.keys.sorted() {
+            try known.execute(arguments: [key.app, key.device])
+        }
+        let current = try db.cachedStatement(sql: "SELECT version, timeMillis, seq FROM devices WHERE app = ? AND device = ?")
+        let update = try db.cachedStatement(sql: "UPDATE devices SET version = ?, timeMillis = ?, seq = ? WHERE app = ? AND device = ?")
+        let move = try db.cachedStatement(sql: "INSERT INTO version_moves (app, receivedMillis, version, previous) VALUES (?, ?, ?, ?)")
+        for (key, latest) in rollup.updates {
+            let row = try Row.fetchOne(current, arguments: [key.app, key.device])
+            let previous: ReportRollup.Latest? = row.flatMap { row in
+                (row[0] as String?).map { ReportRollup.Latest(version: $0, timeMillis: row[1], seq: row[2]) }
+            }
+            guard latest.supersedes(previous) else { continue }
+            try update.execute(arguments: [latest.version, latest.timeMillis, latest.seq, key.app, key.device])
+            if previous?.version != latest.version {
+                try move.execute(arguments: [key.app, rollup.receivedMillis, latest.version, previous?.version])
+            }
         }
     }
 
@@ -138,69 +249,34 @@ final class ReportStore: ReportStorage {
         }
     }
 
-    /// `/stats?app=NAME`, from every stored event of `app`.
+    /// `/stats?app=NAME`, from the running sums of `app` (`ReportRollup`).
     func stats(app: String) async throws -> AppStats {
         try await pool.read { db in
-            var versions: [String: AppStats.VersionStats] = [:]
-            func entry(_ version: String) -> AppStats.VersionStats {
-                versions[version] ?? AppStats.VersionStats(version: version)
+            var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
+            for row in try Row.fetchAll(db, sql: """
+                SELECT version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits
+                FROM version_totals WHERE app = ?
+                """, arguments: [app]) {
+                var sums = ReportRollup.Totals()
+                sums.events = row[1]
+                sums.updated = row[2]
+                sums.failed = row[3]
+                sums.rolledBack = row[4]
+                sums.bytes = row[5]
+                sums.bytesSaved = row[6]
+                sums.offlineHits = row[7]
+                totals[ReportRollup.VersionKey(app: app, version: row[0])] = sums
             }
-            // One pass gives the versions' sums and, added up, the app's (the NULL group is the
-            // events without a version).
-            var result = AppStats(app: app)
-            let totals = try Row.fetchAll(db, sql: """
-                SELECT version,
-                    SUM(event = 'updated'), SUM(event = 'failed'), SUM(event = 'rolled-back'), SUM(bytes),
-                    SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END),
-                    COUNT(*), SUM(CASE WHEN event = 'usage' THEN offlineHits ELSE 0 END)
-                FROM events WHERE app = ? GROUP BY version
-                """, arguments: [app])
-            for row in totals {
-                result.events += row[6]
-                result.bytesDownloaded += row[4]
-                result.bytesSaved += row[5]
-                result.offlineHits += (row[7] as Int64?) ?? 0
-                guard let version = row[0] as String? else { continue }
-                var stats = entry(version)
-                stats.updated = row[1]
-                stats.failed = row[2]
-                stats.rolledBack = row[3]
-                stats.bytesDownloaded = row[4]
-                stats.bytesSaved = row[5]
-                versions[stats.version] = stats
-            }
-            // A device counts for the version of its latest `updated` event (by time, then arrival).
             let devices = try Row.fetchAll(db, sql: """
-                SELECT version, COUNT(*) FROM (
-                    SELECT version, ROW_NUMBER() OVER (PARTITION BY device ORDER BY timeMillis DESC, seq DESC) AS rank
-                    FROM events WHERE app = ? AND event = 'updated' AND version IS NOT NULL
-                ) WHERE rank = 1 GROUP BY version
-                """, arguments: [app])
-            for row in devices {
-                var stats = entry(row[0])
-                stats.devices = row[1]
-                versions[stats.version] = stats
-            }
-            let failures = try Row.fetchAll(db, sql: """
-                SELECT version, errorCode, COUNT(*) AS n FROM events
-                WHERE app = ? AND event = 'failed' AND version IS NOT NULL
-                GROUP BY version, errorCode ORDER BY version, n DESC, errorCode
-                """, arguments: [app])
-            for row in failures {
-                var stats = entry(row[0])
-                if stats.topFailures.count < AppStats.topFailureCount {
-                    stats.topFailures.append(.init(errorCode: row[1], count: row[2]))
-                }
-                versions[stats.version] = stats
-            }
-            result.versions = versions.values.sorted(by: AppStats.VersionStats.newestFirst)
-            result.devices = try Int64.fetchOne(db, sql: "SELECT COUNT(DISTINCT device) FROM events WHERE app = ?", arguments: [app]) ?? 0
-            let reasons = try Row.fetchAll(db, sql: """
-                SELECT f.reason, SUM(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
-                WHERE e.app = ? GROUP BY f.reason ORDER BY f.reason
-                """, arguments: [result.app])
-            for row in reasons { result.fallbacks[row[0]] = row[1] }
-            return result
+                SELECT version, COUNT(*) FROM devices WHERE app = ? AND version IS NOT NULL GROUP BY version
+                """, arguments: [app]).map { (version: $0[0] as String, count: $0[1] as Int64) }
+            let causes = try Row.fetchAll(db, sql: """
+                SELECT version, errorCode, count FROM failure_causes WHERE app = ? ORDER BY version, count DESC, errorCode
+                """, arguments: [app]).map { (version: $0[0] as String, errorCode: $0[1] as String, count: $0[2] as Int64) }
+            let reasons = try Row.fetchAll(db, sql: "SELECT reason, count FROM fallback_totals WHERE app = ?", arguments: [app])
+                .map { (reason: $0[0] as String, count: $0[1] as Int64) }
+            let known = try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE app = ?", arguments: [app]) ?? 0
+            return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
         }
     }
 
@@ -225,19 +301,12 @@ final class ReportStore: ReportStorage {
     func adoption(app: String) async throws -> AdoptionSeries {
         try await pool.read { db in
             guard let range = try Row.fetchOne(db, sql: """
-                SELECT MIN(receivedMillis), MAX(receivedMillis) FROM events WHERE app = ? AND event = 'updated'
+                SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = ?
                 """, arguments: [app]), let from = range[0] as Int64?, let to = range[1] as Int64? else { return AdoptionSeries() }
-            // Only moves between versions: a device re-reporting its version moves nothing.
             let rows = try Row.fetchAll(db, sql: """
-                WITH updates AS (
-                    SELECT receivedMillis AS at, version,
-                        LAG(version) OVER (PARTITION BY device ORDER BY timeMillis, seq) AS previous
-                    FROM events WHERE app = ? AND event = 'updated' AND version IS NOT NULL
-                )
-                SELECT (at - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*)
-                FROM updates WHERE previous IS NULL OR previous != version
-                GROUP BY bucket, version, previous
-                """, arguments: [app, from, AdoptionSeries.buckets, to, from])
+                SELECT (receivedMillis - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*)
+                FROM version_moves WHERE app = ? GROUP BY bucket, version, previous
+                """, arguments: [from, AdoptionSeries.buckets, to, from, app])
             let moves = rows.map { AdoptionSeries.Move(bucket: $0[0], version: $0[1], previous: $0[2], count: $0[3]) }
             return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
         }

@@ -1,0 +1,223 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// `/stats` reads running sums kept at ingestion (`ReportRollup`), not the events. These
+/// tests hold the sums to a recount from the events themselves, made here with the
+/// arithmetic docs/PROTOCOL.md gives, over batches a fleet sends in the wild: clocks out
+/// of order, resent events, events without a version or an error code, several apps.
+/// They also fill the sums of a database written before they existed.
+@Suite("Fleet reports: running sums equal a recount", .serialized)
+struct ReportRollupTests {
+    typealias C = FleetReportClient
+
+    /// SplitMix64: the same events on every run.
+    struct Seeded: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    /// Batches of events for apps `fleet` and `other`: 30 devices, updates to versions in
+    /// any order and with clocks far apart, failures with and without codes, rollbacks,
+    /// usage with fallbacks, events without a version, and resent events.
+    static func batches(seed: UInt64) -> [[[String: Any]]] {
+        var random = Seeded(state: seed)
+        let versions = ["1.0.0", "2.0.0", "2.1.0", "3.0.0-beta"]
+        let codes: [String?] = ["network", "hash-mismatch", nil, "disk-full", "patch-invalid", "timeout", "io"]
+        var sent: [[String: Any]] = []
+        var batches: [[[String: Any]]] = []
+        for _ in 0..<12 {
+            var batch: [[String: Any]] = []
+            for _ in 0..<Int.random(in: 5...40, using: &random) {
+                let app = Int.random(in: 0..<4, using: &random) == 0 ? "other" : "fleet"
+                let device = "roll-\(Int.random(in: 0..<30, using: &random))"
+                let version: String? = Int.random(in: 0..<12, using: &random) == 0 ? nil : versions.randomElement(using: &random)!
+                // Seconds apart, hours apart, one far in the future: "latest" is by the device's time.
+                let second = Int.random(in: 0..<4, using: &random) == 0 ? Int.random(in: 0..<5, using: &random) : Int.random(in: 0..<86_400, using: &random)
+                let time = Int.random(in: 0..<50, using: &random) == 0 ? "2099-01-01T00:00:00Z" : Self.time(second)
+                var event: [String: Any]
+                switch Int.random(in: 0..<10, using: &random) {
+                case 0..<5:
+                    let patch = Bool.random(using: &random)
+                    event = C.event("updated", app: app, device: device, version: version, [
+                        "via": patch ? "patch" : "full", "bytes": Int.random(in: 100...5000, using: &random), "fullSize": 4000,
+                    ])
+                case 5, 6:
+                    var fields: [String: Any] = [:]
+                    if let code = codes.randomElement(using: &random)! { fields["errorCode"] = code }
+                    event = C.event("failed", app: app, device: device, version: version, fields)
+                case 7:
+                    event = C.event("rolled-back", app: app, device: device, version: version, ["previousVersion": "2.1.0"])
+                case 8:
+                    event = C.event("usage", app: app, device: device, version: version, [
+                        "offlineHits": Int.random(in: 0...50, using: &random),
+                        "fallbacks": ["missing-file": Int.random(in: 1...3, using: &random), "offline": 1],
+                    ])
+                default:
+                    event = C.event("marked-good", app: app, device: device, version: version)
+                }
+                event["time"] = time
+                batch.append(event)
+            }
+            // A retry: events already stored, sent again.
+            if !sent.isEmpty { batch += (0..<3).map { _ in sent.randomElement(using: &random)! } }
+            sent += batch
+            batches.append(batch)
+        }
+        return batches
+    }
+
+    static func time(_ second: Int) -> String {
+        String(format: "2026-11-20T%02d:%02d:%02dZ", second / 3600, second / 60 % 60, second % 60)
+    }
+
+    /// `/stats` of `app` recounted from `events` in the order the server stored them.
+    static func recount(_ events: [[String: Any]], app: String) -> [String: Any] {
+        var seen = Set<String>()
+        let stored = events.filter { seen.insert($0["id"] as! String).inserted && $0["app"] as! String == app }
+        let millis = { (event: [String: Any]) -> Int64 in
+            Int64(ISO8601DateFormatter().date(from: event["time"] as! String)!.timeIntervalSince1970 * 1000)
+        }
+        // The latest update per device: by its time, then by arrival.
+        var latest: [String: (time: Int64, index: Int, version: String)] = [:]
+        for (index, event) in stored.enumerated() where event["event"] as! String == "updated" {
+            guard let version = event["version"] as? String else { continue }
+            let device = event["device"] as! String, time = millis(event)
+            if let current = latest[device], (current.time, current.index) > (time, index) { continue }
+            latest[device] = (time, index, version)
+        }
+        var versions: [String: [String: Any]] = [:]
+        for version in Set(stored.compactMap { $0["version"] as? String }) {
+            let of = stored.filter { $0["version"] as? String == version }
+            let count = { (kind: String) in of.filter { $0["event"] as! String == kind }.count }
+            let failures = Dictionary(grouping: of.filter { $0["event"] as! String == "failed" }) { $0["errorCode"] as? String ?? "" }
+            let top = failures.map { (code: $0.key, count: $0.value.count) }
+                .sorted { $0.count != $1.count ? $0.count > $1.count : $0.code.utf8.lexicographicallyPrecedes($1.code.utf8) }
+                .prefix(5).map { "\($0.code.isEmpty ? "null" : $0.code):\($0.count)" }
+            let saved = of.reduce(0) { sum, event in
+                guard event["event"] as! String == "updated", event["via"] as! String == "patch" else { return sum }
+                return sum + max(0, (event["fullSize"] as! Int) - (event["bytes"] as! Int))
+            }
+            versions[version] = [
+                "devices": latest.values.filter { $0.version == version }.count, "updated": count("updated"),
+                "failed": count("failed"), "rolledBack": count("rolled-back"), "topFailures": top,
+                "bytesDownloaded": of.reduce(0) { $0 + ($1["bytes"] as! Int) }, "bytesSaved": saved,
+            ]
+        }
+        var fallbacks: [String: Int] = [:]
+        for event in stored {
+            for (reason, count) in event["fallbacks"] as? [String: Int] ?? [:] { fallbacks[reason, default: 0] += count }
+        }
+        return [
+            "events": stored.count, "devices": Set(stored.map { $0["device"] as! String }).count,
+            "offlineHits": stored.reduce(0) { $0 + ($1["event"] as! String == "usage" ? $1["offlineHits"] as! Int : 0) },
+            "bytesDownloaded": stored.reduce(0) { $0 + ($1["bytes"] as! Int) }, "fallbacks": fallbacks, "versions": versions,
+        ]
+    }
+
+    /// The figures `recount` gives, read from a `/stats` answer.
+    static func figures(_ stats: [String: Any]) -> [String: Any] {
+        var versions: [String: [String: Any]] = [:]
+        for entry in stats["versions"] as! [[String: Any]] {
+            let top = (entry["topFailures"] as! [[String: Any]]).map { "\($0["errorCode"] as? String ?? "null"):\($0["count"] as! Int)" }
+            versions[entry["version"] as! String] = [
+                "devices": entry["devices"] as! Int, "updated": entry["updated"] as! Int, "failed": entry["failed"] as! Int,
+                "rolledBack": entry["rolledBack"] as! Int, "topFailures": top, "bytesDownloaded": entry["bytesDownloaded"] as! Int,
+                "bytesSaved": entry["bytesSaved"] as! Int,
+            ]
+        }
+        return [
+            "events": stats["events"] as! Int, "devices": stats["devices"] as! Int, "offlineHits": stats["offlineHits"] as! Int,
+            "bytesDownloaded": stats["bytesDownloaded"] as! Int, "fallbacks": stats["fallbacks"] as! [String: Int],
+            "versions": versions,
+        ]
+    }
+
+    static func same(_ a: [String: Any], _ b: [String: Any]) -> Bool {
+        (try? JSONSerialization.data(withJSONObject: a, options: .sortedKeys)) == (try? JSONSerialization.data(withJSONObject: b, options: .sortedKeys))
+    }
+
+    /// Posts every batch in order and checks `/stats` of both apps against the recount.
+    static func postAndCheck(_ base: String, seed: UInt64) async throws -> [[String: Any]] {
+        let batches = batches(seed: seed)
+        for batch in batches {
+            #expect(try await C.post(base, try C.body(batch)).status == 200)
+        }
+        let all = batches.flatMap { $0 }
+        for app in ["fleet", "other"] {
+            let shown = figures(try await C.stats(base, app: app)), expected = recount(all, app: app)
+            #expect(same(shown, expected), "\(app): /stats \(shown)\nrecount \(expected)")
+        }
+        return all
+    }
+
+    /// A database of `store` with its running sums dropped, as a server before them left it.
+    static func forgetSums(_ store: String) throws {
+        let tables = ["version_totals", "failure_causes", "fallback_totals", "devices", "version_moves"]
+        if store.hasPrefix("postgres") {
+            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name = 'v3';")
+        } else {
+            let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
+                + tables.map { "db.execute('DROP TABLE \($0)'); " }.joined()
+                + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier = 'v3'\"); db.commit()"
+            let result = try CLI.runBlocking(["-c", script, store], executable: "/usr/bin/python3")
+            try #require(result.status == 0, "\(result.stderr)")
+        }
+    }
+
+    /// The sums equal the recount; after they are dropped, the next start fills them from
+    /// the events, and `/stats` and the dashboard's chart come back the same.
+    func check(store: String, seed: UInt64) async throws {
+        var before = ""
+        var dashboard: [String] = []
+        try await C.withServer(database: store) { server in
+            _ = try await Self.postAndCheck(server.baseURL, seed: seed)
+            before = try await C.statsText(server.baseURL)
+            dashboard = try await Self.chart(server.baseURL)
+            // Each line ends at the devices /stats counts on its version.
+            let stats = try await C.stats(server.baseURL)
+            let devices = (stats["versions"] as! [[String: Any]]).filter { $0["devices"] as! Int > 0 }
+                .map { "\($0["version"] as! String)=\($0["devices"] as! Int)" }
+            #expect(dashboard.filter { !$0.hasSuffix("=0") } == devices.sorted())
+        }
+        try Self.forgetSums(store)
+        try await C.withServer(database: store) { server in
+            let stats = try await C.statsText(server.baseURL), chart = try await Self.chart(server.baseURL)
+            #expect(stats == before, "filled from the events at start")
+            #expect(chart == dashboard)
+        }
+    }
+
+    /// The dashboard chart's lines as `version=devices now`, one per line of the chart. (A
+    /// database filled at start places the history's moves by the devices' time order, so
+    /// the lines' shapes may differ from those drawn live; where they end may not.)
+    static func chart(_ base: String) async throws -> [String] {
+        let page = try await CLI.run(["-sS", "--max-time", "60", base + "/dashboard?app=fleet"], executable: "/usr/bin/curl").stdout
+        let pattern = try Regex(#"data-version="([^"]*)" data-last="(\d+)""#)
+        let lines = page.matches(of: pattern).map { "\($0.output[1].substring ?? "")=\($0.output[2].substring ?? "")" }
+        #expect(!lines.isEmpty, "no chart in the dashboard")
+        return lines.sorted()
+    }
+
+    @Test("SQLite: /stats equals a recount of the events, and a database from before the sums is filled at start",
+          arguments: [UInt64(1), 2, 3])
+    func sqlite(seed: UInt64) async throws {
+        let dir = try PublishFixtures.temporaryDirectory("rollup-sqlite")
+        defer { PublishFixtures.cleanUp(dir) }
+        try await check(store: dir + "/reports.sqlite", seed: seed)
+    }
+
+    @Test("PostgreSQL: the same", .enabled(if: PostgresTestDatabase.isAvailable, "\(PostgresTestDatabase.server.skipReason ?? "")"),
+          arguments: [UInt64(1), 2])
+    func postgres(seed: UInt64) async throws {
+        let database = try PostgresTestDatabase("rollup")
+        defer { database.drop() }
+        try await check(store: database.url, seed: seed)
+    }
+}
