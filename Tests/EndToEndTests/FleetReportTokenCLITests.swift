@@ -90,6 +90,17 @@ struct FleetReportTokenCLITests {
         let synced = try await CLI.run(base + ["--report", collector.url.absoluteString, "--report-token-file", file, "--report-deadline", "60"])
         #expect(synced.status == 0, "\(synced.stderr)")
         #expect(collector.events.count == 1 && collector.authorizations == ["Bearer \(Self.token)"])
+        // With --config, the file given on the command line goes with the file's report URL
+        // (were it not applied, this sync would remove the recorded token and meet a 401).
+        let config = dir.file("agent.json")
+        try """
+            {"root": "\(h.root.path)", "allowUnsigned": true, "report": "\(collector.url.absoluteString)",
+             "apps": [{"app": "mall", "manifest": "\(h.origin.manifestURL.absoluteString)"}]}
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        h.origin.setManifest(h.full("1.1.0"))
+        let viaConfig = try await CLI.run(["sync", "--config", config, "--force", "--report-token-file", file, "--report-deadline", "60"])
+        #expect(viaConfig.status == 0, "\(viaConfig.stderr)")
+        #expect(collector.events.count == 2 && collector.authorizations == [String?](repeating: "Bearer \(Self.token)", count: 2))
 
         let bad = dir.file("bad-token")
         try "two words\n".write(toFile: bad, atomically: true, encoding: .utf8)
