@@ -204,6 +204,13 @@ struct SyncCommand: AsyncParsableCommand {
         return token
     }
 
+    /// `--report-token-file` beside `--report` (sync without a config file, serve): the token goes with that URL only.
+    static func reportToken(file: String?, report: URL?) throws -> String? {
+        guard let token = try reportToken(file: file) else { return nil }
+        guard report != nil else { throw OfflineAgentError(.usage, "--report-token-file needs --report: the token goes to that collector only") }
+        return token
+    }
+
     /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
     func commandLineKeys() throws -> [String] { try Self.keys(publicKey) }
 
@@ -245,8 +252,7 @@ struct SyncCommand: AsyncParsableCommand {
                     "no trusted key: give --public-key KEY (base64, or the file offline-publish keygen wrote beside the private key) to verify signed manifests, or --allow-unsigned to accept unsigned ones")
             }
             let report = try Self.reportURL(report)
-            let token = try Self.reportToken(file: reportTokenFile)
-            if token != nil, report == nil { throw OfflineAgentError(.usage, "--report-token-file needs --report: the token goes to that collector only") }
+            let token = try Self.reportToken(file: reportTokenFile, report: report)
             return [Job(root: root!, app: app!, manifest: url, publicKeys: keys, network: network ?? .auto, profile: profileName,
                         maxTrialLaunches: maxTrialLaunches, manifestQuery: !noManifestQuery,
                         report: report, reportToken: token)]

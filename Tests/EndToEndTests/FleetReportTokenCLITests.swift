@@ -77,6 +77,29 @@ struct FleetReportTokenCLITests {
         }
     }
 
+    @Test("serve --report URL --report-token-file FILE: usage reports carry that token; without --report it is a usage error")
+    func serveTokenFile() async throws {
+        let collector = try ReportCollector()
+        collector.token = Self.token
+        let h = try SyncHarness()
+        try await h.install("1.0.0")  // reporting nowhere: serve alone knows the collector
+        let dir = TemporaryDirectory("serve-token")
+        let file = dir.file("report-token")
+        try Self.token.write(toFile: file, atomically: true, encoding: .utf8)
+        let (serve, port) = try LifecycleCLITests.serve(h.root.path, [
+            "--report", collector.url.absoluteString, "--report-token-file", file, "--report-interval", "60", "--report-deadline", "60",
+        ])
+        _ = try await LifecycleCLITests.open(port)
+        serve.process.terminate()
+        let stopped = await CLI.finish(serve)
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        #expect(collector.events.map { $0["event"] as? String } == ["usage"], "\(stopped.stderr)")
+        #expect(collector.authorizations == ["Bearer \(Self.token)"])
+        #expect(!stopped.stdout.contains(Self.token) && !stopped.stderr.contains(Self.token))
+        let alone = try await CLI.run(["serve", "--root", h.root.path, "--port", "0", "--report-token-file", file])
+        #expect(alone.status == 64 && alone.stderr.contains("--report-token-file needs --report"), "\(alone.stderr)")
+    }
+
     @Test("--report-token-file: the token from a file (not the command line); unreadable, invalid or without --report is a usage error")
     func tokenFile() async throws {
         let collector = try ReportCollector()
