@@ -8,7 +8,7 @@ struct CheckConfigCommand: AsyncParsableCommand {
         abstract: "Validate a sync --config file without touching the network.",
         discussion: """
             Prints, per app, the manifest URL, the fingerprints of its trusted keys (or "unsigned"), \
-            its cookie profile, its network policy, its fleet-report collector and whether it is held (`offline-agent hold`). Exit status 64 names the first problem: an \
+            its cookie profile, its network policy, its fleet-report collector (and whether a report token is set, never the token) and whether it is held (`offline-agent hold`). Exit status 64 names the first problem: an \
             unknown key (with the nearest valid one), a wrong type, an app without a trusted key \
             that does not say "allowUnsigned": true.
             """
@@ -32,6 +32,8 @@ struct CheckConfigCommand: AsyncParsableCommand {
                 let held = await agent?.lifecycle(app: entry.app).held ?? false
                 print("  held: \(held ? "yes (offline-agent unhold to release)" : "no")")
                 print("  report: \(entry.report?.absoluteString ?? "none")")
+                // Whether a token is set, never the token.
+                if entry.reportToken != nil { print("  report token: set") }
             }
         }
     }

@@ -17,6 +17,8 @@ struct ConfigFile: Decodable {
         var profile: String?
         var manifestQuery: Bool?
         var report: String?
+        /// The bearer token of this app's collector; wins over the top-level one.
+        var reportToken: String?
         /// This app's trial setting (see `AgentConfiguration.maxTrialLaunches`).
         var maxTrialLaunches: Int?
     }
@@ -29,6 +31,8 @@ struct ConfigFile: Decodable {
     var profile: String?
     /// The fleet-report collector (`--report`); an app's own wins.
     var report: String?
+    /// The collector's bearer token (`offline-server --report-token`); an app's own wins.
+    var reportToken: String?
     /// Trials for every app of the file: N > 0 puts new versions on trial for N
     /// launches (a host that confirms), 0 turns trials off; absent: as the manifest asks.
     var maxTrialLaunches: Int?
@@ -36,8 +40,8 @@ struct ConfigFile: Decodable {
     var manifestQuery: Bool?
     var apps: [App]
 
-    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "maxTrialLaunches"]
+    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "reportToken", "apps"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -49,14 +53,19 @@ struct ConfigFile: Decodable {
         var profile: String?
         /// Nil: as the command line says (appended unless `--no-manifest-query`).
         var manifestQuery: Bool?
-        /// The fleet-report collector; nil: `--report`'s.
+        /// The fleet-report collector: the app's, the file's, else `--report`'s.
         var report: URL?
+        /// The collector's bearer token: the app's, the file's, else `--report-token-file`'s.
+        var reportToken: String?
         /// The app's own trial setting; nil: the file's, then `--max-trial-launches`.
         var maxTrialLaunches: Int?
     }
 
-    /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s.
-    static func load(_ path: String, fallbackKeys: [String], allowUnsigned: Bool = false) throws -> (file: ConfigFile, entries: [Entry]) {
+    /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s, `fallbackReport` and
+    /// `fallbackReportToken` those of `--report` and `--report-token-file`.
+    static func load(
+        _ path: String, fallbackKeys: [String], allowUnsigned: Bool = false, fallbackReport: URL? = nil, fallbackReportToken: String? = nil
+    ) throws -> (file: ConfigFile, entries: [Entry]) {
         let data = try read(path)
         let keys: KeyProbe
         do {
@@ -85,7 +94,11 @@ struct ConfigFile: Decodable {
             throw OfflineAgentError(.usage, "maxTrialLaunches must be 0 or more", path: path)
         }
         let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
-        let fileReport = try file.report.map { try reportURL($0, key: "report", path: path) }
+        let fileReport = try file.report.map { try reportURL($0, key: "report", path: path) } ?? fallbackReport
+        // A token goes with the URL it was given for: the top-level one with the top-level
+        // report, `--report-token-file` with `--report` (else with the file's report).
+        let flagToken = (fallbackReport ?? fileReport) == fileReport ? fallbackReportToken : nil
+        let fileToken = try file.reportToken.map { try reportToken($0, key: "reportToken", path: path) } ?? flagToken
         let entries = try file.apps.enumerated().map { index, entry in
             guard let url = URL(string: entry.manifest), WebAddress.webScheme(url.scheme) != nil else {
                 throw OfflineAgentError(.usage, "apps[\(index)].manifest: invalid manifest URL '\(entry.manifest)'", path: path)
@@ -105,11 +118,40 @@ struct ConfigFile: Decodable {
                     .usage, "app '\(entry.app)' has no trusted key: give publicKey or publicKeys, or say \"allowUnsigned\": true", path: path)
             }
             let report = try entry.report.map { try reportURL($0, key: "apps[\(index)].report", path: path) } ?? fileReport
+            let token = try entry.reportToken.map { try reportToken($0, key: "apps[\(index)].reportToken", path: path) }
+            if token != nil, report == nil {
+                throw OfflineAgentError(.usage, "apps[\(index)].reportToken: the app has no report URL to send it to", path: path)
+            }
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
                          manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report,
-                         maxTrialLaunches: entry.maxTrialLaunches)
+                         reportToken: token ?? (report == fileReport ? fileToken : nil), maxTrialLaunches: entry.maxTrialLaunches)
         }
+        // A token given for no URL any app reports to is a mistake worth naming.
+        if file.reportToken != nil || fallbackReportToken != nil, fileToken == nil || !entries.contains(where: { $0.report != nil && $0.report == fileReport }) {
+            let (key, url) = file.reportToken != nil ? ("reportToken", "the top-level report") : ("--report-token-file", "--report")
+            throw OfflineAgentError(.usage, "\(key): no app reports to \(url) URL, the only one the token goes to", path: path)
+        }
+        try checkTokens(entries, path: path)
         return (file, entries)
+    }
+
+    /// A `reportToken` value: checked as the collector checks it, never echoed.
+    private static func reportToken(_ text: String, key: String, path: String) throws -> String {
+        guard ReportToken.isValid(text) else { throw OfflineAgentError(.usage, "\(key): must be \(ReportToken.rule)", path: path) }
+        return text
+    }
+
+    /// One collector, one token: its queue records one (the last sync's).
+    private static func checkTokens(_ entries: [Entry], path: String) throws {
+        for (index, entry) in entries.enumerated() {
+            guard let report = entry.report,
+                  let first = entries.firstIndex(where: { $0.report == report }), first < index,
+                  entries[first].reportToken != entry.reportToken else { continue }
+            throw OfflineAgentError(
+                .usage,
+                "apps[\(index)].reportToken differs from apps[\(first)]'s for the same report URL \(report.absoluteString): give one collector one token",
+                path: path)
+        }
     }
 
     /// The file's bytes; a failure says why (missing, a directory, no permission).

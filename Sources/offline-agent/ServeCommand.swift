@@ -46,6 +46,8 @@ struct ServeCommand: AsyncParsableCommand {
     var idleTimeout: Double = 60
     @Option(help: "Send usage reports (offline hits, network fallbacks by reason, per app and version) to this collector URL; default: the collector each app's syncs report to.")
     var report: String?
+    @Option(help: "A file holding the bearer token the --report collector requires (offline-server --report-token); default: the token a sync recorded for that collector.")
+    var reportTokenFile: String?
     @Option(help: "Minutes between usage reports (default 15).") var reportInterval: Double = 15
     @Option(help: "Seconds each usage flush may spend sending reports (default 3); what is not sent stays queued.")
     var reportDeadline: Double = 3
@@ -84,8 +86,19 @@ struct ServeCommand: AsyncParsableCommand {
             }
             var reportSettings = ReportSettings()
             reportSettings.deadline = .milliseconds(Int64(reportDeadline * 1000))
+            let reportURL = try SyncCommand.reportURL(report)
+            if let token = try SyncCommand.reportToken(file: reportTokenFile, report: reportURL), let reportURL {
+                // Recorded with the queue as a sync records it, so every flush of it sends the
+                // token; without the option, the token a sync recorded stays. A root it cannot be
+                // written to still serves.
+                do {
+                    try ReportQueue(root: server.configuration.root, url: reportURL, maxEvents: reportSettings.maxQueuedEvents).remember(token: token)
+                } catch {
+                    logger.warning("the fleet-report token for \(reportURL.absoluteString) is not recorded: \(error)")
+                }
+            }
             let reporter = try LocalUsageReporter(
-                metrics: server.metrics, root: server.configuration.root, report: try SyncCommand.reportURL(report),
+                metrics: server.metrics, root: server.configuration.root, report: reportURL,
                 interval: .milliseconds(Int64(reportInterval * 60_000)), settings: reportSettings, logger: logger)
             let reporting = Task { await reporter.run() }
             do {

@@ -38,6 +38,9 @@ struct SyncCommand: AsyncParsableCommand {
             "report": "https://collector.example.com/report" (top level or per app, like --report) queues an event after \
             each sync that updated, failed or deferred and after each lifecycle transition, and posts the queue to that \
             URL within 3 seconds per run; a report failure never changes the sync's result.
+            "reportToken": "TOKEN" (top level or per app, like --report-token-file) is the bearer token a collector \
+            started with --report-token requires; it is recorded with that collector's queue (mode 0600) for later \
+            lifecycle and serve reports, sent to that URL only, and never printed. Keep the config file mode 0600.
             --network auto (the default) asks NetworkManager (nmcli) whether the connection is metered when a manifest \
             wants an unmetered network, and assumes unmetered, with one log line, where it cannot be read.
             Trials: a version is on trial (rolled back unless confirmed by mark-good within N launches) only when its \
@@ -67,6 +70,9 @@ struct SyncCommand: AsyncParsableCommand {
     var network: NetworkPolicy?
     @Option(help: "Send fleet reports (updated, failed, deferred, rollbacks, marks) to this collector URL (docs/PROTOCOL.md, \"Fleet reports\").")
     var report: String?
+    // A file, not the token itself: a command line is visible to every user in ps.
+    @Option(help: "A file holding the bearer token the --report collector requires (offline-server --report-token); recorded for later reports.")
+    var reportTokenFile: String?
     // The two defaults below are applied in code, not given to ArgumentParser: a default
     // value is described for help on every parse, through runtime conformance lookups that
     // each scan the whole binary, and `sync` mostly runs as a throttled no-op from cron.
@@ -163,6 +169,7 @@ struct SyncCommand: AsyncParsableCommand {
         var maxTrialLaunches: Int?
         var manifestQuery = true
         var report: URL?
+        var reportToken: String?
 
         func options(force: Bool) -> SyncOptions {
             var options = SyncOptions(
@@ -170,6 +177,7 @@ struct SyncCommand: AsyncParsableCommand {
                 manifestQuery: manifestQuery, report: report)
             options.networkPolicy = network
             options.maxTrialLaunches = maxTrialLaunches
+            options.reportToken = reportToken
             return options
         }
     }
@@ -181,6 +189,26 @@ struct SyncCommand: AsyncParsableCommand {
             throw OfflineAgentError(.usage, "invalid report URL '\(text)': give an http or https URL")
         }
         return url
+    }
+
+    /// `--report-token-file`: the token the file holds (a trailing newline is not part of it), checked as the collector checks it.
+    static func reportToken(file: String?) throws -> String? {
+        guard let file else { return nil }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw OfflineAgentError(.usage, "--report-token-file cannot be read", path: file)
+        }
+        let token = String(decoding: data, as: UTF8.self).trimmingWhitespace()
+        guard ReportToken.isValid(token) else {
+            throw OfflineAgentError(.usage, "--report-token-file must hold \(ReportToken.rule)", path: file)
+        }
+        return token
+    }
+
+    /// `--report-token-file` beside `--report` (sync without a config file, serve): the token goes with that URL only.
+    static func reportToken(file: String?, report: URL?) throws -> String? {
+        guard let token = try reportToken(file: file) else { return nil }
+        guard report != nil else { throw OfflineAgentError(.usage, "--report-token-file needs --report: the token goes to that collector only") }
+        return token
     }
 
     /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
@@ -223,17 +251,20 @@ struct SyncCommand: AsyncParsableCommand {
                     .usage,
                     "no trusted key: give --public-key KEY (base64, or the file offline-publish keygen wrote beside the private key) to verify signed manifests, or --allow-unsigned to accept unsigned ones")
             }
+            let report = try Self.reportURL(report)
+            let token = try Self.reportToken(file: reportTokenFile, report: report)
             return [Job(root: root!, app: app!, manifest: url, publicKeys: keys, network: network ?? .auto, profile: profileName,
                         maxTrialLaunches: maxTrialLaunches, manifestQuery: !noManifestQuery,
-                        report: try Self.reportURL(report))]
+                        report: report, reportToken: token)]
         }
-        let (file, entries) = try ConfigFile.load(config, fallbackKeys: try commandLineKeys(), allowUnsigned: allowUnsigned)
-        let report = try Self.reportURL(report)
+        let (file, entries) = try ConfigFile.load(
+            config, fallbackKeys: try commandLineKeys(), allowUnsigned: allowUnsigned, fallbackReport: try Self.reportURL(report),
+            fallbackReportToken: try Self.reportToken(file: reportTokenFile))
         return entries.map { entry in
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
                 network: entry.network ?? network ?? .auto, profile: entry.profile ?? profileName,
                 maxTrialLaunches: entry.maxTrialLaunches ?? file.maxTrialLaunches ?? maxTrialLaunches,
-                manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report ?? report)
+                manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report, reportToken: entry.reportToken)
         }
     }
 }

@@ -59,8 +59,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
         guard !(noReports && reportsDb != nil) else { throw ValidationError("--reports-db and --no-reports exclude each other") }
         guard !(noReports && autoHalt != nil) else { throw ValidationError("--auto-halt needs fleet reports: drop --no-reports") }
         if let reportToken {
-            guard !reportToken.isEmpty, reportToken.utf8.count <= 512, reportToken.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
-                throw ValidationError("--report-token must be 1 to 512 visible ASCII characters")
+            guard ReportToken.isValid(reportToken) else {
+                throw ValidationError("--report-token must be \(ReportToken.rule)")
             }
         }
         LoggingSystem.bootstrap { label in

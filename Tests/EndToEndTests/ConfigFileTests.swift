@@ -38,6 +38,26 @@ struct ConfigFileTests {
             message: "app 'mall' has no trusted key"),
         Bad(label: "a key that is not a key", json: #"{"root": "/r", "publicKeys": ["bm9wZQ=="], "apps": [\#(app)]}"#,
             message: "trusted key 1 is not 32 bytes of base64"),
+        Bad(label: "misspelt reportToken", json: #"{"root": "/r", "allowUnsigned": true, "reportTokn": "sekrit", "apps": [\#(app)]}"#,
+            message: "unknown key 'reportTokn' (did you mean 'reportToken'?)"),
+        Bad(label: "misspelt app reportToken", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "mall", "manifest": "http://x/m", "reportTokem": "sekrit"}]}"#,
+            message: "unknown key 'apps[0].reportTokem' (did you mean 'reportToken'?)"),
+        Bad(label: "a reportToken with a space", json: #"{"root": "/r", "allowUnsigned": true, "report": "http://c/r", "reportToken": "sekrit value", "apps": [\#(app)]}"#,
+            message: "reportToken: must be 1 to 512 visible ASCII characters"),
+        Bad(label: "an empty app reportToken", json: #"{"root": "/r", "allowUnsigned": true, "report": "http://c/r", "apps": [{"app": "mall", "manifest": "http://x/m", "reportToken": ""}]}"#,
+            message: "apps[0].reportToken: must be 1 to 512 visible ASCII characters"),
+        Bad(label: "a reportToken that is a number", json: #"{"root": "/r", "allowUnsigned": true, "reportToken": 42, "apps": [\#(app)]}"#,
+            message: "reportToken: expected a string"),
+        Bad(label: "a reportToken no app reports with", json: #"{"root": "/r", "allowUnsigned": true, "reportToken": "sekrit", "apps": [\#(app)]}"#,
+            message: "reportToken: no app reports to the top-level report URL, the only one the token goes to"),
+        Bad(label: "a top-level reportToken only apps with their own report could use",
+            json: #"{"root": "/r", "allowUnsigned": true, "reportToken": "sekrit", "apps": [{"app": "mall", "manifest": "http://x/m", "report": "http://c/r"}]}"#,
+            message: "reportToken: no app reports to the top-level report URL, the only one the token goes to"),
+        Bad(label: "an app reportToken without its report", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "mall", "manifest": "http://x/m", "reportToken": "sekrit"}]}"#,
+            message: "apps[0].reportToken: the app has no report URL to send it to"),
+        Bad(label: "one collector, two tokens",
+            json: #"{"root": "/r", "allowUnsigned": true, "report": "http://c/r", "reportToken": "sekrit", "apps": [\#(app), {"app": "help", "manifest": "http://x/h", "reportToken": "sekrit2"}]}"#,
+            message: "apps[1].reportToken differs from apps[0]'s for the same report URL http://c/r: give one collector one token"),
     ]
 
     @Test("a bad config is one usage line naming the key path", arguments: bad)
@@ -52,6 +72,7 @@ struct ConfigFileTests {
             #expect(lines.count == 1, "\(command[0]): \(result.stderr)")
             #expect(result.stderr.contains(bad.message), "\(command[0]): \(result.stderr)")
             #expect(!result.stderr.contains("codingPath") && !result.stderr.contains("DecodingError"))
+            #expect(!result.stderr.contains("sekrit"), "a token is never echoed")
         }
     }
 

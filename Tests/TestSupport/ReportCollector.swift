@@ -9,7 +9,9 @@ import Glibc
 /// docs/PROTOCOL.md, "Fleet reports": `POST` of `{"events":[…]}` (1–500 events, body
 /// ≤ 1 MiB), each event checked field by field; 200 `{"accepted":N,"duplicates":M}`
 /// (de-duplicated by id), 400 with a one-line reason, 413 over the cap. `mode` makes
-/// it answer 503 (optionally with `Retry-After`), refuse every batch, or stall.
+/// it answer 503 (optionally with `Retry-After`), refuse every batch, stall or redirect;
+/// `token` makes it answer 401 to a request without `Authorization: Bearer TOKEN`, as
+/// `offline-server --report-token` does.
 package final class ReportCollector: @unchecked Sendable {
     package enum Mode: Sendable, Equatable {
         /// Checks and stores (the default).
@@ -22,12 +24,14 @@ package final class ReportCollector: @unchecked Sendable {
         case stall(seconds: Double)
         /// Stores the events, then answers nothing for this long (the agent dies mid-post).
         case storeThenStall(seconds: Double)
+        /// 307 to this URL.
+        case redirect(URL)
     }
 
     package let port: Int
     private let listener: LoopbackListener
     private let state = Mutex((mode: Mode.accept, events: [Data](), ids: Set<String>(), batches: [Int](),
-                               duplicates: 0, posts: 0))
+                               duplicates: 0, posts: 0, token: String?.none, authorizations: [String?]()))
 
     package var url: URL { URL(string: "http://127.0.0.1:\(port)/report")! }
     package var mode: Mode {
@@ -44,6 +48,13 @@ package final class ReportCollector: @unchecked Sendable {
     package var duplicates: Int { state.withLock { $0.duplicates } }
     /// Requests received, whatever the answer.
     package var posts: Int { state.withLock { $0.posts } }
+    /// The bearer token required; nil: none.
+    package var token: String? {
+        get { state.withLock { $0.token } }
+        set { state.withLock { $0.token = newValue } }
+    }
+    /// The `Authorization` header of every request received (nil: none), in order.
+    package var authorizations: [String?] { state.withLock { $0.authorizations } }
 
     package init() throws {
         listener = try LoopbackListener()
@@ -87,7 +98,18 @@ package final class ReportCollector: @unchecked Sendable {
     /// Status 0: no answer.
     private func answer(head: String, body: [UInt8]) -> (Int, String, [(String, String)]) {
         guard head.hasPrefix("POST ") else { return (405, "POST only\n", []) }
+        let authorization = head.components(separatedBy: "\r\n").first { $0.lowercased().hasPrefix("authorization:") }
+            .map { $0.dropFirst("authorization:".count).trimmingCharacters(in: .whitespaces) }
+        let token = state.withLock { state in
+            state.authorizations.append(authorization)
+            return state.token
+        }
+        if let token, authorization != "Bearer \(token)" {
+            return (401, "a report needs the collector's bearer token\n", [("WWW-Authenticate", "Bearer")])
+        }
         switch mode {
+        case .redirect(let url):
+            return (307, "elsewhere\n", [("Location", url.absoluteString)])
         case .unavailable(let retryAfter):
             return (503, "try later\n", retryAfter.map { [("Retry-After", $0)] } ?? [])
         case .reject:

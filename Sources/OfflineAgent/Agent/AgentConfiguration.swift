@@ -23,6 +23,9 @@ public struct AgentConfiguration: Sendable {
     public var maxTrialLaunches: Int?
     /// The collector of fleet reports for syncs that name none (`SyncOptions.report`); nil: none.
     public var report: URL?
+    /// The bearer token of `report`'s collector, for syncs that name neither a collector
+    /// nor a token of their own (`SyncOptions.reportToken`); it only goes to `report`.
+    public var reportToken: String?
     /// How fleet reports are queued and sent: the deadline per sync, the queue's bound, the backoff.
     public var reporting = ReportSettings()
     /// The wall clock the throttle and manifest rules read; tests inject a wrong one.

@@ -26,6 +26,14 @@ public struct SyncOptions: Sendable {
     /// reports"); nil: `AgentConfiguration.report`. The URL is remembered per app, so
     /// later lifecycle transitions (mark good or bad, rollbacks) go there too.
     public var report: URL?
+    /// The bearer token of the collector this sync reports to (`offline-server
+    /// --report-token`; 1 to 512 visible ASCII characters, `ReportToken.rule`); nil: with
+    /// `report` nil, `AgentConfiguration.reportToken`. The sync records it with that
+    /// collector's queue (mode 0600), so later lifecycle transitions and `serve`'s usage
+    /// reports send it too; a sync reporting there without a token removes the recorded
+    /// one. It is sent to that URL only, and never logged. An invalid token is not
+    /// recorded (one log line).
+    public var reportToken: String?
     /// This app's trial setting for the version the sync installs; nil:
     /// `AgentConfiguration.maxTrialLaunches` (see there: nil follows the manifest's
     /// request, 0 turns trials off, N > 0 turns them on for a host that confirms).

@@ -4,11 +4,22 @@ extension Agent {
     /// Queues the fleet-report event of a finished sync: `updated`, `failed` or
     /// `deferred`. Up to date, throttled, held, known-bad and not-in-stage send nothing, nor does a
     /// sync that found the root busy or was cancelled (the host's doing). Also records
-    /// the app's collector for later lifecycle events. Never fails the sync.
+    /// the app's collector for later lifecycle events, and the collector's token with its
+    /// queue (a throttled sync too, so a token fixed after a 401 is used by this very
+    /// run's flush). Never fails the sync.
     nonisolated func queueReport(_ report: SyncReport, options: SyncOptions, duration: Duration) async {
         let app = report.app
-        guard AppName.isValid(app), report.result != .throttled else { return }
+        guard AppName.isValid(app) else { return }
         let url = options.report ?? configuration.report
+        // The configuration's token belongs to the configuration's collector only.
+        let token = options.reportToken ?? (options.report == nil ? configuration.reportToken : nil)
+        let root = store.root
+        let maxEvents = configuration.reporting.maxQueuedEvents
+        if report.result == .throttled {
+            // Reads one small file; writes only when the token changed.
+            if let url { rememberToken(token, queue: ReportQueue(root: root, url: url, maxEvents: maxEvents), app: app) }
+            return
+        }
         let kind: ReportEvent.Kind?
         switch report.result {
         case .updated: kind = .updated
@@ -16,14 +27,15 @@ extension Agent {
         case .failed where report.error?.cause != .busy && report.error?.cause != .cancelled: kind = .failed
         default: kind = nil
         }
-        let root = store.root
         let clock = configuration.clock
-        let maxEvents = configuration.reporting.maxQueuedEvents
         let milliseconds = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
         do {
             try await pool.run(.install, cancellable: false) {
                 try ReportDestinations.remember(root: root, app: app, url: url)
-                guard let url, let kind else { return }
+                guard let url else { return }
+                let queue = ReportQueue(root: root, url: url, maxEvents: maxEvents)
+                self.rememberToken(token, queue: queue, app: app)
+                guard let kind else { return }
                 var message = report.error?.reason
                 if kind == .deferred, let offered = report.offeredVersion {
                     message = "\(offered) waits for an unmetered network"
@@ -36,10 +48,19 @@ extension Agent {
                     version: version?.description, previousVersion: report.previousVersion?.description,
                     via: kind == .updated ? report.via?.rawValue : nil, bytes: report.bytesDownloaded, fullSize: report.fullSize,
                     durationMs: milliseconds, errorCode: report.error?.cause.rawValue, message: message)
-                try ReportQueue(root: root, url: url, maxEvents: maxEvents).append([event])
+                try queue.append([event])
             }
         } catch {
             logger.notice("\(app): fleet report not queued: \(error)")
+        }
+    }
+
+    /// Records `token` with `queue`; a failure is one log line, never the token itself.
+    private nonisolated func rememberToken(_ token: String?, queue: ReportQueue, app: String) {
+        do {
+            try queue.remember(token: token)
+        } catch {
+            logger.warning("\(app): the fleet-report token for \(queue.url.absoluteString) is not recorded: \(error)")
         }
     }
 

@@ -96,7 +96,7 @@ package struct ReportQueue: Sendable {
     }
 
     /// The directory and its `url` file.
-    private func prepare() throws {
+    func prepare() throws {
         guard !FileSystem.exists("\(directory)/url") else { return }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try FileSystem.writeAtomically(Data(url.absoluteString.utf8), to: "\(directory)/url")
@@ -166,6 +166,16 @@ package struct ReportQueue: Sendable {
         var state = loadState()
         state.failures += 1
         state.nextAttempt = until.timeIntervalSince1970
+        try writeState(state)
+    }
+
+    /// Lifts the backoff (the failure count stays): what failed may be fixed now, as a changed token is.
+    package func retryNow() throws {
+        let lock = try LifecycleLock(path: "\(directory)/lock")
+        defer { withExtendedLifetime(lock) {} }
+        var state = loadState()
+        guard state.nextAttempt != nil else { return }
+        state.nextAttempt = nil
         try writeState(state)
     }
 

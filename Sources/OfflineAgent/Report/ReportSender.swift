@@ -8,10 +8,12 @@ import NIOHTTP1
 /// within `ReportSettings.deadline` in all: what is not sent by then stays queued.
 ///
 /// 2xx acknowledges a batch; 400 and 413 drop it for good (counted as `rejected`, so
-/// one bad event never wedges the queue); anything else — no answer, 429, 503, other
-/// statuses — leaves it queued and backs the queue off (`ReportSettings.backoff`, or a
-/// later `Retry-After`), persisted so a down collector isn't asked at every sync.
-/// A failure is logged once per flush and never thrown.
+/// one bad event never wedges the queue); anything else — no answer, 429, 503, 401 and
+/// 403 (a missing or wrong `reportToken`), other statuses — leaves it queued and backs
+/// the queue off (`ReportSettings.backoff`, or a later `Retry-After`), persisted so a
+/// down collector isn't asked at every sync. A failure is logged once per flush and
+/// never thrown. A queue's recorded token (`ReportQueue.token()`) goes with each POST
+/// to that queue's URL, and nowhere else: redirects are not followed.
 package struct ReportSender: Sendable {
     package let root: String
     package let settings: ReportSettings
@@ -68,6 +70,8 @@ package struct ReportSender: Sendable {
         guard let lock = try? await pool.run(.install, { ReportSendLock(directory: queue.directory) }) else { return }
         defer { withExtendedLifetime(lock) {} }
         do {
+            // The token recorded with this queue goes to its own URL only; the client follows no redirect.
+            let token = try await pool.run(.install) { queue.token() }
             var sentUpTo = Int.min
             while NIODeadline.now() < deadline {
                 guard let batch = try await pool.run(.install, { try queue.batch(limit: batchSize) }) else { return }
@@ -78,6 +82,7 @@ package struct ReportSender: Sendable {
                 request.method = .POST
                 request.headers.add(name: "Content-Type", value: "application/json")
                 request.headers.add(name: "User-Agent", value: AgentVersion.userAgent)
+                if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
                 request.body = .bytes(ByteBuffer(bytes: batch.body))
                 ReportCrashPoint.beforePost.hit()
                 let response: HTTPClientResponse
@@ -99,6 +104,13 @@ package struct ReportSender: Sendable {
                     outcome.rejected += batch.lines.count
                     let reason = answer.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
                     logger.warning("reports: \(queue.url.absoluteString) refused \(batch.lines.count) events (HTTP \(response.status.code) \(reason.prefix(200))): dropped")
+                case 401, 403:
+                    // Kept and backed off like any failure: fixing the device config delivers the queue.
+                    let reason = token == nil
+                        ? "HTTP \(response.status.code): the collector wants a bearer token; set reportToken in the device config"
+                        : "HTTP \(response.status.code): the collector refused the bearer token; check reportToken in the device config"
+                    try await failed(queue, reason: reason, retryAfter: nil, outcome: &outcome, needsPerson: true)
+                    return
                 default:
                     let retryAfter = response.headers.retryAfter(now: clock())
                     try await failed(queue, reason: "HTTP \(response.status.code)", retryAfter: retryAfter, outcome: &outcome)
@@ -110,8 +122,11 @@ package struct ReportSender: Sendable {
         }
     }
 
-    /// Backs the queue off and says so, once.
-    private func failed(_ queue: ReportQueue, reason: String, retryAfter: Date?, outcome: inout ReportFlush) async throws {
+    /// Backs the queue off and says so, once: as a warning when only a person can fix it
+    /// (a sync without `--verbose` shows warnings), else as a notice.
+    private func failed(
+        _ queue: ReportQueue, reason: String, retryAfter: Date?, outcome: inout ReportFlush, needsPerson: Bool = false
+    ) async throws {
         let now = clock()
         let policy = settings.backoff
         let failures = queue.loadState().failures + 1
@@ -120,6 +135,7 @@ package struct ReportSender: Sendable {
         try await pool.run(.install, cancellable: false) { [until] in try queue.recordFailure(until: until) }
         outcome.failed.append(queue.url.absoluteString)
         let wait = Int(until.timeIntervalSince(now).rounded(.up))
-        logger.notice("reports: \(queue.url.absoluteString) not reached (\(reason)); \(queue.pending()) events stay queued, next attempt in \(wait) s")
+        let message: Logger.Message = "reports: \(queue.url.absoluteString) not reached (\(reason)); \(queue.pending()) events stay queued, next attempt in \(wait) s"
+        logger.log(level: needsPerson ? .warning : .notice, message)
     }
 }
