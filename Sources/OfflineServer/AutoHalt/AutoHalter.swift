@@ -79,7 +79,7 @@ actor AutoHalter {
         let reason = "\(tripped), \(windowText), stage \(stage)%"
         let directory = catalog.directory, signingKey = catalog.signingKey
         do {
-            try await Self.onThread {
+            _ = try await Self.onThread {
                 try ReleaseEditor.halt(
                     app: app, version: version, publishDirectory: directory, key: signingKey, reason: reason, now: now)
             }
