@@ -18,14 +18,13 @@ struct PromoteCommand: AsyncParsableCommand {
     @Option(help: "The version to promote.") var version: String
     @Option(help: "The publish directory it was tested in.") var from: String
     @Option(help: "The publish directory to promote it to.") var to: String
-    @Option(help: "Ed25519 private key file to sign manifest.json with.") var key: String?
-    @Option(help: "Why, recorded in the revision (history).") var reason: String?
+    @OptionGroup var revision: RevisionOptions
 
     func run() async throws {
         try await reportingFailures {
             guard let parsed = Version(version) else { throw OfflineAgentError(.usage, "invalid version '\(version)'") }
             let result = try ReleaseEditor.promote(
-                app: app, version: parsed, from: from, to: to, key: try key.map(SigningKey.init(contentsOfFile:)), reason: reason)
+                app: app, version: parsed, from: from, to: to, key: try revision.signingKey(), reason: revision.reason)
             print("promoted \(app) \(parsed) to \(result.appDirectory)")
             print("  \(result.release.packageFile)  \(result.release.size) bytes  sha256 \(result.release.sha256)")
         }

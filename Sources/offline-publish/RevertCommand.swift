@@ -19,8 +19,7 @@ struct RevertCommand: AsyncParsableCommand {
     @Option(help: "The publish directory.") var out: String
     @Option(help: "The earlier version whose package to publish again.") var to: String
     @Option(help: "The new version (default: the next patch number).") var version: String?
-    @Option(help: "Ed25519 private key file to sign manifest.json with.") var key: String?
-    @Option(help: "Why, recorded in the revision (history).") var reason: String?
+    @OptionGroup var revision: RevisionOptions
 
     func run() async throws {
         try await reportingFailures {
@@ -32,7 +31,7 @@ struct RevertCommand: AsyncParsableCommand {
             }
             let result = try ReleaseEditor.revert(
                 app: app, publishDirectory: out, to: target, newVersion: newVersion,
-                key: try key.map(SigningKey.init(contentsOfFile:)), reason: reason)
+                key: try revision.signingKey(), reason: revision.reason)
             print("reverted \(app) to the package of \(target) as \(result.release.version)")
             for patch in result.patches { print("  \(patch.file)  \(patch.size) bytes") }
         }

@@ -25,14 +25,13 @@ struct SetCommand: AsyncParsableCommand {
     @Option(help: "any, or wifi to download only on unmetered networks.") var networkType: String?
     @Option(help: "A URL prefix the package serves (repeat for several); replaces the list.") var whitelist: [String] = []
     @Option(help: "The entry page (a file of the package) for single-page routes.") var fallback: String?
-    @Option(help: "Ed25519 private key file to re-sign manifest.json with.") var key: String?
-    @Option(help: "Why, recorded in the revision (history).") var reason: String?
+    @OptionGroup var revision: RevisionOptions
 
     func run() async throws {
         try await reportingFailures {
             let state = try ReleaseEditor.set(
                 app: app, publishDirectory: out, settings: try settings(now: Date()),
-                key: try key.map(SigningKey.init(contentsOfFile:)), reason: reason)
+                key: try revision.signingKey(), reason: revision.reason)
             print("\(app) \(state.latest): \(state.revisions?.last?.reason ?? "set")")
         }
     }

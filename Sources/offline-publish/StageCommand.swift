@@ -19,13 +19,12 @@ struct StageCommand: AsyncParsableCommand {
     @Option(help: "The app name.") var app: String
     @Option(help: "The publish directory.") var out: String
     @Option(help: "Share of devices (0-100) that may take the latest version; 0 halts.") var percent: Int
-    @Option(help: "Ed25519 private key file to re-sign manifest.json with.") var key: String?
-    @Option(help: "Why, recorded in the revision (history).") var reason: String?
+    @OptionGroup var revision: RevisionOptions
 
     func run() async throws {
         try await reportingFailures {
             let state = try ReleaseEditor.stage(
-                app: app, publishDirectory: out, percent: percent, key: try key.map(SigningKey.init(contentsOfFile:)), reason: reason)
+                app: app, publishDirectory: out, percent: percent, key: try revision.signingKey(), reason: revision.reason)
             print("\(app) \(state.latest): stage \(percent)%\(percent == 0 ? " (halted)" : "")")
         }
     }

@@ -1,0 +1,12 @@
+import ArgumentParser
+import OfflinePublish
+
+/// What every verb that changes a published release takes: the key that signs its new
+/// manifest, and why, for the revision `history` lists.
+struct RevisionOptions: ParsableArguments {
+    @Option(help: "Ed25519 private key file to sign the new manifest.json with (needed when it was signed).") var key: String?
+    @Option(help: "Why, recorded in the revision (history).") var reason: String?
+
+    /// The key read from `--key`, if given.
+    func signingKey() throws -> SigningKey? { try key.map(SigningKey.init(contentsOfFile:)) }
+}
