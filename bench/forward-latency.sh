@@ -37,17 +37,7 @@ need python3
 # --- the origin: nginx ----------------------------------------------------------
 UP_PORT=$(free_port)
 MIRROR="127.0.0.1.http-$UP_PORT.localhost"
-mkdir -p "$WORK/www/api"
-python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item %d" % i, "price": i * 1.5} for i in range(12)]}))' \
-    > "$WORK/www/api/small.json"
-nginx_conf origin <<CONF
-    default_type application/json;
-    server {
-        listen 127.0.0.1:$UP_PORT;
-        root $WORK/www;
-    }
-CONF
-start_nginx "http://127.0.0.1:$UP_PORT/api/small.json" origin
+json_origin "$UP_PORT"
 
 # --- serve, mirroring it ----------------------------------------------------------
 agent_root "http://127.0.0.1:$UP_PORT/mall/"

@@ -125,6 +125,41 @@ CONF
     } > "$dir/nginx.conf"
 }
 
+# json_origin PORT [EXTRA_SERVER_LINES]: the origin a mirrored host forwards to, an nginx
+# of its own (instance `origin`) on PORT serving $WORK/www, with /api/small.json (537 B of
+# JSON); started, and waited for.
+json_origin() {
+    mkdir -p "$WORK/www/api"
+    python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item %d" % i, "price": i * 1.5} for i in range(12)]}))' \
+        > "$WORK/www/api/small.json"
+    nginx_conf origin <<CONF
+    default_type application/json;
+    server {
+        listen 127.0.0.1:$1;
+        root $WORK/www;
+        ${2:-}
+    }
+CONF
+    start_nginx "http://127.0.0.1:$1/api/small.json" origin
+}
+
+# static_nginx PORT LOCATION_LINES URL: the reference static server (the front measured),
+# sendfile on as nginx is deployed, mime types from Debian's list; started, and waited
+# for on URL.
+static_nginx() {
+    nginx_conf <<CONF
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    server {
+        listen 127.0.0.1:$1;
+        $2
+    }
+CONF
+    start_nginx "$3"
+}
+
 # wrk_run LABEL WRK_ARGS... -> "req/s p99_ms"; any error in the run ends the script.
 wrk_run() {
     local label=$1 rps p99 errors

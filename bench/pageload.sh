@@ -130,18 +130,8 @@ BYTES=$(du -sb "$VERSION_DIR" | cut -f1)
 LOADED=$(grep -c -E '^<(script type="module"|link|img)' "$VERSION_DIR/pageload.html")
 log "front end: $FILES files, $BYTES bytes; pageload.html loads $LOADED of them"
 
-nginx_conf <<CONF
-    include /etc/nginx/mime.types;
-    default_type application/octet-stream;
-    sendfile on;
-    tcp_nopush on;
-    server {
-        listen 127.0.0.1:$NGINX_PORT;
-        root $VERSION_DIR;
-        etag on;$(if [ "${NGINX_NO_CACHE:-0}" = 1 ]; then printf '\n        add_header Cache-Control no-cache;'; fi)
-    }
-CONF
-start_nginx "$ORIGIN/pageload.html"
+static_nginx "$NGINX_PORT" "root $VERSION_DIR; etag on;$(if [ "${NGINX_NO_CACHE:-0}" = 1 ]; then printf ' add_header Cache-Control no-cache;'; fi)" \
+    "$ORIGIN/pageload.html"
 dd if="$OURS" iflag=nocache count=0 status=none
 start_serve
 

@@ -37,18 +37,7 @@ MIRROR="127.0.0.1.http-$UP_PORT.localhost"
 # --- the upstream origin: an nginx of its own ------------------------------------
 # Its own processes, so the front nginx's CPU (and its scheduling) is the front's alone,
 # as ours is, and neither front shares a process with the origin it forwards to.
-mkdir -p "$WORK/www/api"
-python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item %d" % i, "price": i * 1.5} for i in range(12)]}))' \
-    > "$WORK/www/api/small.json"
-nginx_conf origin <<CONF
-    default_type application/json;
-    server {
-        listen 127.0.0.1:$UP_PORT;
-        root $WORK/www;
-        location = /api/echo { client_body_buffer_size 64k; return 200 '{"ok":true}'; }
-    }
-CONF
-start_nginx "http://127.0.0.1:$UP_PORT/api/small.json" origin
+json_origin "$UP_PORT" "location = /api/echo { client_body_buffer_size 64k; return 200 '{\"ok\":true}'; }"
 
 # --- nginx in front of it, kept-alive upstream connections as serve keeps them ----
 nginx_conf <<CONF

@@ -45,17 +45,7 @@ log "offline-agent serve idle RSS: $IDLE_RSS_MB MiB (target <= $TARGET_IDLE_RSS_
 
 # --- nginx, not daemonized, on another free port ---------------------------------
 NGINX_PORT=$(free_port)
-nginx_conf <<CONF
-    include /etc/nginx/mime.types;
-    default_type application/octet-stream;
-    sendfile on;
-    tcp_nopush on;
-    server {
-        listen 127.0.0.1:$NGINX_PORT;
-        location /mall/ { alias $VERSION_DIR/; etag on; }
-    }
-CONF
-start_nginx "http://127.0.0.1:$NGINX_PORT/mall/index.html"
+static_nginx "$NGINX_PORT" "location /mall/ { alias $VERSION_DIR/; etag on; }" "http://127.0.0.1:$NGINX_PORT/mall/index.html"
 
 # --- both serve the same bytes -------------------------------------------------
 for path in js/app.js big.bin; do
