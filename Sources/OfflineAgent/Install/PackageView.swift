@@ -101,6 +101,20 @@ final class PackageView: Sendable {
         return hasher.finalize().hex
     }
 
+    /// The central directory of the package the view stands for.
+    /// - Parameter path: names the package in errors.
+    func centralDirectory(path: String = "installed package") throws -> [ZipCentralDirectory.Entry] {
+        try ZipCentralDirectory.entries(size: UInt64(size), path: path) { offset, count in
+            var bytes = [UInt8](repeating: 0, count: count)
+            let n = bytes.withUnsafeMutableBytes { read(into: $0.baseAddress!, count: count, at: Int64(offset)) }
+            guard n >= 0 else {
+                throw OfflineAgentError(.extract, "cannot read the package", cause: .io, path: path, underlying: POSIXFailure("read", errno: errno))
+            }
+            bytes.removeLast(count - n)
+            return bytes
+        }
+    }
+
     private static func preadFull(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, _ offset: Int64) -> Int {
         var done = 0
         while done < count {
