@@ -222,6 +222,61 @@ struct StreamedPatchTests {
         #expect(!Self.inodes(newDir).contains(tampered), "the tampered inode is not in the new version")
     }
 
+    @Test("a large entry (over 4 MiB) unchanged is compared with its namesake as it streams: nothing written; a changed one is written whole and right")
+    func largeEntries() async throws {
+        let h = try SyncHarness()
+        var generator = SplitMix64(seed: 7)
+        let big = (0..<(5 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var changed = big
+        changed[3 << 20] ^= 0xff
+        func package(_ big: [UInt8], _ text: String) -> [UInt8] {
+            var zip = ZipBuilder()
+            zip.file("index.html", text)
+            zip.file("js/big.js", big)
+            return zip.build()
+        }
+        let v1 = package(big, "one"), v2 = package(big, "two"), v3 = package(changed, "three")
+        func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws -> [String: Any] {
+            let sha = PackageFixture.sha256(bytes)
+            h.origin.put("\(version).zip", bytes)
+            var object: [String: Any] = [
+                "app": "mall", "version": version, "miniVersion": "1.0.0", "isPatch": false, "url": "files/\(version).zip",
+                "size": bytes.count, "sha256": sha, "packageSha256": sha, "whitelist": [SyncHarness.whitelist], "rollout": 100,
+            ]
+            guard let base else { return object }
+            let dir = h.fixture.directory
+            try Data(base).write(to: URL(fileURLWithPath: dir.file("base.zip")))
+            try Data(bytes).write(to: URL(fileURLWithPath: dir.file("new.zip")))
+            #expect(try run("bsdiff", [dir.file("base.zip"), dir.file("new.zip"), dir.file("p.bsdiff")]).status == 0)
+            let patch = [UInt8](FileManager.default.contents(atPath: dir.file("p.bsdiff"))!)
+            h.origin.put("\(version).bsdiff", patch)
+            object.merge(["isPatch": true, "baseVersion": baseVersion, "url": "files/\(version).bsdiff", "size": patch.count,
+                          "sha256": PackageFixture.sha256(patch), "fullUrl": "files/\(version).zip", "fullSize": bytes.count, "fullSha256": sha]) { $1 }
+            return object
+        }
+        h.origin.setManifest(try offer("1.0.0", v1, from: nil, baseVersion: ""))
+        #expect(await h.sync().result == .updated)
+        let bigObject = "\(h.store.objectsDirectory)/\(PackageFixture.sha256(big))"
+        let inode = try #require(ObjectStoreTests.inode(bigObject)).ino
+
+        var before = Self.objects(h)
+        h.origin.setManifest(try offer("2.0.0", v2, from: v1, baseVersion: "1.0.0"))
+        var report = await h.sync()
+        #expect(report.result == .updated && report.via == .patch && report.patchFallbackReason == nil, "\(report.error?.description ?? "")")
+        #expect(Self.objects(h).subtracting(before).count == 1, "only index.html's new bytes")
+        #expect(ObjectStoreTests.inode("\(h.store.versionDirectory("mall", Version("2.0.0")!))/js/big.js")?.ino == inode)
+
+        before = Self.objects(h)
+        h.origin.setManifest(try offer("3.0.0", v3, from: v2, baseVersion: "2.0.0"))
+        report = await h.sync()
+        #expect(report.result == .updated && report.via == .patch && report.patchFallbackReason == nil, "\(report.error?.description ?? "")")
+        #expect(Self.objects(h).subtracting(before).count == 2)
+        let file = "\(h.store.versionDirectory("mall", Version("3.0.0")!))/js/big.js"
+        #expect(FileManager.default.contents(atPath: file) == Data(changed))
+        #expect(FileSystem.exists("\(h.store.objectsDirectory)/\(PackageFixture.sha256(changed))"))
+        Self.noGarbage(h)
+    }
+
     static let streamedPoints: [CrashPoint] = [.afterPatchObjectWritten, .afterPatch, .afterPatchVerified, .afterObjectLinked, .beforeTreeRename, .afterExtract]
 
     @Test("kill -9 at each step of a streamed patch update: old or new whole, then no garbage left", arguments: streamedPoints.map(\.rawValue))

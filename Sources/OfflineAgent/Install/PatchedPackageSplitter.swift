@@ -57,6 +57,11 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private(set) var damage: String?
 
     private let objects: ObjectStore
+    /// The objects of the installed package's large entries, by entry name: a large entry
+    /// is compared with its namesake as it streams and written only from where it differs.
+    private let candidates: [String: String]
+    /// The namesake being compared with, while every byte so far matched.
+    private var compare: (fd: Int32, object: String)?
     /// Free bytes that must stay free (`diskReserveBytes`); nil: no check.
     private let reserve: Int64?
     private var hasher = SHA256()
@@ -83,14 +88,16 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private let whole: UnsafeMutableRawPointer
     private let chunk: UnsafeMutableRawPointer
 
-    init(objects: ObjectStore, reserve: Int64?) {
+    init(objects: ObjectStore, reserve: Int64?, candidates: [String: String] = [:]) {
         self.objects = objects
         self.reserve = reserve
+        self.candidates = candidates
         whole = UnsafeMutableRawPointer.allocate(byteCount: ObjectWriter.wholeCapacity, alignment: 16)
         chunk = UnsafeMutableRawPointer.allocate(byteCount: ObjectWriter.chunkSize, alignment: 16)
     }
 
     deinit {
+        if let compare { close(compare.fd) }
         if let spill {
             close(spill.fd)
             objects.removeTemporary(spill.name)
@@ -199,8 +206,11 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         }
         state = .data
         if entryLength > Int64(ObjectWriter.wholeCapacity) {
-            try ensureSpace(entryLength)
-            spill = try objects.createTemporary()
+            if let object = candidates[entryName], let fd = objects.openCandidate(object, size: entryLength) {
+                compare = (fd, object)
+            } else {
+                try beginSpill(copying: 0)
+            }
         }
         if entryLength == 0 { try finishEntry() }
     }
@@ -210,7 +220,13 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         let piece = UnsafeRawBufferPointer(rebasing: bytes[0..<want])
         entryHasher.update(bufferPointer: piece)
         crc = crc32(crc, piece.baseAddress?.assumingMemoryBound(to: Bytef.self), uInt(want))
-        if let spill {
+        if let compare, try !matches(piece, compare.fd, at: entryLength - entryRemaining) {
+            // The first byte that differs: the object is written from here, its equal start copied from the namesake.
+            try beginSpill(copying: entryLength - entryRemaining)
+        }
+        if compare != nil {
+            // Equal so far: nothing written.
+        } else if let spill {
             do throws(POSIXFailure) { try FileDescriptor.writeAll(spill.fd, piece) } catch {
                 throw POSIXFailure("write \(objects.directory)/\(spill.name)", errno: error.errno)
             }
@@ -239,6 +255,16 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             skeletonStart = entryStart + entryLength
         }
         objectsByOffset[entryHeaderOffset] = name
+        if let compare {
+            self.compare = nil
+            if compare.object == name {
+                close(compare.fd)
+                objectsReused += 1
+                return
+            }
+            // Its bytes are these, its name is not their hash: a damaged name. Copy it under the right one.
+            try beginSpill(from: compare.fd, copying: entryLength)
+        }
         if let spill {
             self.spill = nil
             close(spill.fd)
@@ -271,6 +297,50 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             throw error
         }
         wrote(entryLength)
+    }
+
+    /// Starts writing the entry to a temporary object, with its first `count` bytes copied
+    /// from the namesake being compared with (they matched the stream).
+    private func beginSpill(copying count: Int64) throws {
+        if let compare {
+            self.compare = nil
+            try beginSpill(from: compare.fd, copying: count)
+        } else {
+            try ensureSpace(entryLength)
+            spill = try objects.createTemporary()
+        }
+    }
+
+    private func beginSpill(from source: Int32, copying count: Int64) throws {
+        defer { close(source) }
+        try ensureSpace(entryLength)
+        let temp = try objects.createTemporary()
+        spill = temp
+        var done: Int64 = 0
+        while done < count {
+            let want = Int(min(Int64(ObjectWriter.chunkSize), count - done))
+            let n = pread(source, chunk, want, off_t(done))
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { throw POSIXFailure("read object", errno: n < 0 ? errno : EIO) }
+            do throws(POSIXFailure) { try FileDescriptor.writeAll(temp.fd, UnsafeRawBufferPointer(start: chunk, count: n)) } catch {
+                throw POSIXFailure("write \(objects.directory)/\(temp.name)", errno: error.errno)
+            }
+            done += Int64(n)
+        }
+    }
+
+    /// Whether the namesake holds exactly `piece` at `offset`.
+    private func matches(_ piece: UnsafeRawBufferPointer, _ fd: Int32, at offset: Int64) throws -> Bool {
+        var done = 0
+        while done < piece.count {
+            let want = min(ObjectWriter.chunkSize, piece.count - done)
+            let n = pread(fd, chunk, want, off_t(offset) + off_t(done))
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { return false }
+            guard memcmp(chunk, piece.baseAddress! + done, n) == 0 else { return false }
+            done += n
+        }
+        return true
     }
 
     private func wrote(_ bytes: Int64) {
