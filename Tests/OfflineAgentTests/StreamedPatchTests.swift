@@ -189,6 +189,7 @@ struct StreamedPatchTests {
         #expect(report.result == .failed)
         #expect(report.error?.cause == .hostileArchive, "\(report.error?.description ?? "")")
         #expect(report.error?.path == "patched package of 1.1.0", "refused on the streamed path, not after a fallback")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: h.store.downloadsDirectory("mall")))?.isEmpty == true, "the patch is not kept")
         #expect(h.activeMatches("1.0.0"))
         #expect(!FileSystem.exists(h.store.versionDirectory("mall", Version("1.1.0")!)))
         #expect(!FileSystem.exists("\(h.store.versionsDirectory("mall"))/escape.txt"))
@@ -275,6 +276,23 @@ struct StreamedPatchTests {
         #expect(FileManager.default.contents(atPath: file) == Data(changed))
         #expect(FileSystem.exists("\(h.store.objectsDirectory)/\(PackageFixture.sha256(changed))"))
         Self.noGarbage(h)
+    }
+
+    @Test("the disk check before extracting a full package counts the entries the installed package lacks, plus headers")
+    func fullInstallNeeds() async throws {
+        let h = try SyncHarness()
+        let package = h.fixture.package("1.1.0")
+        let size = Int64(h.fixture.bytes("1.1.0").count)
+        #expect(h.store.bytesToInstall(package: package, app: "mall", installed: nil) == size, "nothing installed: every entry")
+        try await h.install("1.0.0")
+        let installed = try #require(h.store.active("mall"))
+        let needed = h.store.bytesToInstall(package: package, app: "mall", installed: installed)
+        let (old, new) = (ObjectStoreTests.files("1.0.0"), ObjectStoreTests.files("1.1.0"))
+        let oldContents = Set(old.values)
+        let lacking = new.values.filter { !oldContents.contains($0) }.reduce(Int64(0)) { $0 + Int64($1.count) }
+        let data = new.values.reduce(Int64(0)) { $0 + Int64($1.count) }
+        #expect(needed == lacking + size - data, "\(needed) vs \(lacking) new bytes + \(size - data) of headers")
+        #expect(needed < size)
     }
 
     static let streamedPoints: [CrashPoint] = [.afterPatchObjectWritten, .afterPatch, .afterPatchVerified, .afterObjectLinked, .beforeTreeRename, .afterExtract]

@@ -372,6 +372,7 @@ struct Updater: Sendable {
             } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
                 // Verified bytes the extractor refuses are refused on every device and every run.
                 RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)
+                if case .streamed(_, _, let patch) = package { FileSystem.remove(patch) }
                 throw error
             }
         }
