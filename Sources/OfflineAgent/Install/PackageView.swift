@@ -115,18 +115,18 @@ final class PackageView: Sendable {
         }
     }
 
-    /// The object of each stored entry larger than `minimumSize`, by entry name: what a
-    /// streamed patch compares a new large entry with (`PatchedPackageSplitter`). Empty
-    /// when the central directory cannot be read.
-    func largeEntryObjects(minimumSize: Int64) -> [String: String] {
+    /// The object and CRC-32 of each stored entry with data, by entry name: what a
+    /// streamed patch compares a new entry of the same name with (`PatchedPackageSplitter`).
+    /// Empty when the central directory cannot be read.
+    func entryObjects() -> [String: (object: String, crc: UInt32)] {
         guard let directory = try? centralDirectory() else { return [:] }
-        var objects: [String: String] = [:]
-        for entry in directory where entry.method == 0 && Int64(entry.size) > minimumSize && entry.size != 0xFFFF_FFFF {
+        var objects: [String: (object: String, crc: UInt32)] = [:]
+        for entry in directory where entry.method == 0 && entry.size > 0 && entry.size != 0xFFFF_FFFF {
             // The entry's local header lies in a skeleton segment; its data is the next segment.
             guard let index = skeleton.segment(at: Int64(entry.localHeaderOffset)), index + 1 < skeleton.segments.count,
                   case .object(let name) = skeleton.segments[index + 1].source,
                   skeleton.segments[index + 1].length == Int64(entry.size) else { continue }
-            objects[String(decoding: entry.name, as: UTF8.self)] = name
+            objects[String(decoding: entry.name, as: UTF8.self)] = (name, entry.crc32)
         }
         return objects
     }

@@ -57,9 +57,17 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private(set) var damage: String?
 
     private let objects: ObjectStore
-    /// The objects of the installed package's large entries, by entry name: a large entry
-    /// is compared with its namesake as it streams and written only from where it differs.
-    private let candidates: [String: String]
+    /// The objects of the installed package's stored entries and their CRC-32s, by entry
+    /// name. A new entry of the same name and CRC-32 is compared with that namesake: held
+    /// whole when small, as it streams when large (written only from where it differs).
+    /// Bytes equal to the namesake's are the namesake's object without hashing them: the
+    /// whole package is hashed anyway, and the old entry passed its CRC at its install.
+    private let candidates: [String: (object: String, crc: UInt32)]
+    /// The current entry's namesake (same name and CRC-32, a plain object), if any.
+    private var namesake: String?
+    /// Whether the current entry is hashed (and CRC'd) as it streams: not while it is
+    /// being compared with a namesake.
+    private var hashing = true
     /// The namesake being compared with, while every byte so far matched.
     private var compare: (fd: Int32, object: String)?
     /// Free bytes that must stay free (`diskReserveBytes`); nil: no check.
@@ -88,7 +96,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private let whole: UnsafeMutableRawPointer
     private let chunk: UnsafeMutableRawPointer
 
-    init(objects: ObjectStore, reserve: Int64?, candidates: [String: String] = [:]) {
+    init(objects: ObjectStore, reserve: Int64?, candidates: [String: (object: String, crc: UInt32)] = [:]) {
         self.objects = objects
         self.reserve = reserve
         self.candidates = candidates
@@ -205,10 +213,13 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             return
         }
         state = .data
+        namesake = candidates[entryName].flatMap { $0.crc == entryCRC && !$0.object.hasSuffix(".x") ? $0.object : nil }
+        hashing = namesake == nil
         if entryLength > Int64(ObjectWriter.wholeCapacity) {
-            if let object = candidates[entryName], let fd = objects.openCandidate(object, size: entryLength) {
-                compare = (fd, object)
+            if let namesake, let fd = objects.openCandidate(namesake, size: entryLength) {
+                compare = (fd, namesake)
             } else {
+                hashing = true
                 try beginSpill(copying: 0)
             }
         }
@@ -218,12 +229,12 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private func takeData(_ bytes: UnsafeRawBufferPointer) throws -> UnsafeRawBufferPointer {
         let want = Int(min(entryRemaining, Int64(bytes.count)))
         let piece = UnsafeRawBufferPointer(rebasing: bytes[0..<want])
-        entryHasher.update(bufferPointer: piece)
-        crc = crc32(crc, piece.baseAddress?.assumingMemoryBound(to: Bytef.self), uInt(want))
         if let compare, try !matches(piece, compare.fd, at: entryLength - entryRemaining) {
-            // The first byte that differs: the object is written from here, its equal start copied from the namesake.
+            // The first byte that differs: the object is written from here, its equal start
+            // copied (and hashed) from the namesake.
             try beginSpill(copying: entryLength - entryRemaining)
         }
+        if hashing { digest(piece) }
         if compare != nil {
             // Equal so far: nothing written.
         } else if let spill {
@@ -245,26 +256,29 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         state = .header
         let isDirectory = entryName.hasSuffix("/")
         if isDirectory && entryLength == 0 { return }
+        let content = UnsafeRawBufferPointer(start: whole, count: filled)
+        if let compare {
+            // A large entry equal to its namesake to the last byte.
+            self.compare = nil
+            close(compare.fd)
+            record(compare.object)
+            objectsReused += 1
+            return
+        }
+        if !hashing, let namesake, spill == nil {
+            if let candidate = objects.openCandidate(namesake, size: entryLength),
+               try ObjectWriter.equal(candidate, content, scratch: chunk, count: ObjectWriter.chunkSize) {
+                record(namesake)
+                objectsReused += 1
+                return
+            }
+            digest(content)
+        }
         if UInt32(truncatingIfNeeded: crc) != entryCRC, damage == nil {
             damage = "entry '\(PackageRules.quoted(entryName))' does not match its CRC-32"
         }
         let name = entryHasher.finalize().hex
-        if entryLength > 0 {
-            if entryStart > skeletonStart { segments.append(Segment(start: skeletonStart, length: entryStart - skeletonStart, object: nil)) }
-            segments.append(Segment(start: entryStart, length: entryLength, object: (name, entryHeaderOffset)))
-            skeletonStart = entryStart + entryLength
-        }
-        objectsByOffset[entryHeaderOffset] = name
-        if let compare {
-            self.compare = nil
-            if compare.object == name {
-                close(compare.fd)
-                objectsReused += 1
-                return
-            }
-            // Its bytes are these, its name is not their hash: a damaged name. Copy it under the right one.
-            try beginSpill(from: compare.fd, copying: entryLength)
-        }
+        record(name)
         if let spill {
             self.spill = nil
             close(spill.fd)
@@ -278,7 +292,6 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             wrote(entryLength)
             return
         }
-        let content = UnsafeRawBufferPointer(start: whole, count: filled)
         if let candidate = objects.openCandidate(name, size: entryLength),
            try ObjectWriter.equal(candidate, content, scratch: chunk, count: ObjectWriter.chunkSize) {
             objectsReused += 1
@@ -299,6 +312,22 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         wrote(entryLength)
     }
 
+    /// The entry's object is `name`: its segment and its name by local header offset.
+    private func record(_ name: String) {
+        if entryLength > 0 {
+            if entryStart > skeletonStart { segments.append(Segment(start: skeletonStart, length: entryStart - skeletonStart, object: nil)) }
+            segments.append(Segment(start: entryStart, length: entryLength, object: (name, entryHeaderOffset)))
+            skeletonStart = entryStart + entryLength
+        }
+        objectsByOffset[entryHeaderOffset] = name
+    }
+
+    private func digest(_ bytes: UnsafeRawBufferPointer) {
+        guard !bytes.isEmpty else { return }
+        entryHasher.update(bufferPointer: bytes)
+        crc = crc32(crc, bytes.baseAddress?.assumingMemoryBound(to: Bytef.self), uInt(bytes.count))
+    }
+
     /// Starts writing the entry to a temporary object, with its first `count` bytes copied
     /// from the namesake being compared with (they matched the stream).
     private func beginSpill(copying count: Int64) throws {
@@ -313,6 +342,8 @@ final class PatchedPackageSplitter: @unchecked Sendable {
 
     private func beginSpill(from source: Int32, copying count: Int64) throws {
         defer { close(source) }
+        // From here the entry is hashed: its start now, from the copy, the rest as it streams.
+        hashing = true
         try ensureSpace(entryLength)
         let temp = try objects.createTemporary()
         spill = temp
@@ -322,7 +353,9 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             let n = pread(source, chunk, want, off_t(done))
             if n < 0, errno == EINTR { continue }
             guard n > 0 else { throw POSIXFailure("read object", errno: n < 0 ? errno : EIO) }
-            do throws(POSIXFailure) { try FileDescriptor.writeAll(temp.fd, UnsafeRawBufferPointer(start: chunk, count: n)) } catch {
+            let copied = UnsafeRawBufferPointer(start: chunk, count: n)
+            digest(copied)
+            do throws(POSIXFailure) { try FileDescriptor.writeAll(temp.fd, copied) } catch {
                 throw POSIXFailure("write \(objects.directory)/\(temp.name)", errno: error.errno)
             }
             done += Int64(n)

@@ -181,7 +181,7 @@ struct Updater: Sendable {
         let manifest = self.manifest, app = self.app, logger = self.logger, store = self.store
         let reserve = max(0, configuration.diskReserveBytes)
         return try await pool.run(.patch) { () throws -> PatchedPackage? in
-            let candidates = view.largeEntryObjects(minimumSize: Int64(ObjectWriter.wholeCapacity))
+            let candidates = view.entryObjects()
             let splitter = PatchedPackageSplitter(objects: objects, reserve: reserve, candidates: candidates)
             do {
                 try Patcher.apply(view: view, patch: URL(fileURLWithPath: patch), into: splitter, expectedSize: expected)
