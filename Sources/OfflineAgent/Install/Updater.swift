@@ -113,7 +113,7 @@ struct Updater: Sendable {
         let store = self.store, app = self.app
         // Not hashed here: the output's check against packageSha256 catches a damaged base
         // (and then `baseDamage` tells it from a bad patch), without reading the whole package first.
-        guard let old = store.patchBase(of: installed, app: app) else {
+        guard let old = try await pool.run(.patch, { store.patchBase(of: installed, app: app) }) else {
             throw OfflineAgentError(.patch, "kept package of \(installed.version) is missing or altered")
         }
         let objects: ObjectStore? = if case .view = old { try? ObjectStore(root: store.root) } else { nil }
@@ -350,11 +350,11 @@ struct Updater: Sendable {
     }
 
     private func install(_ package: PatchedPackage, via: UpdateMethod) async throws -> InstalledVersion {
-        if case .file(let path) = package { try checkSpaceToInstall(path) }
         progress(ProgressEvent(app: app, phase: .extracting, completed: 0, total: 0))
         let logger = self.logger
-        // Extraction, syncfs, the swap and the collection of old versions: all blocking.
+        // The disk check (central directories), extraction, syncfs, the swap and the collection of old versions: all blocking.
         let record = try await pool.run(.extract) {
+            if case .file(let path) = package { try checkSpaceToInstall(path) }
             do {
                 let trial = configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0
                 switch package {
