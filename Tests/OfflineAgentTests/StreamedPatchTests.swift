@@ -295,6 +295,83 @@ struct StreamedPatchTests {
         #expect(needed < size)
     }
 
+    @Test("a streamed patch needs room for what it writes, not for the package: 2 MB free updates a 5 MB package; a 5 MB new object is refused before the disk fills")
+    func diskCheckCountsWrites() async throws {
+        guard let disk = CrashSafetyTests.SmallDisk(megabytes: 16) else {
+            Issue.record("cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN)")
+            return
+        }
+        let h = try SyncHarness()
+        let root = "\(disk.path)/root", filler = "\(disk.path)/filler"
+        let agent = { Agent(root: URL(fileURLWithPath: root), configuration: h.configuration) }
+        let sync = { await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)) }
+        var generator = SplitMix64(seed: 11)
+        let big = (0..<(5 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var changed = big
+        changed[1 << 20] ^= 0xff
+        func package(_ big: [UInt8], _ text: String) -> [UInt8] {
+            var zip = ZipBuilder()
+            zip.file("index.html", text)
+            zip.file("js/big.js", big)
+            return zip.build()
+        }
+        let v1 = package(big, "one"), v2 = package(big, "two"), v3 = package(changed, "three")
+        func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws {
+            let sha = PackageFixture.sha256(bytes)
+            h.origin.put("\(version).zip", bytes)
+            var object: [String: Any] = [
+                "app": "mall", "version": version, "miniVersion": "1.0.0", "isPatch": false, "url": "files/\(version).zip",
+                "size": bytes.count, "sha256": sha, "packageSha256": sha, "whitelist": [SyncHarness.whitelist], "rollout": 100,
+            ]
+            if let base {
+                let dir = h.fixture.directory
+                try Data(base).write(to: URL(fileURLWithPath: dir.file("base.zip")))
+                try Data(bytes).write(to: URL(fileURLWithPath: dir.file("new.zip")))
+                #expect(try run("bsdiff", [dir.file("base.zip"), dir.file("new.zip"), dir.file("p.bsdiff")]).status == 0)
+                let patch = [UInt8](FileManager.default.contents(atPath: dir.file("p.bsdiff"))!)
+                h.origin.put("\(version).bsdiff", patch)
+                object.merge(["isPatch": true, "baseVersion": baseVersion, "url": "files/\(version).bsdiff", "size": patch.count,
+                              "sha256": PackageFixture.sha256(patch), "fullUrl": "files/\(version).zip", "fullSize": bytes.count,
+                              "fullSha256": sha]) { $1 }
+            }
+            h.origin.setManifest(object)
+        }
+        /// Leaves `bytes` free above the reserve.
+        func leave(_ bytes: Int64) {
+            FileSystem.remove(filler)
+            let free = FileSystem.availableBytes(at: disk.path) ?? 0
+            _ = try? run("fallocate", ["-l", "\(max(free - h.configuration.diskReserveBytes - bytes, 4096))", filler])
+        }
+        try offer("1.0.0", v1, from: nil, baseVersion: "")
+        #expect(await sync().result == .updated)
+
+        leave(2 << 20)
+        try offer("2.0.0", v2, from: v1, baseVersion: "1.0.0")
+        let updated = await sync()
+        #expect(updated.result == .updated && updated.via == .patch, "\(updated.error?.description ?? "")")
+        #expect(Store(root: root).active("mall")?.version.description == "2.0.0")
+
+        leave(2 << 20)
+        try offer("3.0.0", v3, from: v2, baseVersion: "2.0.0")
+        let refused = await sync()
+        #expect(refused.result == .failed)
+        #expect(refused.error?.cause == .diskFull, "\(refused.error?.description ?? "")")
+        let store = Store(root: root)
+        #expect(store.active("mall")?.version.description == "2.0.0")
+        #expect(FileManager.default.contents(atPath: "\(store.versionDirectory("mall", Version("2.0.0")!))/js/big.js") == Data(big))
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: store.objectsDirectory)) ?? [] {
+            #expect(!name.hasPrefix("."), "leftover \(name)")
+            #expect((ObjectStoreTests.inode("\(store.objectsDirectory)/\(name)")?.links ?? 0) >= 2, "\(name) is garbage")
+        }
+        let requests = h.origin.requests(for: "/files/3.0.0.bsdiff").count
+
+        FileSystem.remove(filler)
+        let healed = await sync()
+        #expect(healed.result == .updated && healed.via == .patch, "\(healed.error?.description ?? "")")
+        #expect(h.origin.requests(for: "/files/3.0.0.bsdiff").count == requests, "the kept patch is applied again, not downloaded")
+        #expect(FileManager.default.contents(atPath: "\(store.versionDirectory("mall", Version("3.0.0")!))/js/big.js") == Data(changed))
+    }
+
     static let streamedPoints: [CrashPoint] = [.afterPatchObjectWritten, .afterPatch, .afterPatchVerified, .afterObjectLinked, .beforeTreeRename, .afterExtract]
 
     @Test("kill -9 at each step of a streamed patch update: old or new whole, then no garbage left", arguments: streamedPoints.map(\.rawValue))
