@@ -56,9 +56,8 @@ struct Updater: Sendable {
                 let record = try await install(package, via: .patch)
                 return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
             } catch let error as OfflineAgentError where (error.code == .patch || error.code == .download) && error.cause != .cancelled {
-                // (A damaged installed package is found when the patch's output does not match:
-                // then `.patch` with cause `.io`, so it does not count as the publisher's mismatch.)
-                // Corrupt bytes, a wrong base, a 404: the full package still gets us there.
+                // Corrupt bytes, a wrong or damaged base, a 404: the full package still gets us there.
+                // (A damaged base is `.patch` with cause `.io`: not the publisher's mismatch below.)
                 // Reported in SyncReport.patchFallbackReason (and the CLI's line); a log only with --verbose.
                 logger.notice("\(app): patch unusable (\(error)); falling back to the full package")
                 fallbackReason = error.description
@@ -84,14 +83,14 @@ struct Updater: Sendable {
     /// (the disk may have altered it); one that no longer matches is deleted.
     private func reusablePackage() async throws -> String? {
         let path = verifiedPath
-        guard let size = FileSystem.fileSize(path) else { return nil }
+        guard FileSystem.fileSize(path) != nil else { return nil }
         let digest = try await pool.run(.install) { try? FileHasher.sha256(of: path) }
         guard digest == manifest.packageSha256 else {
             logger.notice("\(app): kept package \(path) no longer matches packageSha256; downloading again")
             FileSystem.remove(path)
             return nil
         }
-        _ = size
+        // Its disk check (what extraction writes) is the install's (`checkSpaceToInstall`).
         return path
     }
 
