@@ -17,8 +17,9 @@
  *     prefetch.c) and new is written sequentially through a buffer: nothing
  *     is loaded whole, so memory stays at about 14 MB whatever the sizes;
  *   - the streams are decoded ahead by worker threads (stream.c);
- *   - new goes to a temporary file in the target directory, fsynced and
- *     renamed onto the target only on success.
+ *   - new goes through a write callback: to a temporary file in the target
+ *     directory, fsynced and renamed onto the target only on success, or to
+ *     the caller's writer (cbspatch_apply_reader_writer).
  */
 #include "bsp_streams.h"
 
@@ -67,30 +68,51 @@ static cbspatch_status old_get(old_reader *r, int64_t pos, size_t want, int64_t 
     return CBSPATCH_OK;
 }
 
+/* Where new goes: every apply writes through a cbspatch_write_fn. The file
+   outputs (cbspatch_apply, _flags, _reader) use file_sink below; callers of
+   cbspatch_apply_reader_writer bring their own. One apply loop either way. */
 typedef struct {
-    int fd;
+    cbspatch_write_fn write;
+    void *context;
     uint8_t *buffer;
     size_t length;
     int64_t written;
-    int64_t writeback_mark;
-    int durable; /* fsync before the rename (and start writeback early) */
 } new_writer;
 
 static cbspatch_status new_flush(new_writer *w, cbspatch_error *error) {
     if (w->length == 0) return CBSPATCH_OK;
-    if (cbsp_write_full(w->fd, w->buffer, w->length) != 0)
+    int r = w->write(w->context, w->buffer, w->length);
+    if (r > 0)
+        return cbsp_fail(error, CBSPATCH_ERR_STOPPED, "the output's writer stopped the apply at new position %lld",
+                         (long long)w->written);
+    if (r != 0)
         return cbsp_fail(error, CBSPATCH_ERR_IO, "writing new at %lld: %s", (long long)w->written, strerror(errno));
     w->written += (int64_t)w->length;
     w->length = 0;
+    return CBSPATCH_OK;
+}
+
+/* The file output: sequential writes to the temporary file. */
+typedef struct {
+    int fd;
+    int64_t written;
+    int64_t writeback_mark;
+    int durable; /* fsync before the rename (and start writeback early) */
+} file_sink;
+
+static int file_sink_write(void *context, const void *buffer, size_t length) {
+    file_sink *f = context;
+    if (cbsp_write_full(f->fd, buffer, length) != 0) return -1;
+    f->written += (int64_t)length;
 #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    if (w->durable && WRITEBACK_STEP > 0 && w->written - w->writeback_mark >= WRITEBACK_STEP) {
+    if (f->durable && WRITEBACK_STEP > 0 && f->written - f->writeback_mark >= WRITEBACK_STEP) {
         /* Only starts writeback of what is already written (no waiting), so
            the fsync before rename has less left to do. Failure is harmless. */
-        (void)sync_file_range(w->fd, w->writeback_mark, w->written - w->writeback_mark, SYNC_FILE_RANGE_WRITE);
-        w->writeback_mark = w->written;
+        (void)sync_file_range(f->fd, f->writeback_mark, f->written - f->writeback_mark, SYNC_FILE_RANGE_WRITE);
+        f->writeback_mark = f->written;
     }
 #endif
-    return CBSPATCH_OK;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -278,6 +300,7 @@ typedef struct {
     apply_state *s;
     patch_header h;
     int64_t old_size;
+    file_sink file; /* the output when no writer is given */
 } apply_job;
 
 /* "<dir>/.<base>.cbspatch-XXXXXX" next to new_path, so rename stays on one filesystem. */
@@ -389,8 +412,10 @@ static cbspatch_status create_temp(apply_job *j, const char *new_path, unsigned 
     }
     if (fchmod(j->tmp_fd, 0644) != 0)
         return cbsp_fail(error, CBSPATCH_ERR_IO, "cannot chmod %s: %s", j->tmp_path, strerror(errno));
-    j->s->out.fd = j->tmp_fd;
-    j->s->out.durable = (flags & CBSPATCH_NO_SYNC) == 0;
+    j->file.fd = j->tmp_fd;
+    j->file.durable = (flags & CBSPATCH_NO_SYNC) == 0;
+    j->s->out.write = file_sink_write;
+    j->s->out.context = &j->file;
     return CBSPATCH_OK;
 }
 
@@ -483,26 +508,55 @@ cbspatch_status cbspatch_apply_flags(const char *old_path, const char *patch_pat
     return status;
 }
 
+/* Checks the reader's arguments and opens the patch and the state: what
+   cbspatch_apply_reader and cbspatch_apply_reader_writer share. */
+static cbspatch_status open_reader_job(apply_job *j, cbspatch_read_fn read_old, void *context, int64_t old_size,
+                                       const char *patch_path, int64_t expected_new_size, cbspatch_error *error) {
+    if (read_old == NULL) return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "no old reader");
+    if (old_size < 0) return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "old size %lld is negative", (long long)old_size);
+    j->read_old = read_old;
+    j->read_context = context;
+    j->old_size = old_size;
+    cbspatch_status status = open_patch(j, patch_path, expected_new_size, error);
+    if (status == CBSPATCH_OK) status = alloc_state(j, error);
+    return status;
+}
+
 cbspatch_status cbspatch_apply_reader(cbspatch_read_fn read_old, void *context, int64_t old_size,
                                       const char *patch_path, const char *new_path, int64_t expected_new_size,
                                       unsigned flags, cbspatch_error *error) {
     if (error != NULL) error->message[0] = '\0';
-    if (read_old == NULL) return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "no old reader");
-    if (old_size < 0) return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "old size %lld is negative", (long long)old_size);
     /* The path checks only look at old_path's emptiness: any non-empty name passes. */
     cbspatch_status status = check_arguments("(reader)", patch_path, new_path, flags, error);
     if (status != CBSPATCH_OK) return status;
     apply_job j;
     memset(&j, 0, sizeof j);
     j.patch_fd = j.old_fd = j.tmp_fd = -1;
-    j.read_old = read_old;
-    j.read_context = context;
-    j.old_size = old_size;
-    status = open_patch(&j, patch_path, expected_new_size, error);
-    if (status == CBSPATCH_OK) status = alloc_state(&j, error);
+    status = open_reader_job(&j, read_old, context, old_size, patch_path, expected_new_size, error);
     if (status == CBSPATCH_OK) status = create_temp(&j, new_path, flags, error);
     if (status == CBSPATCH_OK) status = decode_and_apply(&j, error);
     if (status == CBSPATCH_OK) status = commit_temp(&j, new_path, flags, error);
+    apply_job_close(&j);
+    return status;
+}
+
+cbspatch_status cbspatch_apply_reader_writer(cbspatch_read_fn read_old, void *read_context, int64_t old_size,
+                                             const char *patch_path, cbspatch_write_fn write_new,
+                                             void *write_context, int64_t expected_new_size,
+                                             cbspatch_error *error) {
+    if (error != NULL) error->message[0] = '\0';
+    if (patch_path == NULL || patch_path[0] == '\0')
+        return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "patch path is empty");
+    if (write_new == NULL) return cbsp_fail(error, CBSPATCH_ERR_ARGUMENT, "no new writer");
+    apply_job j;
+    memset(&j, 0, sizeof j);
+    j.patch_fd = j.old_fd = j.tmp_fd = -1;
+    cbspatch_status status = open_reader_job(&j, read_old, read_context, old_size, patch_path, expected_new_size, error);
+    if (status == CBSPATCH_OK) {
+        j.s->out.write = write_new;
+        j.s->out.context = write_context;
+        status = decode_and_apply(&j, error);
+    }
     apply_job_close(&j);
     return status;
 }

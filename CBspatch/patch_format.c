@@ -50,6 +50,8 @@ const char *cbspatch_status_name(cbspatch_status status) {
         return "nomem";
     case CBSPATCH_ERR_ARGUMENT:
         return "argument";
+    case CBSPATCH_ERR_STOPPED:
+        return "stopped";
     }
     return "unknown";
 }

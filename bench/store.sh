@@ -8,6 +8,7 @@
 #   OURS=/path/to/offline-agent   build with the object store (default .build/debug/offline-agent)
 #   BASE=/path/to/offline-agent   today's build to compare with (required)
 #   BASE_ARGS=""                  extra sync arguments for BASE (e.g. --allow-unsigned for builds that need it)
+#   OURS_ARGS=""                  the same for OURS (builds since issue 30 need --allow-unsigned: the manifests are not signed)
 #   RUNS=3                        runs per build, interleaved (medians reported)
 #   CHAIN=1                       also time the by-hand chain curl + bspatch + sha256sum + unzip
 #
@@ -81,7 +82,7 @@ printf '%-6s %9s %12s %9s %12s %12s\n' build full_s full_write patch_s patch_wri
 for i in $(seq "$RUNS"); do
   for b in base ours; do
     # shellcheck disable=SC2086
-    if [[ $b == ours ]]; then line=$(one "$OURS" ours); else line=$(one "$BASE" base ${BASE_ARGS:-}); fi
+    if [[ $b == ours ]]; then line=$(one "$OURS" ours ${OURS_ARGS:-}); else line=$(one "$BASE" base ${BASE_ARGS:-}); fi
     read -r fs fw ps pw du <<<"$line"
     printf '%-6s %9s %11s%% %9s %11s%% %11sx\n' "$b" "$fs" "$(echo "scale=1; 100*$fw/$PKG" | bc)" "$ps" \
       "$(echo "scale=1; 100*$pw/$PKG" | bc)" "$(echo "scale=2; $du/$TREE" | bc)"

@@ -58,6 +58,8 @@ typedef enum {
     CBSPATCH_ERR_NOMEM = 10,
     /** A NULL or empty path, or a NULL output pointer. */
     CBSPATCH_ERR_ARGUMENT = 11,
+    /** The caller's write callback asked to stop (cbspatch_apply_reader_writer). */
+    CBSPATCH_ERR_STOPPED = 12,
 } cbspatch_status;
 
 /** Filled with a one-line, NUL-terminated reason when a call fails (empty on success). */
@@ -120,6 +122,26 @@ typedef int64_t (*cbspatch_read_fn)(void *context, void *buffer, size_t length, 
 cbspatch_status cbspatch_apply_reader(cbspatch_read_fn read_old, void *context, int64_t old_size,
                                       const char *patch_path, const char *new_path, int64_t expected_new_size,
                                       unsigned flags, cbspatch_error *error);
+
+/**
+ * Takes the next `length` bytes of new, in order, for cbspatch_apply_reader_writer
+ * (from the applying thread only; `buffer` is not kept after returning). Returns 0
+ * to go on, 1 to stop the apply (CBSPATCH_ERR_STOPPED: the caller knows why), or -1
+ * with errno set for a failure of its own (CBSPATCH_ERR_IO).
+ */
+typedef int (*cbspatch_write_fn)(void *context, const void *buffer, size_t length);
+
+/**
+ * cbspatch_apply_reader with new handed to `write_new(write_context, ...)` as it is
+ * made, in chunks of at most 128 KiB, instead of written to a file: no temporary
+ * file, no fsync, no rename; the writer decides what becomes of the bytes. On any
+ * failure the writer has seen a prefix of new and must discard it. Memory stays
+ * bounded as with a file. `error` may be NULL.
+ */
+cbspatch_status cbspatch_apply_reader_writer(cbspatch_read_fn read_old, void *read_context, int64_t old_size,
+                                             const char *patch_path, cbspatch_write_fn write_new,
+                                             void *write_context, int64_t expected_new_size,
+                                             cbspatch_error *error);
 
 /** A short constant name for a status ("ok", "io", "magic", ...); never NULL. */
 const char *cbspatch_status_name(cbspatch_status status);

@@ -258,11 +258,12 @@ struct ObjectStoreTests {
 
     static let storePoints: [CrashPoint] = [.afterObjectWritten, .afterObjectStored, .afterObjectLinked, .beforeTreeRename]
 
+    /// A full install: extraction writes objects (a patch update streams them: StreamedPatchTests).
     @Test("kill -9 at each object-store step: old or new whole, then no garbage left", arguments: storePoints.map(\.rawValue))
     func killAtStoreStep(_ point: String) async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")
-        h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
+        h.origin.setManifest(h.full("1.1.0"))
         let args = [
             "sync", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json",
             "--allow-unsigned",

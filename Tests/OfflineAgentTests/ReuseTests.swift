@@ -99,7 +99,8 @@ struct ReuseTests {
         #expect(CrashSafetyTests.tree(of: "\(root)/apps/mall/versions/1.1.0", equals: "\(Repo.fixtures)/sample-app/1.1.0"))
     }
 
-    @Test("a kept package altered on disk is deleted and downloaded afresh", arguments: [Kind.gzip, .patch])
+    /// Not a patch: a streamed patch update keeps no package, only the patch (StreamedPatchTests).
+    @Test("a kept package altered on disk is deleted and downloaded afresh", arguments: [Kind.gzip, .full])
     func tamperedKeptPackage(_ kind: Kind) async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")

@@ -33,7 +33,27 @@ typedef struct {
     __typeof__(zip_error_fini) *_Nonnull zip_error_fini;
     __typeof__(zip_error_strerror) *_Nonnull zip_error_strerror;
     __typeof__(zip_compression_method_supported) *_Nonnull zip_compression_method_supported;
+    __typeof__(zip_source_function_create) *_Nonnull zip_source_function_create;
+    __typeof__(zip_open_from_source) *_Nonnull zip_open_from_source;
+    __typeof__(zip_source_free) *_Nonnull zip_source_free;
+    __typeof__(zip_error_init) *_Nonnull zip_error_init;
+    __typeof__(zip_error_code_zip) *_Nonnull zip_error_code_zip;
 } c_libzip_api;
+
+/*
+ * Reads `length` bytes at `offset` of an archive that is not a file (a package read back
+ * from its skeleton and the store's objects): returns how many it read (fewer only at the
+ * end), or -1. Called from the thread using the archive.
+ */
+typedef int64_t (*c_libzip_read_fn)(void *_Nullable context, void *_Nonnull buffer, size_t length, int64_t offset);
+
+/*
+ * Opens, read-only with `flags` (ZIP_RDONLY | ZIP_CHECKCONS), an archive of `size` bytes
+ * read through `read`: the same checks as zip_open on a file. NULL with `*code` set
+ * (a ZIP_ER_* code) on failure. `context` must outlive the archive.
+ */
+zip_t *_Nullable c_libzip_open_reader(const c_libzip_api *_Nonnull api, c_libzip_read_fn _Nonnull read,
+                                      void *_Nullable context, int64_t size, int flags, int *_Nonnull code);
 
 /*
  * Loads libzip once per process (thread-safe) and returns its entry points; NULL when it

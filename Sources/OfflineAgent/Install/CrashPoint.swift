@@ -10,6 +10,10 @@ enum CrashPoint: String, CaseIterable {
     case afterManifest = "after-manifest"
     case afterDownload = "after-download"
     case afterPatch = "after-patch"
+    /// A streamed patch just named a new object in `objects/`, mid-stream: no version links it.
+    case afterPatchObjectWritten = "after-patch-object-written"
+    /// A streamed patch's output matched `packageSha256`; its skeleton is written, no tree yet.
+    case afterPatchVerified = "after-patch-verified"
     case duringExtract = "during-extract"
     /// A new file's bytes are in the staging tree, not yet named in `objects/`.
     case afterObjectWritten = "after-object-written"

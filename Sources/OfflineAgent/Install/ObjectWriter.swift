@@ -95,6 +95,49 @@ final class ObjectWriter {
         try objects.adopt(name, in: dir, as: object)
     }
 
+    /// Puts `entry`, whose bytes a streamed patch already made the object `object`
+    /// (plain name: the stream cannot know the mode, which only the central directory
+    /// gives), into `dir` under `name`: a link, with no read of the entry. An executable
+    /// entry needs the `.x` object: an existing one is hashed before it is linked (as
+    /// above), a missing one is copied from `object`, hashed as it is copied.
+    func link(_ entry: ZipExtractor.Entry, object plain: String, name: String, path: String, in dir: Int32) throws {
+        let executable = entry.mode & 0o111 != 0
+        let digest = String(plain.prefix(64))
+        let object = ObjectStore.name(sha256: digest, executable: executable)
+        names[entry.index] = object
+        if executable, let candidate = objects.openCandidate(object, size: entry.size),
+           try Self.hash(candidate, size: entry.size, scratch: chunk, count: Self.chunkSize) == digest,
+           try objects.link(object, into: dir, as: name) {
+            linked += 1
+            return
+        }
+        if !executable, try objects.link(object, into: dir, as: name) {
+            linked += 1
+            return
+        }
+        // A copy: the `.x` object the store lacks, or a file system that cannot link.
+        guard let source = objects.openCandidate(plain, size: entry.size) else {
+            throw POSIXFailure("open object \(plain) for \(path)", errno: ENOENT)
+        }
+        defer { close(source) }
+        var hasher = SHA256()
+        let chunk = self.chunk
+        try create(name, in: dir, executable: executable, path: path) { fd in
+            while true {
+                let n: Int
+                do throws(POSIXFailure) { n = try FileDescriptor.read(source, into: chunk, count: Self.chunkSize) } catch { throw POSIXFailure("read object \(plain)", errno: error.errno) }
+                if n == 0 { break }
+                let bytes = UnsafeRawBufferPointer(start: chunk, count: n)
+                hasher.update(bufferPointer: bytes)
+                do throws(POSIXFailure) { try FileDescriptor.writeAll(fd, bytes) } catch { throw POSIXFailure("write \(path)", errno: error.errno) }
+            }
+        }
+        guard hasher.finalize().hex == digest else {
+            throw OfflineAgentError(.extract, "object \(plain) of entry '\(ZipExtractor.quoted(path))' changed since it was written", cause: .io)
+        }
+        if executable { try objects.adopt(name, in: dir, as: object) }
+    }
+
     /// Creates `name` read-only (0444, 0555 when executable: the mode objects have),
     /// lets `fill` write it, and counts its bytes as written.
     private func create(_ name: String, in dir: Int32, executable: Bool, path: String, fill: (Int32) throws -> Void) throws {
@@ -108,7 +151,7 @@ final class ObjectWriter {
     }
 
     /// Whether the open object `fd` (closed here) holds exactly `content`.
-    private static func equal(_ fd: Int32, _ content: UnsafeRawBufferPointer, scratch: UnsafeMutableRawPointer, count: Int) throws -> Bool {
+    static func equal(_ fd: Int32, _ content: UnsafeRawBufferPointer, scratch: UnsafeMutableRawPointer, count: Int) throws -> Bool {
         defer { close(fd) }
         var offset = 0
         while true {
@@ -122,7 +165,7 @@ final class ObjectWriter {
 
     /// The SHA-256 of the open object `fd` (closed here); "" when it holds more than
     /// `size` bytes (it grew since it was checked: not a match, and the loop ends).
-    private static func hash(_ fd: Int32, size: Int64, scratch: UnsafeMutableRawPointer, count: Int) throws -> String {
+    static func hash(_ fd: Int32, size: Int64, scratch: UnsafeMutableRawPointer, count: Int) throws -> String {
         defer { close(fd) }
         var hasher = SHA256()
         var total: Int64 = 0

@@ -101,6 +101,36 @@ final class PackageView: Sendable {
         return hasher.finalize().hex
     }
 
+    /// The central directory of the package the view stands for.
+    /// - Parameter path: names the package in errors.
+    func centralDirectory(path: String = "installed package") throws -> [ZipCentralDirectory.Entry] {
+        try ZipCentralDirectory.entries(size: UInt64(size), path: path) { offset, count in
+            var bytes = [UInt8](repeating: 0, count: count)
+            let n = bytes.withUnsafeMutableBytes { read(into: $0.baseAddress!, count: count, at: Int64(offset)) }
+            guard n >= 0 else {
+                throw OfflineAgentError(.extract, "cannot read the package", cause: .io, path: path, underlying: POSIXFailure("read", errno: errno))
+            }
+            bytes.removeLast(count - n)
+            return bytes
+        }
+    }
+
+    /// The object and CRC-32 of each stored entry with data, by entry name: what a
+    /// streamed patch compares a new entry of the same name with (`PatchedPackageSplitter`).
+    /// Empty when the central directory cannot be read.
+    func entryObjects() -> [String: (object: String, crc: UInt32)] {
+        guard let directory = try? centralDirectory() else { return [:] }
+        var objects: [String: (object: String, crc: UInt32)] = [:]
+        for entry in directory where entry.method == 0 && entry.size > 0 && entry.size != 0xFFFF_FFFF {
+            // The entry's local header lies in a skeleton segment; its data is the next segment.
+            guard let index = skeleton.segment(at: Int64(entry.localHeaderOffset)), index + 1 < skeleton.segments.count,
+                  case .object(let name) = skeleton.segments[index + 1].source,
+                  skeleton.segments[index + 1].length == Int64(entry.size) else { continue }
+            objects[String(decoding: entry.name, as: UTF8.self)] = (name, entry.crc32)
+        }
+        return objects
+    }
+
     private static func preadFull(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, _ offset: Int64) -> Int {
         var done = 0
         while done < count {

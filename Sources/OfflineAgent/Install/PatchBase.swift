@@ -15,6 +15,14 @@ enum PatchBase: Sendable {
         }
     }
 
+    /// The SHA-256 of the whole package as it is now (a full read: only after a failure).
+    func sha256() throws -> String {
+        switch self {
+        case .file(let path): try FileHasher.sha256(of: path)
+        case .view(let view): try view.sha256()
+        }
+    }
+
     /// Applies `patch` to this package, producing `output` (see `Patcher.apply`).
     func apply(patch: String, to output: String, expectedSize: Int64?) throws {
         switch self {

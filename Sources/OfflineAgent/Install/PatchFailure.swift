@@ -47,6 +47,8 @@ public struct PatchFailure: Error, Sendable, Equatable, CustomStringConvertible 
     public static let noMemory = code(CBSPATCH_ERR_NOMEM)
     /// An empty path or a negative expected size.
     public static let argument = code(CBSPATCH_ERR_ARGUMENT)
+    /// The caller's writer stopped the apply (a streamed package that is not a plain stored zip).
+    public static let stopped = code(CBSPATCH_ERR_STOPPED)
 
     private static func code(_ status: cbspatch_status) -> Int32 { Int32(bitPattern: status.rawValue) }
 }

@@ -57,6 +57,33 @@ public enum Patcher {
         guard status == CBSPATCH_OK else { throw failure(status, error, patch: patch) }
     }
 
+    /// Applies a patch to an installed package read through `view`, handing the new
+    /// package to `splitter` as it is made instead of writing it to a file: the store's
+    /// streamed install. When the splitter stops the stream, the error carries
+    /// `PatchFailure.stopped` and `splitter.stop` says why.
+    static func apply(view: PackageView, patch: URL, into splitter: PatchedPackageSplitter, expectedSize: Int64? = nil) throws {
+        if let expectedSize, expectedSize < 0 {
+            throw failure(PatchFailure(status: PatchFailure.argument, message: "expected size \(expectedSize) is negative"),
+                          patch: patch)
+        }
+        var error = cbspatch_error()
+        let readContext = Unmanaged.passUnretained(view).toOpaque()
+        let writeContext = Unmanaged.passUnretained(splitter).toOpaque()
+        let status = withExtendedLifetime((view, splitter)) {
+            patch.withUnsafeFileSystemRepresentation { patchPath in
+                cbspatch_apply_reader_writer({ context, buffer, length, offset in
+                    let view = Unmanaged<PackageView>.fromOpaque(context!).takeUnretainedValue()
+                    return Int64(view.read(into: buffer!, count: length, at: offset))
+                }, readContext, view.size, patchPath, { context, buffer, length in
+                    // Called from the applying thread only, in order.
+                    let splitter = Unmanaged<PatchedPackageSplitter>.fromOpaque(context!).takeUnretainedValue()
+                    return splitter.feed(UnsafeRawBufferPointer(start: buffer, count: length)) ? 0 : 1
+                }, writeContext, expectedSize ?? -1, &error)
+            }
+        }
+        guard status == CBSPATCH_OK else { throw failure(status, error, patch: patch) }
+    }
+
     /// Reads and validates the 32-byte header of a BSDIFF40 patch, without decoding anything.
     /// - Throws: `OfflineAgentError(.patch, ...)` with a `PatchFailure` for a missing file,
     ///   a bad magic, negative lengths or streams running past the end of the file.

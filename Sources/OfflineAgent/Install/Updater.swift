@@ -44,7 +44,7 @@ struct Updater: Sendable {
         }
         try checkDeclaredSizes()
         if let kept = try await reusablePackage() {
-            let record = try await install(kept, via: patchOffer != nil ? .patch : .full)
+            let record = try await install(.file(kept), via: patchOffer != nil ? .patch : .full)
             return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
         }
         var fallbackReason: String?
@@ -56,7 +56,8 @@ struct Updater: Sendable {
                 let record = try await install(package, via: .patch)
                 return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: nil)
             } catch let error as OfflineAgentError where (error.code == .patch || error.code == .download) && error.cause != .cancelled {
-                // Corrupt bytes, a wrong base, a 404: the full package still gets us there.
+                // Corrupt bytes, a wrong or damaged base, a 404: the full package still gets us there.
+                // (A damaged base is `.patch` with cause `.io`: not the publisher's mismatch below.)
                 // Reported in SyncReport.patchFallbackReason (and the CLI's line); a log only with --verbose.
                 logger.notice("\(app): patch unusable (\(error)); falling back to the full package")
                 fallbackReason = error.description
@@ -74,7 +75,7 @@ struct Updater: Sendable {
             }
             throw error
         }
-        let record = try await install(package, via: .full)
+        let record = try await install(.file(package), via: .full)
         return Outcome(installed: record, bytesDownloaded: counter.value, patchFallbackReason: fallbackReason)
     }
 
@@ -82,62 +83,149 @@ struct Updater: Sendable {
     /// (the disk may have altered it); one that no longer matches is deleted.
     private func reusablePackage() async throws -> String? {
         let path = verifiedPath
-        guard let size = FileSystem.fileSize(path) else { return nil }
+        guard FileSystem.fileSize(path) != nil else { return nil }
         let digest = try await pool.run(.install) { try? FileHasher.sha256(of: path) }
         guard digest == manifest.packageSha256 else {
             logger.notice("\(app): kept package \(path) no longer matches packageSha256; downloading again")
             FileSystem.remove(path)
             return nil
         }
-        try checkDiskSpace(needed: size)
+        // Its disk check (what extraction writes) is the install's (`checkSpaceToInstall`).
         return path
     }
 
     // MARK: - Patch
 
-    private func viaPatch(_ offer: ManifestPatch?) async throws -> String {
+    /// A patched package ready to install: a verified file in `downloads/`, or the
+    /// streamed output already split into the store's objects and a skeleton.
+    enum PatchedPackage: Sendable {
+        case file(String)
+        /// With the patch it came from, kept in `downloads/` until the install is done:
+        /// a run killed meanwhile streams it again without a download (the objects are there).
+        case streamed(PatchedPackageSplitter, ObjectStore, patch: String)
+    }
+
+    private func viaPatch(_ offer: ManifestPatch?) async throws -> PatchedPackage {
         guard let installed, let offer else {
             throw OfflineAgentError(.patch, "patch is from \(manifest.baseVersion?.description ?? "?"), installed is \(installed?.version.description ?? "nothing")")
         }
         let store = self.store, app = self.app
-        guard let old = try await pool.run(.patch, { store.verifiedPatchBase(of: installed, app: app) }) else {
+        // Not hashed here: the output's check against packageSha256 catches a damaged base
+        // (and then `baseDamage` tells it from a bad patch), without reading the whole package first.
+        guard let old = try await pool.run(.patch, { store.patchBase(of: installed, app: app) }) else {
             throw OfflineAgentError(.patch, "kept package of \(installed.version) is missing or altered")
         }
-        let oldSize = old.size
-        // Patch + the new package (about the old one's size) + its extraction.
-        let packageEstimate = max(oldSize, manifest.compression == .none ? manifest.fullFile.size : 0)
-        try checkDiskSpace(needed: try Self.sum(offer.size, try Self.product(packageEstimate, 2)))
+        let objects: ObjectStore? = if case .view = old { try? ObjectStore(root: store.root) } else { nil }
+        if objects != nil {
+            // Streamed into the store: the patch, the skeletons (the old one's size as the
+            // estimate, twice: the one made, and its rewrite when entries are executable);
+            // each new object's bytes are checked against the free space as it is written.
+            let skeleton = FileSystem.fileSize(store.skeletonPath(app, installed.version)) ?? 0
+            try checkDiskSpace(needed: try Self.sum(offer.size, try Self.product(skeleton, 2)))
+        } else {
+            // Patch + the new package (about the old one's size) + its extraction.
+            try checkDiskSpace(needed: try Self.sum(offer.size, try Self.product(packageEstimate(old), 2)))
+        }
         let target = try self.target(url: offer.url, size: offer.size, sha256: offer.sha256)
         let patch = try await download(target)
-        progress(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
-        let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
-        let expected: Int64? = manifest.compression == .none ? manifest.fullFile.size : nil
-        let maxPackageBytes = configuration.maxPackageBytes
         do {
-            try await pool.run(.patch) {
-                // The header's new size is the patch author's word: over the cap, the patch is not worth applying.
-                let newSize = try Patcher.header(of: URL(fileURLWithPath: patch)).newSize
-                guard newSize <= maxPackageBytes else {
-                    throw OfflineAgentError(
-                        .patch, "patch would produce \(newSize) bytes, above the cap of \(maxPackageBytes)",
-                        cause: .tooLarge, path: patch)
-                }
-                try old.apply(patch: patch, to: output, expectedSize: expected)
-            }
-        } catch {
+            let patched = try await apply(patch, to: old, installed: installed, objects: objects)
+            if case .file = patched { FileSystem.remove(patch) }
+            return patched
+        } catch let error as OfflineAgentError where error.code == .patch {
+            // The patch, or what it makes, is wrong: not worth keeping. A local failure keeps it.
             FileSystem.remove(patch)
             throw error
         }
-        FileSystem.remove(patch)
+    }
+
+    private func apply(_ patch: String, to old: PatchBase, installed: InstalledVersion, objects: ObjectStore?) async throws -> PatchedPackage {
+        progress(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
+        let expected: Int64? = manifest.compression == .none ? manifest.fullFile.size : nil
+        let maxPackageBytes = configuration.maxPackageBytes
+        try await pool.run(.patch) {
+            // The header's new size is the patch author's word: over the cap, the patch is not worth applying.
+            let newSize = try Patcher.header(of: URL(fileURLWithPath: patch)).newSize
+            guard newSize <= maxPackageBytes else {
+                throw OfflineAgentError(
+                    .patch, "patch would produce \(newSize) bytes, above the cap of \(maxPackageBytes)",
+                    cause: .tooLarge, path: patch)
+            }
+        }
+        if case .view(let view) = old, let objects {
+            if let streamed = try await streamed(view: view, objects: objects, patch: patch, expected: expected, installed: installed) {
+                return streamed
+            }
+            // Not a plain stored zip: the whole patched zip, then extraction, as below.
+            try checkDiskSpace(needed: try Self.product(packageEstimate(old), 2))
+        }
+        let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
+        try await pool.run(.patch) { try old.apply(patch: patch, to: output, expectedSize: expected) }
         CrashPoint.afterPatch.hit()
-        return try await pool.run(.patch) {
+        return .file(try await pool.run(.patch) {
             let digest = try FileHasher.sha256(of: output)
             guard digest == manifest.packageSha256 else {
                 FileSystem.remove(output)
-                throw OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
+                throw baseDamage(old, installed: installed)
+                    ?? OfflineAgentError(.patch, "patched package hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
             }
             return try keepVerified(output)
+        })
+    }
+
+    /// Streams the patch's output into the store (`PatchedPackageSplitter`) and checks its
+    /// size and hash; nil when the output is not a plain stored zip (the caller then
+    /// takes the file path). Nothing is installed here.
+    private func streamed(view: PackageView, objects: ObjectStore, patch: String, expected: Int64?, installed: InstalledVersion) async throws -> PatchedPackage? {
+        let manifest = self.manifest, app = self.app, logger = self.logger, store = self.store
+        let reserve = max(0, configuration.diskReserveBytes)
+        return try await pool.run(.patch) { () throws -> PatchedPackage? in
+            let candidates = view.entryObjects()
+            let splitter = PatchedPackageSplitter(objects: objects, reserve: reserve, candidates: candidates)
+            do {
+                try Patcher.apply(view: view, patch: URL(fileURLWithPath: patch), into: splitter, expectedSize: expected)
+                guard splitter.endedCleanly else {
+                    // Ends inside an entry or a header: let the file path and libzip judge it.
+                    logger.notice("\(app): patched package does not end with a central directory; writing it whole")
+                    return nil
+                }
+                splitter.finish()
+                CrashPoint.afterPatch.hit()
+                let digest = splitter.sha256()
+                guard expected == nil || splitter.size == expected, digest == manifest.packageSha256 else {
+                    throw baseDamage(.view(view), installed: installed)
+                        ?? OfflineAgentError(.patch, "patched package (\(splitter.size) bytes) hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
+                }
+                return .streamed(splitter, objects, patch: patch)
+            } catch let error as OfflineAgentError where (error.underlying as? PatchFailure)?.status == PatchFailure.stopped {
+                guard case .notPlain(let why)? = splitter.stop else {
+                    store.collectObjects()
+                    if case .failure(let failure)? = splitter.stop {
+                        throw failure as? OfflineAgentError
+                            ?? OfflineAgentError(.install, "cannot store the patched package's files", cause: ZipExtractor.writeCause(failure as? POSIXFailure),
+                                                 path: objects.directory, underlying: failure as? POSIXFailure)
+                    }
+                    throw error
+                }
+                logger.notice("\(app): patched package is not a plain stored zip (\(why)); writing it whole")
+                return nil
+            } catch {
+                // The objects this stream wrote are in no version: collected now (under the root lock).
+                store.collectObjects()
+                throw error
+            }
         }
+    }
+
+    /// After a patch's output failed its hash: whether the installed package it was applied
+    /// to is what was installed. Read only now, once, instead of before every patch.
+    private func baseDamage(_ base: PatchBase, installed: InstalledVersion) -> OfflineAgentError? {
+        guard (try? base.sha256()) != installed.packageSha256 else { return nil }
+        return OfflineAgentError(.patch, "kept package of \(installed.version) no longer hashes to what was installed (a damaged object or skeleton)", cause: .io)
+    }
+
+    private func packageEstimate(_ old: PatchBase) -> Int64 {
+        max(old.size, manifest.compression == .none ? manifest.fullFile.size : 0)
     }
 
     // MARK: - Full
@@ -149,7 +237,9 @@ struct Updater: Sendable {
         let packageEstimate = compressed
             ? max(try Self.product(size, 4), installed.flatMap { store.keptPackageSize(app, $0.version) } ?? 0)
             : size
-        try checkDiskSpace(needed: try Self.sum(size, compressed ? packageEstimate : 0, packageEstimate))
+        // The download (and a gzip's output); what extraction writes is checked once the
+        // central directory is known (`checkSpaceToInstall`).
+        try checkDiskSpace(needed: try Self.sum(size, compressed ? packageEstimate : 0))
         // An uncompressed package is the file itself: without its own hash, packageSha256 checks it.
         let fileHash = sha256 ?? (compressed ? nil : manifest.packageSha256)
         let file = try await download(try target(url: url, size: size, sha256: fileHash))
@@ -250,19 +340,38 @@ struct Updater: Sendable {
         return result
     }
 
-    private func install(_ package: String, via: UpdateMethod) async throws -> InstalledVersion {
+    /// Before extracting a package file: the bytes of the entries the store is likely to
+    /// lack, from the central directory (an entry whose CRC-32 and size an entry of the
+    /// installed package has is taken as stored), plus its skeleton's share.
+    private func checkSpaceToInstall(_ package: String) throws {
+        let needed = store.bytesToInstall(package: package, app: app, installed: installed)
+        try checkDiskSpace(needed: needed)
+    }
+
+    private func install(_ package: PatchedPackage, via: UpdateMethod) async throws -> InstalledVersion {
         progress(ProgressEvent(app: app, phase: .extracting, completed: 0, total: 0))
         let logger = self.logger
-        // Extraction, syncfs, the swap and the collection of old versions: all blocking.
+        // The disk check (central directories), extraction, syncfs, the swap and the collection of old versions: all blocking.
         let record = try await pool.run(.extract) {
+            if case .file(let path) = package { try checkSpaceToInstall(path) }
             do {
-                return try store.install(
-                    app: app, package: package, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
-                    limits: configuration.extractionLimits,
-                    trialLaunches: configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0, notice: { logger.notice("\($0)") })
+                let trial = configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0
+                switch package {
+                case .file(let path):
+                    return try store.install(
+                        app: app, package: path, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
+                        limits: configuration.extractionLimits, trialLaunches: trial, notice: { logger.notice("\($0)") })
+                case .streamed(let splitter, let objects, let patch):
+                    let record = try store.install(
+                        app: app, streamed: splitter, objects: objects, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
+                        limits: configuration.extractionLimits, trialLaunches: trial, notice: { logger.notice("\($0)") })
+                    FileSystem.remove(patch)
+                    return record
+                }
             } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
                 // Verified bytes the extractor refuses are refused on every device and every run.
                 RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)
+                if case .streamed(_, _, let patch) = package { FileSystem.remove(patch) }
                 throw error
             }
         }

@@ -9,6 +9,8 @@ final class ZipArchive {
     let handle: OpaquePointer
     let path: String
     private let zip: c_libzip_api
+    /// What the archive is read through when it is not a file; kept alive as long as the handle.
+    private let view: PackageView?
 
     init(path: String) throws {
         let zip = try Libzip.load()
@@ -21,9 +23,35 @@ final class ZipArchive {
         self.handle = handle
         self.path = path
         self.zip = zip
+        view = nil
     }
 
-    deinit { zip.zip_discard(handle) }
+    /// Opens a package that exists only as a skeleton and objects (a streamed patch's
+    /// output), with the same checks as a file; `path` names it in messages.
+    init(view: PackageView, path: String) throws {
+        let zip = try Libzip.load()
+        var code: Int32 = 0
+        let context = Unmanaged.passUnretained(view).toOpaque()
+        let opened = withUnsafePointer(to: zip) { api in
+            c_libzip_open_reader(api, { context, buffer, length, offset in
+                // The view outlives the handle: this archive holds it.
+                Int64(Unmanaged<PackageView>.fromOpaque(context!).takeUnretainedValue().read(into: buffer!, count: length, at: offset))
+            }, context, view.size, ZIP_RDONLY | ZIP_CHECKCONS, &code)
+        }
+        guard let handle = opened else {
+            let hostile = code == ZIP_ER_EXISTS || code == ZIP_ER_INCONS
+            throw OfflineAgentError(.extract, Self.openFailure(code, zip), cause: hostile ? .hostileArchive : .archiveCorrupt, path: path)
+        }
+        self.handle = handle
+        self.path = path
+        self.zip = zip
+        self.view = view
+    }
+
+    deinit {
+        zip.zip_discard(handle)
+        withExtendedLifetime(view) {}
+    }
 
     var entryCount: Int64 { zip.zip_get_num_entries(handle, 0) }
 

@@ -9,6 +9,7 @@ package enum ZipCentralDirectory {
     struct Entry: Sendable {
         var name: [UInt8]
         var method: UInt16
+        var crc32: UInt32
         /// 0xFFFFFFFF when the real value is in a zip64 extra field.
         var compressedSize: UInt32
         var size: UInt32
@@ -31,10 +32,17 @@ package enum ZipCentralDirectory {
         guard fstat(fd, &st) == 0 else {
             throw OfflineAgentError(.extract, "cannot stat archive", cause: .io, path: path, underlying: POSIXFailure("fstat"))
         }
-        let fileSize = UInt64(max(0, st.st_size))
+        return try entries(size: UInt64(max(0, st.st_size)), path: path) { offset, count in
+            try read(fd, at: offset, count: count, path: path)
+        }
+    }
+
+    /// The same for an archive of `size` bytes read through `read` (offset, count → up
+    /// to count bytes, fewer only at the end): a package that is a skeleton and objects.
+    static func entries(size fileSize: UInt64, path: String, read: (UInt64, Int) throws -> [UInt8]) throws -> [Entry] {
         // The end record is 22 bytes plus a comment of at most 65535 bytes.
         let tailLength = min(fileSize, 22 + 65535 + 20)
-        let tail = try read(fd, at: fileSize - tailLength, count: Int(tailLength), path: path)
+        let tail = try read(fileSize - tailLength, Int(tailLength))
         guard let end = lastIndex(of: [0x50, 0x4b, 0x05, 0x06], in: tail), end + 22 <= tail.count else {
             throw OfflineAgentError(.extract, "no end of central directory record", cause: .archiveCorrupt, path: path)
         }
@@ -51,7 +59,7 @@ package enum ZipCentralDirectory {
             guard fileSize >= 56, recordOffset <= fileSize - 56 else {
                 throw OfflineAgentError(.extract, "zip64 end record lies outside the file", cause: .archiveCorrupt, path: path)
             }
-            let record = try read(fd, at: recordOffset, count: 56, path: path)
+            let record = try read(recordOffset, 56)
             guard record.count == 56, record.le32(0) == 0x0606_4b50 else {
                 throw OfflineAgentError(.extract, "bad zip64 end record", cause: .archiveCorrupt, path: path)
             }
@@ -62,7 +70,7 @@ package enum ZipCentralDirectory {
         guard offset <= fileSize, size <= fileSize - offset, count <= size / 46 + 1 else {
             throw OfflineAgentError(.extract, "central directory lies outside the file", cause: .archiveCorrupt, path: path)
         }
-        let directory = try read(fd, at: offset, count: Int(size), path: path)
+        let directory = try read(offset, Int(size))
         var names: [Entry] = []
         var cursor = 0
         for _ in 0..<count {
@@ -77,6 +85,7 @@ package enum ZipCentralDirectory {
             }
             names.append(Entry(
                 name: Array(directory[(cursor + 46)..<(cursor + 46 + nameLength)]), method: directory.le16(cursor + 10),
+                crc32: directory.le32(cursor + 16),
                 compressedSize: directory.le32(cursor + 20), size: directory.le32(cursor + 24),
                 localHeaderOffset: directory.le32(cursor + 42)))
             cursor += 46 + nameLength + extraLength + commentLength

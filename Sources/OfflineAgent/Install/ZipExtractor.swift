@@ -58,6 +58,53 @@ public enum ZipExtractor {
             throw OfflineAgentError(.extract, "destination already exists", cause: .io, path: destinationPath)
         }
         let (entries, tree) = try plan(archivePath: archivePath, limits: limits)
+        return try makeTree(entries, tree: tree, source: .archive(archivePath), destination: destinationPath, durable: durable, objects: objects)
+    }
+
+    /// Where the bytes of a tree's files come from.
+    enum EntrySource {
+        /// Read from the zip at this path (libzip).
+        case archive(String)
+        /// Already objects of the store: a streamed patch's output, by archive index.
+        case objects([Int64: String])
+    }
+
+    /// Makes a version tree for a package that exists only as `view` (its new skeleton)
+    /// and the objects a streamed patch wrote (`objectsByOffset`: plain object name by
+    /// local header offset). The whole central directory goes through the same checks
+    /// as a file's (`plan`, libzip's consistency checks included) before any tree exists,
+    /// then the same tree builder links the objects. `path` names the package in messages.
+    static func makeTree(
+        view: PackageView, objectsByOffset: [UInt64: String], path: String, to destination: String,
+        limits: ExtractionLimits, objects: ObjectStore
+    ) throws -> (summary: ExtractionSummary, namesByOffset: [UInt64: String]) {
+        let destinationPath = FileSystem.absolute(destination)
+        guard !FileSystem.exists(destinationPath) else {
+            throw OfflineAgentError(.extract, "destination already exists", cause: .io, path: destinationPath)
+        }
+        let directory = try view.centralDirectory(path: path)
+        let archive = try ZipArchive(view: view, path: path)
+        let (entries, tree) = try plan(archive: archive, rawNames: directory.map(\.name), limits: limits)
+        var names: [Int64: String] = [:]
+        for entry in entries where !entry.isDirectory {
+            // libzip's index is the central directory's order.
+            guard entry.index < directory.count, let object = objectsByOffset[UInt64(directory[Int(entry.index)].localHeaderOffset)] else {
+                throw OfflineAgentError(.extract, "entry \(entry.index)'s data is not where the package's local headers put it", cause: .hostileArchive, path: path)
+            }
+            names[entry.index] = object
+        }
+        let summary = try makeTree(entries, tree: tree, source: .objects(names), destination: destinationPath, durable: true, objects: objects)
+        // The names the tree links (`.x` for executables): what the kept skeleton must name.
+        var namesByOffset: [UInt64: String] = [:]
+        for (index, name) in summary.objectNames { namesByOffset[UInt64(directory[Int(index)].localHeaderOffset)] = name }
+        return (summary, namesByOffset)
+    }
+
+    /// Writes the checked entries into a staging directory beside `destinationPath`,
+    /// seals and flushes it, and renames it into place; nothing is left on failure.
+    private static func makeTree(
+        _ entries: [Entry], tree: EntryTree, source: EntrySource, destination destinationPath: String, durable: Bool, objects: ObjectStore?
+    ) throws -> ExtractionSummary {
         let parent = FileSystem.parent(of: destinationPath)
         let staging: String
         do {
@@ -67,7 +114,7 @@ public enum ZipExtractor {
             throw OfflineAgentError(.extract, "cannot create staging directory", cause: writeCause(failure), path: parent, underlying: failure)
         }
         do {
-            let summary = try write(entries, tree: tree, from: archivePath, into: staging, objects: objects)
+            let summary = try write(entries, tree: tree, from: source, into: staging, objects: objects)
             guard chmod(staging, objects == nil ? 0o755 : 0o555) == 0 else { throw POSIXFailure("chmod \(staging)") }
             if durable { try FileSystem.syncFilesystem(containing: staging) }
             CrashPoint.beforeTreeRename.hit()
@@ -93,10 +140,21 @@ public enum ZipExtractor {
     // MARK: - Checking the whole archive before writing
 
     static func plan(archivePath: String, limits: ExtractionLimits) throws -> (entries: [Entry], tree: EntryTree) {
-        for name in try ZipCentralDirectory.rawNames(of: archivePath) where name.contains(0) {
+        let rawNames = try ZipCentralDirectory.rawNames(of: archivePath)
+        // Before libzip opens it: a NUL in a name is refused as such, whatever else is wrong.
+        for name in rawNames where name.contains(0) {
             throw hostile("entry name contains NUL", archivePath)
         }
-        let archive = try ZipArchive(path: archivePath)
+        return try plan(archive: try ZipArchive(path: archivePath), rawNames: rawNames, limits: limits)
+    }
+
+    /// The checks of `plan(archivePath:limits:)` on an open archive and its central
+    /// directory's raw names (what libzip hides: a NUL inside a name).
+    static func plan(archive: ZipArchive, rawNames: [[UInt8]], limits: ExtractionLimits) throws -> (entries: [Entry], tree: EntryTree) {
+        let archivePath = archive.path
+        for name in rawNames where name.contains(0) {
+            throw hostile("entry name contains NUL", archivePath)
+        }
         let count = archive.entryCount
         guard count >= 0 else { throw corrupt("cannot count entries", archivePath) }
         var rules = PackageRules(limits: limits)
@@ -166,7 +224,7 @@ public enum ZipExtractor {
     // MARK: - Writing
 
     private static func write(
-        _ entries: [Entry], tree: EntryTree, from archivePath: String, into staging: String, objects: ObjectStore?
+        _ entries: [Entry], tree: EntryTree, from source: EntrySource, into staging: String, objects: ObjectStore?
     ) throws -> ExtractionSummary {
         let root = open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard root >= 0 else { throw POSIXFailure("open \(staging)") }
@@ -188,13 +246,22 @@ public enum ZipExtractor {
         let bytes = files.reduce(Int64(0)) { $0 + $1.size }
         // Two readers (each with its own libzip handle: zip_t is not thread-safe) keep
         // both cores busy inflating; small archives aren't worth a second open.
-        let workers = bytes > 4 << 20 && files.count > 1 ? 2 : 1
+        let workers: Int
+        switch source {
+        case .archive: workers = bytes > 4 << 20 && files.count > 1 ? 2 : 1
+        // Links only: a second worker's cursor would cost more than it saves.
+        case .objects: workers = 1
+        }
         // Each share in tree order, so its cursor opens each directory about once.
         let shares = split(files, into: workers).map { share in share.sorted { rank[$0.directory] < rank[$1.directory] } }
         let outcome = WorkerOutcome()
         DispatchQueue.concurrentPerform(iterations: workers) { worker in
             do {
-                let archive = try ZipArchive(path: archivePath)
+                let archive: ZipArchive?
+                switch source {
+                case .archive(let path): archive = try ZipArchive(path: path)
+                case .objects: archive = nil
+                }
                 let cursor = DirectoryCursor(tree: tree, rootFD: root)
                 let buffer = UnsafeMutableRawPointer.allocate(byteCount: 256 << 10, alignment: 16)
                 defer { buffer.deallocate() }
@@ -203,11 +270,15 @@ public enum ZipExtractor {
                 for (number, entry) in shares[worker].enumerated() {
                     if outcome.failed { return }
                     let dir = try cursor.move(to: entry.directory)
-                    if let writer {
+                    if let writer, case .objects(let names) = source, let object = names[entry.index] {
+                        try writer.link(entry, object: object, name: tree.nodes[entry.node].name, path: tree.path(of: entry.node), in: dir)
+                    } else if let writer, let archive {
                         try writer.put(entry, name: tree.nodes[entry.node].name, path: tree.path(of: entry.node), archive: archive, in: dir)
-                    } else {
+                    } else if let archive {
                         try writeFile(entry, tree: tree, archive: archive, in: dir, buffer: buffer, bufferSize: 256 << 10)
                         outcome.count(written: entry.size, linked: 0, names: [:])
+                    } else {
+                        throw OfflineAgentError(.extract, "entry '\(quoted(tree.path(of: entry.node)))' has no bytes", cause: .unexpected)
                     }
                     if number == 1 { CrashPoint.duringExtract.hit() }
                 }

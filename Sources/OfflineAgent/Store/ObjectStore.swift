@@ -101,6 +101,27 @@ final class ObjectStore: Sendable {
         CrashPoint.afterObjectStored.hit()
     }
 
+    /// Creates a new, empty temporary file in `objects/` (`.tmp-stream-…`, mode 0444:
+    /// an object's mode) for bytes that will become an object once all are written and
+    /// hashed. A crash leaves it to `collectGarbage`, which removes every `.tmp-*`.
+    func createTemporary() throws(POSIXFailure) -> (fd: Int32, name: String) {
+        let name = ".tmp-stream-\(UInt64.random(in: 0...UInt64.max))"
+        let temp = openat(fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, Self.mode(executable: false))
+        guard temp >= 0 else { throw POSIXFailure("create \(directory)/\(name)") }
+        return (temp, name)
+    }
+
+    /// Gives the complete temporary file `temp` the object name `object` (rename: an
+    /// object of that name failed its check, and versions that link it keep their inode).
+    func nameTemporary(_ temp: String, as object: String) throws(POSIXFailure) {
+        guard renameat(fd, temp, fd, object) == 0 else { throw POSIXFailure("store object \(object)") }
+    }
+
+    /// Removes a temporary file that did not become an object.
+    func removeTemporary(_ temp: String) {
+        unlinkat(fd, temp, 0)
+    }
+
     /// Errors that mean "no hard link here", not a failure: another file system (EXDEV),
     /// none supported (EPERM on FAT/exFAT, EOPNOTSUPP), or the inode's link limit (EMLINK).
     private static func cannotLink(_ code: Int32) -> Bool {

@@ -84,6 +84,21 @@ struct PackageSkeleton: Sendable, Equatable {
         let fd = open(package, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw POSIXFailure("open \(package)") }
         defer { close(fd) }
+        var bytes: [UInt8] = []
+        for segment in segments where segment.object == nil {
+            let start = bytes.count
+            bytes.append(contentsOf: repeatElement(0, count: Int(segment.length)))
+            let got = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + start, Int(segment.length), off_t(segment.start)) }
+            guard got == Int(segment.length) else { throw POSIXFailure("read \(package)") }
+        }
+        try write(size: size, segments: segments, skeletonBytes: bytes, to: path)
+        return true
+    }
+
+    /// Writes a skeleton atomically (temp, fsync, rename) from its segments (covering the
+    /// package in order) and the bytes of its skeleton segments back to back: a kept
+    /// zip's, or what a streamed patch's output left after its objects.
+    static func write(size: Int64, segments: [(start: Int64, length: Int64, object: String?)], skeletonBytes: [UInt8], to path: String) throws {
         var out = magic
         out.appendLittleEndian(UInt64(size))
         out.appendLittleEndian(UInt64(segments.count))
@@ -95,14 +110,8 @@ struct PackageSkeleton: Sendable, Equatable {
                 out.append(contentsOf: object.utf8)
             }
         }
-        for segment in segments where segment.object == nil {
-            let start = out.count
-            out.append(contentsOf: repeatElement(0, count: Int(segment.length)))
-            let got = out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + start, Int(segment.length), off_t(segment.start)) }
-            guard got == Int(segment.length) else { throw POSIXFailure("read \(package)") }
-        }
+        out.append(contentsOf: skeletonBytes)
         try FileSystem.writeAtomically(Data(out), to: path, mode: 0o444)
-        return true
     }
 
     /// Reads and checks a skeleton file: every length and name bounded, segments

@@ -104,27 +104,46 @@ public struct Store: Sendable {
         try write(state, to: checkStatePath(app))
     }
 
-    /// The kept package of the active version, when it still hashes to what was installed.
-    func verifiedPackage(of installed: InstalledVersion, app: String) -> String? {
-        let path = packagePath(app, installed.version)
-        guard (try? FileHasher.sha256(of: path)) == installed.packageSha256 else { return nil }
-        return path
-    }
-
     /// The size of the package kept for `version`: its zip, or the package its skeleton stands for.
     func keptPackageSize(_ app: String, _ version: Version) -> Int64? {
         FileSystem.fileSize(packagePath(app, version))
             ?? PackageView(skeletonPath: skeletonPath(app, version), objectsDirectory: objectsDirectory)?.size
     }
 
-    /// The package of the installed version as a patch base, when it still hashes to
-    /// what was installed: the kept zip, or its skeleton read back through the objects
-    /// (a damaged object or skeleton fails this hash, and the full package is fetched).
-    func verifiedPatchBase(of installed: InstalledVersion, app: String) -> PatchBase? {
-        if let path = verifiedPackage(of: installed, app: app) { return .file(path) }
-        guard let view = PackageView(skeletonPath: skeletonPath(app, installed.version), objectsDirectory: objectsDirectory),
-              (try? view.sha256()) == installed.packageSha256 else { return nil }
-        return .view(view)
+    /// The package of the installed version as a patch base: the kept zip, or its
+    /// skeleton read back through the objects. Not hashed: a damaged object or skeleton
+    /// makes the patch's output fail `packageSha256`, and the full package is fetched
+    /// (reading the whole package before every patch cost as much as the patch).
+    func patchBase(of installed: InstalledVersion, app: String) -> PatchBase? {
+        let zip = packagePath(app, installed.version)
+        if FileSystem.fileSize(zip) != nil { return .file(zip) }
+        return PackageView(skeletonPath: skeletonPath(app, installed.version), objectsDirectory: objectsDirectory).map(PatchBase.view)
+    }
+
+    /// What installing the package file `package` is expected to write: the bytes of its
+    /// entries that the installed version's package does not have (same CRC-32 and size:
+    /// its object is taken to be stored), plus its headers (the skeleton's share). The
+    /// central directories are all that is read. Without a readable central directory,
+    /// the package's size.
+    func bytesToInstall(package: String, app: String, installed: InstalledVersion?) -> Int64 {
+        guard let entries = try? ZipCentralDirectory.entries(of: package), let size = FileSystem.fileSize(package) else {
+            return FileSystem.fileSize(package) ?? 0
+        }
+        var stored = Set<UInt64>()
+        if let installed, let base = patchBase(of: installed, app: app) {
+            let old: [ZipCentralDirectory.Entry]?
+            switch base {
+            case .file(let path): old = try? ZipCentralDirectory.entries(of: path)
+            case .view(let view): old = try? view.centralDirectory()
+            }
+            for entry in old ?? [] { stored.insert(UInt64(entry.crc32) << 32 | UInt64(entry.size)) }
+        }
+        var data: Int64 = 0, lacking: Int64 = 0
+        for entry in entries {
+            data += Int64(entry.compressedSize)
+            if !stored.contains(UInt64(entry.crc32) << 32 | UInt64(entry.size)) { lacking += Int64(entry.size) }
+        }
+        return lacking + max(0, size - data)
     }
 
     // MARK: - Changing (callers hold the RootLock)
@@ -227,21 +246,90 @@ public struct Store: Sendable {
             throw error
         }
         CrashPoint.afterExtract.hit()
-        do {
-            let kept = packagePath(app, version)
-            if package != kept {
-                FileSystem.remove(kept)
-                FileSystem.remove(skeletonPath(app, version))
-                // Every stored file's bytes are objects now: keep only the rest of the zip.
-                // A package with deflated entries (or files copied, not linked) keeps its zip.
-                let skeleton = linkedAll
-                    && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
-                if skeleton {
-                    FileSystem.remove(package)
-                } else {
-                    try FileSystem.renameDurably(package, to: kept)
-                }
+        let kept = packagePath(app, version)
+        return try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
+                          via: via, trialLaunches: trialLaunches, target: target) {
+            guard package != kept else { return }
+            FileSystem.remove(kept)
+            FileSystem.remove(skeletonPath(app, version))
+            // Every stored file's bytes are objects now: keep only the rest of the zip.
+            // A package with deflated entries (or files copied, not linked) keeps its zip.
+            let skeleton = linkedAll
+                && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
+            if skeleton {
+                FileSystem.remove(package)
+            } else {
+                try FileSystem.renameDurably(package, to: kept)
             }
+        }
+    }
+
+    /// Makes `manifest.version` from a streamed patch's output, already verified against
+    /// `packageSha256`: its objects are in the store, `splitter` holds its skeleton. The
+    /// central directory goes through the extractor's checks before any tree exists,
+    /// the tree is made of links to the objects by the same builder as `install`, and
+    /// the skeleton is kept as the next patch's base. On failure the active version is
+    /// untouched; the objects the stream wrote are linked by no version (GC takes them).
+    func install(
+        app: String, streamed splitter: PatchedPackageSplitter, objects: ObjectStore, packageSha256: String, manifest: Manifest,
+        via: UpdateMethod, limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
+    ) throws -> InstalledVersion {
+        let previous = active(app)
+        let version = manifest.version
+        let target = versionDirectory(app, version)
+        let described = "patched package of \(version)"
+        if let damage = splitter.damage { throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: described) }
+        FileSystem.remove(target)
+        FileSystem.remove(metadataPath(app, version))
+        // A dot name: a crash leaves it to cleanLeftovers.
+        let streamedSkeleton = "\(appDirectory(app))/packages/.\(version).skel.streamed"
+        let segments = splitter.segments.map { ($0.start, $0.length, $0.object?.name) }
+        do {
+            try PackageSkeleton.write(size: splitter.size, segments: segments, skeletonBytes: splitter.skeletonBytes, to: streamedSkeleton)
+        } catch {
+            FileSystem.remove(streamedSkeleton)
+            throw OfflineAgentError(.install, "cannot write the skeleton of \(version)", path: streamedSkeleton, underlying: error as? POSIXFailure)
+        }
+        CrashPoint.afterPatchVerified.hit()
+        let made: (summary: ExtractionSummary, namesByOffset: [UInt64: String])
+        do {
+            guard let view = PackageView(skeletonPath: streamedSkeleton, objectsDirectory: objectsDirectory) else {
+                throw OfflineAgentError(.install, "cannot read back the skeleton of \(version)", path: streamedSkeleton)
+            }
+            made = try ZipExtractor.makeTree(view: view, objectsByOffset: splitter.objectsByOffset, path: described, to: target,
+                                             limits: limits, objects: objects)
+        } catch {
+            FileSystem.remove(streamedSkeleton)
+            // The stream's objects are in no version now: collected at once (callers hold the root lock).
+            collectObjects()
+            throw error
+        }
+        if objects.copiedInsteadOfLinking {
+            notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
+        }
+        CrashPoint.afterExtract.hit()
+        return try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
+                          via: via, trialLaunches: trialLaunches, target: target) {
+            FileSystem.remove(packagePath(app, version))
+            let final = splitter.segments.map { ($0.start, $0.length, $0.object.map { made.namesByOffset[$0.headerOffset] ?? $0.name }) }
+            if final.map(\.2) == segments.map(\.2) {
+                try FileSystem.renameDurably(streamedSkeleton, to: skeletonPath(app, version))
+            } else {
+                // Executable entries link `.x` objects: the kept skeleton names those, which the versions keep alive.
+                FileSystem.remove(streamedSkeleton)
+                try PackageSkeleton.write(size: splitter.size, segments: final, skeletonBytes: splitter.skeletonBytes, to: skeletonPath(app, version))
+            }
+        }
+    }
+
+    /// What every install does once the tree is in place: keep the package (`keep`),
+    /// write the record, swap `current`, collect what no kept version needs.
+    private func commit(
+        app: String, version: Version, previous: InstalledVersion?, packageSha256: String, manifest: Manifest, via: UpdateMethod,
+        trialLaunches: Int, target: String, keep: () throws -> Void
+    ) throws -> InstalledVersion {
+        do {
+            try keep()
             CrashPoint.afterKeepPackage.hit()
             let installed = InstalledVersion(
                 version: version, packageSha256: packageSha256, miniVersion: manifest.miniVersion,
