@@ -31,7 +31,7 @@ struct AutoHaltTests {
                 app: "fleet", version: Version(version)!, sourceDirectory: PublishFixtures.sampleApp(source),
                 publishDirectory: dir, whitelist: ["https://h5.example.com/fleet/"], signingKey: key)
             options.stage = staged
-            try Publisher.publish(options)
+            _ = try Publisher.publish(options)
         }
     }
 

@@ -34,7 +34,7 @@ struct FleetAutoHaltTests {
             app: "fleet", version: Version(version)!, sourceDirectory: PublishFixtures.sampleApp(source),
             publishDirectory: fleet.dir, whitelist: ["https://h5.example.com/fleet/"], signingKey: fleet.key)
         options.stage = stage
-        try Publisher.publish(options)
+        _ = try Publisher.publish(options)
     }
 
     /// Every device syncs at once, device `i` against `servers[i % servers.count]`, reporting

@@ -81,7 +81,7 @@ enum FleetReportClient {
                 app: "fleet", version: Version(version)!, sourceDirectory: PublishFixtures.sampleApp(PublishFixtures.sampleVersions[index]),
                 publishDirectory: directory, whitelist: ["https://h5.example.com/fleet/"])
             options.now = PublishFixtures.fixedPublishTime
-            try Publisher.publish(options)
+            _ = try Publisher.publish(options)
         }
     }
 
