@@ -43,15 +43,17 @@ package enum ZipCentralDirectory {
         // The end record is 22 bytes plus a comment of at most 65535 bytes.
         let tailLength = min(fileSize, 22 + 65535 + 20)
         let tail = try read(fileSize - tailLength, Int(tailLength))
-        guard let end = lastIndex(of: [0x50, 0x4b, 0x05, 0x06], in: tail), end + 22 <= tail.count else {
-            throw OfflineAgentError(.extract, "no end of central directory record", cause: .archiveCorrupt, path: path)
-        }
+        let end = try endRecord(in: tail, path: path)
         var count = UInt64(tail.le16(end + 10))
         var size = UInt64(tail.le32(end + 12))
         var offset = UInt64(tail.le32(end + 16))
-        if count == 0xFFFF || size == 0xFFFF_FFFF || offset == 0xFFFF_FFFF {
-            // Zip64: the locator sits right before the end record and points at the zip64 end record.
-            guard end >= 20, tail.le32(end - 20) == 0x0706_4b50 else {
+        let saturated = count == 0xFFFF || size == 0xFFFF_FFFF || offset == 0xFFFF_FFFF
+        // libzip reads the zip64 end record whenever its locator sits right before the end
+        // record, saturated fields or not: so does this reader, or the two could read two
+        // different central directories.
+        let hasLocator = end >= 20 && tail.le32(end - 20) == 0x0706_4b50
+        if saturated || hasLocator {
+            guard hasLocator else {
                 throw OfflineAgentError(.extract, "missing zip64 end locator", cause: .archiveCorrupt, path: path)
             }
             // The locator's offset is the archive's word: it must leave room for the 56-byte record.
@@ -62,6 +64,12 @@ package enum ZipCentralDirectory {
             let record = try read(recordOffset, 56)
             guard record.count == 56, record.le32(0) == 0x0606_4b50 else {
                 throw OfflineAgentError(.extract, "bad zip64 end record", cause: .archiveCorrupt, path: path)
+            }
+            // A field that is not saturated must say what the zip64 record says: otherwise which
+            // central directory is meant depends on the reader.
+            guard count == 0xFFFF || count == record.le64(32), size == 0xFFFF_FFFF || size == record.le64(40),
+                  offset == 0xFFFF_FFFF || offset == record.le64(48) else {
+                throw OfflineAgentError(.extract, "end record and zip64 end record disagree", cause: .hostileArchive, path: path)
             }
             count = record.le64(32)
             size = record.le64(40)
@@ -93,14 +101,33 @@ package enum ZipCentralDirectory {
         return names
     }
 
-    private static func lastIndex(of pattern: [UInt8], in bytes: [UInt8]) -> Int? {
-        guard bytes.count >= pattern.count else { return nil }
-        var index = bytes.count - pattern.count
+    /// Where the end record is in `tail` (the file's last bytes): the one libzip can take.
+    ///
+    /// libzip (`ZIP_CHECKCONS`, as every archive here is opened) only accepts an end
+    /// record whose comment reaches exactly the end of the file, and among several such
+    /// keeps the one whose entries span most: a record hidden in another's comment can
+    /// name a second central directory. Taking the last signature, as readers commonly
+    /// do, would then read other entries than libzip (other local header offsets for
+    /// the same names), so more than one acceptable record is refused as hostile. With
+    /// none, the last signature is read and libzip refuses the archive when it opens it.
+    private static func endRecord(in tail: [UInt8], path: String) throws -> Int {
+        var acceptable: [Int] = []
+        var last: Int?
+        var index = tail.count - 22
         while index >= 0 {
-            if bytes[index] == pattern[0], Array(bytes[index..<(index + pattern.count)]) == pattern { return index }
+            if tail[index] == 0x50, tail[index + 1] == 0x4b, tail[index + 2] == 0x05, tail[index + 3] == 0x06 {
+                if last == nil { last = index }
+                if index + 22 + Int(tail.le16(index + 20)) == tail.count { acceptable.append(index) }
+            }
             index -= 1
         }
-        return nil
+        guard acceptable.count <= 1 else {
+            throw OfflineAgentError(.extract, "more than one end of central directory record", cause: .hostileArchive, path: path)
+        }
+        guard let end = acceptable.first ?? last else {
+            throw OfflineAgentError(.extract, "no end of central directory record", cause: .archiveCorrupt, path: path)
+        }
+        return end
     }
 
     /// Up to `count` bytes at `offset` (fewer at the end of the file).
