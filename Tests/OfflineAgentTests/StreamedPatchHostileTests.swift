@@ -87,4 +87,132 @@ struct StreamedPatchHostileTests {
         try Data(builder.build()).write(to: URL(fileURLWithPath: plain))
         #expect(try ZipCentralDirectory.entries(of: plain).count == 2)
     }
+
+    /// Every file of a tree, by relative path: its bytes and whether it is executable.
+    static func files(_ dir: String) -> [String: [UInt8]] {
+        var out: [String: [UInt8]] = [:]
+        for name in tree(dir) where !FileSystem.isDirectory("\(dir)/\(name)") {
+            var st = stat()
+            let executable = stat("\(dir)/\(name)", &st) == 0 && st.st_mode & 0o111 != 0
+            out[name] = [UInt8](FileManager.default.contents(atPath: "\(dir)/\(name)") ?? Data()) + (executable ? [0xEE] : [])
+        }
+        return out
+    }
+
+    /// Installs `bytes` as a streamed patch update of 1.0.0 and checks it against libzip's
+    /// own extraction of the same bytes (the file path): installed, the tree is exactly
+    /// what libzip extracts; refused, 1.0.0 stays whole and no object is left behind.
+    static func endToEnd(_ bytes: [UInt8], label: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> SyncReport {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        h.origin.setManifest(try StreamedPatchTests.patchTo(h, "e2e", bytes))
+        let report = await h.sync()
+        let reference = TemporaryDirectory("libzip-reference")
+        let archive = reference.file("package.zip")
+        try Data(bytes).write(to: URL(fileURLWithPath: archive))
+        let extracted = (try? ZipExtractor.extract(archive: URL(fileURLWithPath: archive), to: URL(fileURLWithPath: reference.file("tree")), durable: false)) != nil
+        if report.result == .updated {
+            #expect(extracted, "\(label): installed (\(report.via.map { "\($0)" } ?? "?")) what libzip refuses", sourceLocation: sourceLocation)
+            let installed = Self.files(h.store.versionDirectory("mall", Version("1.1.0")!))
+            let expected = Self.files(reference.file("tree"))
+            #expect(installed.keys.sorted() == expected.keys.sorted(), "\(label): names differ", sourceLocation: sourceLocation)
+            for (name, content) in expected where installed[name] != content {
+                Issue.record("\(label): \(name) differs from libzip's extraction", sourceLocation: sourceLocation)
+            }
+        } else {
+            #expect(h.activeMatches("1.0.0"), "\(label): 1.0.0 not intact after \(report.error?.description ?? "")", sourceLocation: sourceLocation)
+            #expect(!FileSystem.exists(h.store.versionDirectory("mall", Version("1.1.0")!)), sourceLocation: sourceLocation)
+        }
+        let garbage = StreamedPatchTests.objects(h).filter { $0.hasPrefix(".") || (ObjectStoreTests.inode("\(h.store.objectsDirectory)/\($0)")?.links ?? 0) < 2 }
+        #expect(garbage.isEmpty, "\(label): \(report.result) via \(report.via.map { "\($0)" } ?? "-") \(report.error?.description ?? ""): \(garbage.count) objects left behind", sourceLocation: sourceLocation)
+        StreamedPatchTests.noGarbage(h, sourceLocation: sourceLocation)
+        return report
+    }
+
+    /// The fixture's 1.1.0 entries, then `extra`, as hand-built entries.
+    static func baseEntries() -> [SplitterPropertyTests.Entry] {
+        let source = "\(Repo.fixtures)/sample-app/1.1.0"
+        return tree(source).filter { !FileSystem.isDirectory("\(source)/\($0)") }.map {
+            SplitterPropertyTests.stored(Array($0.utf8), [UInt8](FileManager.default.contents(atPath: "\(source)/\($0)")!))
+        }
+    }
+
+    @Test("crafted central directories (offsets into another entry, shared local headers, headers that disagree, lying sizes): libzip's bytes or a refusal")
+    func craftedDirectories() async throws {
+        typealias P = SplitterPropertyTests
+        let base = Self.baseEntries()
+        // A local header hidden inside an entry's data, named by the central directory.
+        let hidden = P.stored(Array("hidden.txt".utf8), Array("HIDDEN".utf8))
+        var carrier = P.stored(Array("carrier.bin".utf8), [])
+        let hiddenHeader = P.build([hidden])
+        let hiddenLocal = Array(hiddenHeader[0..<(30 + hidden.name.count + hidden.payload.count)])
+        carrier = P.stored(carrier.name, Array("xx".utf8) + hiddenLocal + Array("yy".utf8))
+        var intoData = P.build(base + [carrier])
+        do {
+            // Point carrier's central entry at the hidden header (2 bytes into its data) and rename it.
+            let cd = Self.centralDirectory(intoData)
+            let entries = Self.centralEntries(cd.bytes)
+            let field = cd.offset + entries.last!.offsetField
+            let carrierOffset = Int(intoData.le32(field))
+            let newOffset = carrierOffset + 30 + carrier.name.count + 2
+            intoData.replaceSubrange(field..<(field + 4), with: P.le32(UInt32(newOffset)))
+        }
+        // Two central entries sharing one local header.
+        var shared = P.build(base)
+        do {
+            let cd = Self.centralDirectory(shared)
+            let entries = Self.centralEntries(cd.bytes)
+            let first = cd.offset + entries[0].offsetField, second = cd.offset + entries[1].offsetField
+            shared.replaceSubrange(second..<(second + 4), with: Array(shared[first..<(first + 4)]))
+        }
+        var disagree = base
+        disagree[0].localName = Array("other.html".utf8)
+        var shorter = base
+        shorter[0].compressed -= 2; shorter[0].uncompressed -= 2
+        var longer = base
+        longer[0].compressed += 2; longer[0].uncompressed += 2
+        var withExtras = base
+        withExtras[0].localExtra = P.le16(0xCAFE) + P.le16(4) + [1, 2, 3, 4]
+        withExtras[1].centralExtra = P.le16(0x5455) + P.le16(5) + [1, 2, 3, 4, 5]
+        var executable = base
+        executable[0].mode = 0o100755
+        var junk = base
+        junk[0].junkAfter = Array("JUNKJUNK".utf8)
+        var zip64Extra = base
+        zip64Extra[0].localExtra = P.le16(0x0001) + P.le16(16) + [UInt8](repeating: 0, count: 16)
+        var empty = base
+        empty.append(P.stored(Array("empty.txt".utf8), []))
+        let cases: [(String, [UInt8], Bool)] = [
+            ("offset into another entry's data", intoData, false),
+            ("two central entries, one local header", shared, false),
+            ("local name disagrees", P.build(disagree), false),
+            ("local sizes shorter", P.build(shorter), false),
+            ("local sizes longer", P.build(longer), false),
+            ("extra fields", P.build(withExtras), true),
+            ("executable entry", P.build(executable), true),
+            ("junk between entries", P.build(junk), true),
+            ("zip64 extra in a plain local header", P.build(zip64Extra), true),
+            ("an empty file and a comment", P.build(empty, comment: Array("a comment".utf8)), true),
+        ]
+        for (label, bytes, installs) in cases {
+            let report = try await Self.endToEnd(bytes, label: label)
+            if installs { #expect(report.result == .updated, "\(label): \(report.error?.description ?? "")") }
+        }
+    }
+
+    @Test("seeded hostile and valid packages end to end through sync: libzip's bytes or a refusal, 1.0.0 intact, no garbage")
+    func seededEndToEnd() async throws {
+        typealias P = SplitterPropertyTests
+        var updated = 0
+        for seed in UInt64(1000)..<1040 {
+            var rng = P.Rng(state: seed)
+            // A quarter valid shapes (they must install), the rest hostile, half of those mutated.
+            var bytes = P.shape(&rng, big: false, hostile: seed % 4 != 1)
+            if seed % 2 == 0 { bytes = P.mutate(bytes, &rng) }
+            let report = try await Self.endToEnd(bytes, label: "seed \(seed)")
+            if report.result == .updated { updated += 1 }
+            if seed % 4 == 1 { #expect(report.result == .updated && report.via == .patch, "seed \(seed): \(report.error?.description ?? "")") }
+        }
+        #expect(updated >= 10, "updated \(updated)")
+    }
 }

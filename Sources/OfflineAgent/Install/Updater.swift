@@ -186,6 +186,9 @@ struct Updater: Sendable {
                 try Patcher.apply(view: view, patch: URL(fileURLWithPath: patch), into: splitter, expectedSize: expected)
                 guard splitter.endedCleanly else {
                     // Ends inside an entry or a header: let the file path and libzip judge it.
+                    // What the stream stored is in no version: collected now, or a refused
+                    // file path would leave it until the next install.
+                    store.collectObjects()
                     logger.notice("\(app): patched package does not end with a central directory; writing it whole")
                     return nil
                 }
@@ -207,6 +210,8 @@ struct Updater: Sendable {
                     }
                     throw error
                 }
+                // The objects stored before the stop are in no version (as above).
+                store.collectObjects()
                 logger.notice("\(app): patched package is not a plain stored zip (\(why)); writing it whole")
                 return nil
             } catch {

@@ -240,9 +240,15 @@ public struct Store: Sendable {
                 notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
             }
             linkedAll = objects != nil && objects?.copiedInsteadOfLinking == false
-        } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
-            // A refused package would only be refused again: it must not stay in downloads/.
-            if FileSystem.parent(of: package) == downloadsDirectory(app) { FileSystem.remove(package) }
+        } catch {
+            // The objects this extraction stored before it failed are in no version: collected
+            // at once (callers hold the root lock), not left until the next install.
+            collectObjects()
+            if let refused = error as? OfflineAgentError, refused.cause == .hostileArchive || refused.cause == .archiveCorrupt,
+               FileSystem.parent(of: package) == downloadsDirectory(app) {
+                // A refused package would only be refused again: it must not stay in downloads/.
+                FileSystem.remove(package)
+            }
             throw error
         }
         CrashPoint.afterExtract.hit()
@@ -278,7 +284,12 @@ public struct Store: Sendable {
         let version = manifest.version
         let target = versionDirectory(app, version)
         let described = "patched package of \(version)"
-        if let damage = splitter.damage { throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: described) }
+        if let damage = splitter.damage {
+            // Refused before any tree: the stream's objects are in no version, collected at once
+            // like every other refusal below (callers hold the root lock).
+            collectObjects()
+            throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: described)
+        }
         FileSystem.remove(target)
         FileSystem.remove(metadataPath(app, version))
         // A dot name: a crash leaves it to cleanLeftovers.
@@ -288,6 +299,7 @@ public struct Store: Sendable {
             try PackageSkeleton.write(size: splitter.size, segments: segments, skeletonBytes: splitter.skeletonBytes, to: streamedSkeleton)
         } catch {
             FileSystem.remove(streamedSkeleton)
+            collectObjects()
             throw OfflineAgentError(.install, "cannot write the skeleton of \(version)", path: streamedSkeleton, underlying: error as? POSIXFailure)
         }
         CrashPoint.afterPatchVerified.hit()
