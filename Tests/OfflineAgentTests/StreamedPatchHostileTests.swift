@@ -215,4 +215,100 @@ struct StreamedPatchHostileTests {
         }
         #expect(updated >= 10, "updated \(updated)")
     }
+
+    @Test("a real ENOSPC in the middle of a large entry (no reserve to warn): the stream stops with a failure, no descriptor or temporary file left")
+    func enospcMidStream() throws {
+        guard let disk = CrashSafetyTests.SmallDisk(megabytes: 1) else {
+            Issue.record("cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN)")
+            return
+        }
+        let objects = try ObjectStore(root: disk.path)
+        var rng = SplitterPropertyTests.Rng(state: 3)
+        // Larger than the in-memory bound: streamed to a temporary object as it arrives.
+        let input = SplitterPropertyTests.build([SplitterPropertyTests.stored(Array("big.bin".utf8), rng.bytes(ObjectWriter.wholeCapacity + 4096))])
+        let before = SplitterPropertyTests.descriptors(into: objects.directory)
+        do {
+            let splitter = PatchedPackageSplitter(objects: objects, reserve: nil)
+            var offset = 0
+            input.withUnsafeBytes { all in
+                while offset < all.count {
+                    let length = min(all.count - offset, 128 << 10)
+                    guard splitter.feed(UnsafeRawBufferPointer(rebasing: all[offset..<(offset + length)])) else { break }
+                    offset += length
+                }
+            }
+            guard case .failure(let failure)? = splitter.stop else {
+                Issue.record("expected a failure, got \(String(describing: splitter.stop))")
+                return
+            }
+            #expect((failure as? POSIXFailure)?.errno == ENOSPC, "\(failure)")
+            #expect(offset < input.count, "stopped early")
+        }
+        #expect(SplitterPropertyTests.descriptors(into: objects.directory) == before)
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: objects.directory)) ?? []).isEmpty, "the temporary object is removed")
+    }
+
+    @Test("two syncs at once on one root during a streamed update: one installs, the other waits or finds it done; the tree is whole, no garbage")
+    func concurrentSyncs() async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
+        async let first = h.sync()
+        async let second = h.sync()
+        let reports = await [first, second]
+        #expect(reports.filter { $0.result == .updated }.count == 1, "\(reports.map { "\($0.result) \($0.error?.description ?? "")" })")
+        #expect(reports.allSatisfy { $0.result == .updated || $0.result == .upToDate || $0.error?.cause == .busy },
+                "\(reports.map { "\($0.result) \($0.error?.description ?? "")" })")
+        #expect(h.activeMatches("1.1.0"))
+        #expect(CrashSafetyTests.tree(of: h.store.versionDirectory("mall", Version("1.0.0")!), equals: "\(Repo.fixtures)/sample-app/1.0.0"))
+        StreamedPatchTests.noGarbage(h)
+    }
+
+    @Test("serving the old version while a streamed update builds the new tree: every read is 1.0.0's or 1.1.0's bytes")
+    func serveDuringUpdate() async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
+        let name = "index.html"
+        let (old, new) = (h.expected("1.0.0", name), h.expected("1.1.0", name))
+        let update = Task { await h.sync() }
+        var reads = 0
+        while reads < 200 {
+            if let bytes = try await h.served(name) { #expect(bytes == old || bytes == new, "a torn or foreign read") }
+            reads += 1
+        }
+        let report = await update.value
+        #expect(report.result == .updated, "\(report.error?.description ?? "")")
+        #expect(try await h.served(name) == new)
+    }
+
+    @Test("the tree builder links an object only to the entry whose CRC-32 and size libzip gives for it: swapped objects are refused")
+    func swappedObjectsRefused() throws {
+        typealias P = SplitterPropertyTests
+        let temp = TemporaryDirectory("swap")
+        let objects = try ObjectStore(root: temp.path)
+        let input = P.build([P.stored(Array("a.txt".utf8), Array(repeating: 0x41, count: 50)), P.stored(Array("b.txt".utf8), Array(repeating: 0x42, count: 50))])
+        let splitter = PatchedPackageSplitter(objects: objects, reserve: nil)
+        #expect(input.withUnsafeBytes { splitter.feed($0) })
+        #expect(splitter.endedCleanly)
+        splitter.finish()
+        let skeleton = temp.file("new.skel")
+        try PackageSkeleton.write(size: splitter.size, segments: splitter.segments.map { ($0.start, $0.length, $0.object?.name) },
+                                  skeletonBytes: splitter.skeletonBytes, to: skeleton)
+        let view = try #require(PackageView(skeletonPath: skeleton, objectsDirectory: objects.directory))
+        var swapped = splitter.objectsByOffset
+        let offsets = swapped.keys.sorted()
+        #expect(offsets.count == 2)
+        (swapped[offsets[0]], swapped[offsets[1]]) = (swapped[offsets[1]], swapped[offsets[0]])
+        #expect(throws: OfflineAgentError.self) {
+            try ZipExtractor.makeTree(view: view, objectsByOffset: swapped, path: "swapped", to: temp.file("tree-swapped"),
+                                      limits: ExtractionLimits(), objects: objects)
+        }
+        #expect(!FileSystem.exists(temp.file("tree-swapped")))
+        // The splitter's own map builds the tree, each file its own bytes.
+        _ = try ZipExtractor.makeTree(view: view, objectsByOffset: splitter.objectsByOffset, path: "plain", to: temp.file("tree"),
+                                      limits: ExtractionLimits(), objects: objects)
+        #expect(FileManager.default.contents(atPath: temp.file("tree/a.txt")) == Data(repeating: 0x41, count: 50))
+        #expect(FileManager.default.contents(atPath: temp.file("tree/b.txt")) == Data(repeating: 0x42, count: 50))
+    }
 }

@@ -45,8 +45,9 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private(set) var segments: [Segment] = []
     /// The skeleton bytes, the skeleton segments' back to back.
     private(set) var skeletonBytes: [UInt8] = []
-    /// The plain object name of every file entry, by its local header's offset.
-    private(set) var objectsByOffset: [UInt64: String] = [:]
+    /// The object of every file entry (with its local header's CRC-32 and size), by its
+    /// local header's offset.
+    private(set) var objectsByOffset: [UInt64: StreamedObject] = [:]
     /// Objects written because the store lacked them, and their bytes.
     private(set) var objectsWritten = 0
     private(set) var bytesWritten: Int64 = 0
@@ -319,7 +320,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             segments.append(Segment(start: entryStart, length: entryLength, object: (name, entryHeaderOffset)))
             skeletonStart = entryStart + entryLength
         }
-        objectsByOffset[entryHeaderOffset] = name
+        objectsByOffset[entryHeaderOffset] = StreamedObject(name: name, crc32: entryCRC, size: entryLength)
     }
 
     private func digest(_ bytes: UnsafeRawBufferPointer) {

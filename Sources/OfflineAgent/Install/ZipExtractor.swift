@@ -70,12 +70,12 @@ public enum ZipExtractor {
     }
 
     /// Makes a version tree for a package that exists only as `view` (its new skeleton)
-    /// and the objects a streamed patch wrote (`objectsByOffset`: plain object name by
-    /// local header offset). The whole central directory goes through the same checks
+    /// and the objects a streamed patch wrote (`objectsByOffset`: object, CRC-32 and size
+    /// by local header offset). The whole central directory goes through the same checks
     /// as a file's (`plan`, libzip's consistency checks included) before any tree exists,
     /// then the same tree builder links the objects. `path` names the package in messages.
     static func makeTree(
-        view: PackageView, objectsByOffset: [UInt64: String], path: String, to destination: String,
+        view: PackageView, objectsByOffset: [UInt64: StreamedObject], path: String, to destination: String,
         limits: ExtractionLimits, objects: ObjectStore
     ) throws -> (summary: ExtractionSummary, namesByOffset: [UInt64: String]) {
         let destinationPath = FileSystem.absolute(destination)
@@ -86,12 +86,22 @@ public enum ZipExtractor {
         let archive = try ZipArchive(view: view, path: path)
         let (entries, tree) = try plan(archive: archive, rawNames: directory.map(\.name), limits: limits)
         var names: [Int64: String] = [:]
+        guard directory.count == entries.count else {
+            throw OfflineAgentError(.extract, "libzip sees \(entries.count) entries, the central directory \(directory.count)", cause: .hostileArchive, path: path)
+        }
         for entry in entries where !entry.isDirectory {
-            // libzip's index is the central directory's order.
-            guard entry.index < directory.count, let object = objectsByOffset[UInt64(directory[Int(entry.index)].localHeaderOffset)] else {
+            // libzip's index is the central directory's order. The offset comes from this
+            // reader, the CRC-32 and size from libzip: the object must be what the stream saw
+            // at that offset for exactly this entry, or the two readers disagree on the
+            // package (a second central directory, a zip64 trick) and it is refused.
+            let st = try archive.stat(entry.index)
+            let central = directory[Int(entry.index)]
+            guard central.localHeaderOffset != 0xFFFF_FFFF, let object = objectsByOffset[UInt64(central.localHeaderOffset)],
+                  st.valid & UInt64(ZIP_STAT_CRC) != 0, object.crc32 == st.crc, object.size == entry.size,
+                  central.crc32 == st.crc else {
                 throw OfflineAgentError(.extract, "entry \(entry.index)'s data is not where the package's local headers put it", cause: .hostileArchive, path: path)
             }
-            names[entry.index] = object
+            names[entry.index] = object.name
         }
         let summary = try makeTree(entries, tree: tree, source: .objects(names), destination: destinationPath, durable: true, objects: objects)
         // The names the tree links (`.x` for executables): what the kept skeleton must name.
