@@ -311,4 +311,50 @@ struct StreamedPatchHostileTests {
         #expect(FileManager.default.contents(atPath: temp.file("tree/a.txt")) == Data(repeating: 0x41, count: 50))
         #expect(FileManager.default.contents(atPath: temp.file("tree/b.txt")) == Data(repeating: 0x42, count: 50))
     }
+
+    @Test("a patch whose output claims a 4 GB stored entry on a small disk: the patch is unusable (the full package installs), not a disk-full failure")
+    func hugeClaimFallsBack() async throws {
+        guard let disk = CrashSafetyTests.SmallDisk(megabytes: 16) else {
+            Issue.record("cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN)")
+            return
+        }
+        let h = try SyncHarness()
+        let root = "\(disk.path)/root"
+        let agent = { Agent(root: URL(fileURLWithPath: root), configuration: h.configuration) }
+        let sync = { await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)) }
+        typealias P = SplitterPropertyTests
+        let v1 = P.build([P.stored(Array("index.html".utf8), Array("one".utf8))])
+        let v2 = P.build([P.stored(Array("index.html".utf8), Array("two".utf8))])
+        // What the hostile patch makes: a header claiming 0xFFFFFFF0 stored bytes, then little.
+        var lying = P.stored(Array("index.html".utf8), Array("two".utf8))
+        lying.compressed = 0xFFFF_FFF0; lying.uncompressed = 0xFFFF_FFF0
+        let hostile = P.build([lying])
+        func manifest(_ version: String, _ bytes: [UInt8], patch: [UInt8]?) {
+            let sha = PackageFixture.sha256(bytes)
+            h.origin.put("\(version).zip", bytes)
+            var object: [String: Any] = [
+                "app": "mall", "version": version, "miniVersion": "1.0.0", "isPatch": false, "url": "files/\(version).zip",
+                "size": bytes.count, "sha256": sha, "packageSha256": sha, "whitelist": [SyncHarness.whitelist], "rollout": 100,
+            ]
+            if let patch {
+                h.origin.put("\(version).bsdiff", patch)
+                object.merge(["isPatch": true, "baseVersion": "1.0.0", "url": "files/\(version).bsdiff", "size": patch.count,
+                              "sha256": PackageFixture.sha256(patch), "fullUrl": "files/\(version).zip", "fullSize": bytes.count,
+                              "fullSha256": sha]) { $1 }
+            }
+            h.origin.setManifest(object)
+        }
+        manifest("1.0.0", v1, patch: nil)
+        #expect(await sync().result == .updated)
+        let dir = h.fixture.directory
+        try Data(v1).write(to: URL(fileURLWithPath: dir.file("v1.zip")))
+        try Data(hostile).write(to: URL(fileURLWithPath: dir.file("hostile.zip")))
+        #expect(try run("bsdiff", [dir.file("v1.zip"), dir.file("hostile.zip"), dir.file("h.bsdiff")]).status == 0)
+        // The manifest's compression is none and its size is v2's: a header size mismatch would stop
+        // this patch early; gzip drops that bound, so the splitter alone meets the lie.
+        manifest("2.0.0", v2, patch: [UInt8](FileManager.default.contents(atPath: dir.file("h.bsdiff"))!))
+        let report = await sync()
+        #expect(report.result == .updated && report.via == .full, "\(report.result): \(report.error.map { "\($0.cause.rawValue) \($0)" } ?? "")")
+        #expect(report.patchFallbackReason != nil)
+    }
 }

@@ -73,6 +73,8 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private var compare: (fd: Int32, object: String)?
     /// Free bytes that must stay free (`diskReserveBytes`); nil: no check.
     private let reserve: Int64?
+    /// The bytes the stream will deliver (the patch header's new size); nil: unknown.
+    private let packageSize: Int64?
     private var hasher = SHA256()
 
     private enum State { case header, data, tail }
@@ -97,9 +99,10 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private let whole: UnsafeMutableRawPointer
     private let chunk: UnsafeMutableRawPointer
 
-    init(objects: ObjectStore, reserve: Int64?, candidates: [String: (object: String, crc: UInt32)] = [:]) {
+    init(objects: ObjectStore, reserve: Int64?, candidates: [String: (object: String, crc: UInt32)] = [:], packageSize: Int64? = nil) {
         self.objects = objects
         self.reserve = reserve
+        self.packageSize = packageSize
         self.candidates = candidates
         whole = UnsafeMutableRawPointer.allocate(byteCount: ObjectWriter.wholeCapacity, alignment: 16)
         chunk = UnsafeMutableRawPointer.allocate(byteCount: ObjectWriter.chunkSize, alignment: 16)
@@ -211,6 +214,13 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         filled = 0
         guard segments.count < PackageSkeleton.maxSegments else {
             stop = .notPlain("more than \(PackageSkeleton.maxSegments) pieces")
+            return
+        }
+        // Nothing here is verified yet: a size past the package's end is a lie (or damage),
+        // not an object to make room for. Let the file path and the hash judge the output,
+        // rather than refuse the update as disk-full without falling back to the full package.
+        if let packageSize, entryLength > packageSize - size {
+            stop = .notPlain("an entry claims \(entryLength) bytes, past the package's end")
             return
         }
         state = .data

@@ -143,7 +143,7 @@ struct Updater: Sendable {
         progress(ProgressEvent(app: app, phase: .patching, completed: 0, total: 0))
         let expected: Int64? = manifest.compression == .none ? manifest.fullFile.size : nil
         let maxPackageBytes = configuration.maxPackageBytes
-        try await pool.run(.patch) {
+        let newSize = try await pool.run(.patch) {
             // The header's new size is the patch author's word: over the cap, the patch is not worth applying.
             let newSize = try Patcher.header(of: URL(fileURLWithPath: patch)).newSize
             guard newSize <= maxPackageBytes else {
@@ -151,9 +151,10 @@ struct Updater: Sendable {
                     .patch, "patch would produce \(newSize) bytes, above the cap of \(maxPackageBytes)",
                     cause: .tooLarge, path: patch)
             }
+            return newSize
         }
         if case .view(let view) = old, let objects {
-            if let streamed = try await streamed(view: view, objects: objects, patch: patch, expected: expected, installed: installed) {
+            if let streamed = try await streamed(view: view, objects: objects, patch: patch, expected: expected, newSize: newSize, installed: installed) {
                 return streamed
             }
             // Not a plain stored zip: the whole patched zip, then extraction, as below.
@@ -176,12 +177,14 @@ struct Updater: Sendable {
     /// Streams the patch's output into the store (`PatchedPackageSplitter`) and checks its
     /// size and hash; nil when the output is not a plain stored zip (the caller then
     /// takes the file path). Nothing is installed here.
-    private func streamed(view: PackageView, objects: ObjectStore, patch: String, expected: Int64?, installed: InstalledVersion) async throws -> PatchedPackage? {
+    private func streamed(
+        view: PackageView, objects: ObjectStore, patch: String, expected: Int64?, newSize: Int64, installed: InstalledVersion
+    ) async throws -> PatchedPackage? {
         let manifest = self.manifest, app = self.app, logger = self.logger, store = self.store
         let reserve = max(0, configuration.diskReserveBytes)
         return try await pool.run(.patch) { () throws -> PatchedPackage? in
             let candidates = view.entryObjects()
-            let splitter = PatchedPackageSplitter(objects: objects, reserve: reserve, candidates: candidates)
+            let splitter = PatchedPackageSplitter(objects: objects, reserve: reserve, candidates: candidates, packageSize: newSize)
             do {
                 try Patcher.apply(view: view, patch: URL(fileURLWithPath: patch), into: splitter, expectedSize: expected)
                 guard splitter.endedCleanly else {
