@@ -357,4 +357,23 @@ struct StreamedPatchHostileTests {
         #expect(report.result == .updated && report.via == .full, "\(report.result): \(report.error.map { "\($0.cause.rawValue) \($0)" } ?? "")")
         #expect(report.patchFallbackReason != nil)
     }
+
+    @Test("an unverified stream of more tiny entries than a package may have stops at the limit: no more objects than maxEntries")
+    func entryLimitBoundsObjects() throws {
+        typealias P = SplitterPropertyTests
+        let temp = TemporaryDirectory("many")
+        let objects = try ObjectStore(root: temp.path)
+        let input = P.build((0..<300).map { P.stored(Array("f\($0)".utf8), Array("distinct \($0)".utf8)) })
+        let splitter = PatchedPackageSplitter(objects: objects, reserve: nil, maxEntries: 100)
+        #expect(!input.withUnsafeBytes { splitter.feed($0) })
+        guard case .notPlain? = splitter.stop else {
+            Issue.record("expected a stop, got \(String(describing: splitter.stop))")
+            return
+        }
+        #expect(splitter.objectsWritten <= 100)
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: objects.directory)) ?? []).count <= 100)
+        // At the limit, the package streams as before.
+        let fits = PatchedPackageSplitter(objects: objects, reserve: nil, maxEntries: 300)
+        #expect(input.withUnsafeBytes { fits.feed($0) } && fits.endedCleanly)
+    }
 }

@@ -75,6 +75,11 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private let reserve: Int64?
     /// The bytes the stream will deliver (the patch header's new size); nil: unknown.
     private let packageSize: Int64?
+    /// Local headers the stream may have (`ExtractionLimits.maxEntries`): the limit
+    /// extraction would apply after the hash, applied before it, so an unverified stream
+    /// of tiny entries cannot make more objects (and bookkeeping) than a package may have.
+    private let maxEntries: Int
+    private var entries = 0
     private var hasher = SHA256()
 
     private enum State { case header, data, tail }
@@ -99,10 +104,14 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private let whole: UnsafeMutableRawPointer
     private let chunk: UnsafeMutableRawPointer
 
-    init(objects: ObjectStore, reserve: Int64?, candidates: [String: (object: String, crc: UInt32)] = [:], packageSize: Int64? = nil) {
+    init(
+        objects: ObjectStore, reserve: Int64?, candidates: [String: (object: String, crc: UInt32)] = [:], packageSize: Int64? = nil,
+        maxEntries: Int = ExtractionLimits().maxEntries
+    ) {
         self.objects = objects
         self.reserve = reserve
         self.packageSize = packageSize
+        self.maxEntries = maxEntries
         self.candidates = candidates
         whole = UnsafeMutableRawPointer.allocate(byteCount: ObjectWriter.wholeCapacity, alignment: 16)
         chunk = UnsafeMutableRawPointer.allocate(byteCount: ObjectWriter.chunkSize, alignment: 16)
@@ -212,6 +221,11 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         crc = crc32(0, nil, 0)
         entryHasher = SHA256()
         filled = 0
+        entries += 1
+        guard entries <= maxEntries else {
+            stop = .notPlain("more than \(maxEntries) entries")
+            return
+        }
         guard segments.count < PackageSkeleton.maxSegments else {
             stop = .notPlain("more than \(PackageSkeleton.maxSegments) pieces")
             return

@@ -181,10 +181,11 @@ struct Updater: Sendable {
         view: PackageView, objects: ObjectStore, patch: String, expected: Int64?, newSize: Int64, installed: InstalledVersion
     ) async throws -> PatchedPackage? {
         let manifest = self.manifest, app = self.app, logger = self.logger, store = self.store
-        let reserve = max(0, configuration.diskReserveBytes)
+        let reserve = max(0, configuration.diskReserveBytes), maxEntries = configuration.extractionLimits.maxEntries
         return try await pool.run(.patch) { () throws -> PatchedPackage? in
             let candidates = view.entryObjects()
-            let splitter = PatchedPackageSplitter(objects: objects, reserve: reserve, candidates: candidates, packageSize: newSize)
+            let splitter = PatchedPackageSplitter(objects: objects, reserve: reserve, candidates: candidates, packageSize: newSize,
+                                                  maxEntries: maxEntries)
             do {
                 try Patcher.apply(view: view, patch: URL(fileURLWithPath: patch), into: splitter, expectedSize: expected)
                 guard splitter.endedCleanly else {
