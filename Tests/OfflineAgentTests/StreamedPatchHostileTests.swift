@@ -376,4 +376,26 @@ struct StreamedPatchHostileTests {
         let fits = PatchedPackageSplitter(objects: objects, reserve: nil, maxEntries: 300)
         #expect(input.withUnsafeBytes { fits.feed($0) } && fits.endedCleanly)
     }
+
+    @Test("a zip64 end record read whenever its locator is there (as libzip does): consistent, it reads; contradicting the end record, hostile")
+    func zip64Locator() throws {
+        let temp = TemporaryDirectory("zip64")
+        try Data("hi\n".utf8).write(to: URL(fileURLWithPath: temp.file("a.txt")))
+        // Info-ZIP's forced zip64: the end record's offset saturated, the rest plain.
+        let made = try run("zip", ["-q", "-fz", "-0", temp.file("z.zip"), "a.txt"], cwd: temp.path)
+        #expect(made.status == 0, "\(made.stderr)")
+        let bytes = [UInt8](FileManager.default.contents(atPath: temp.file("z.zip")) ?? Data())
+        #expect(try ZipCentralDirectory.entries(of: temp.file("z.zip")).count == 1)
+        // The end record now names another central directory offset than its zip64 record.
+        var contradicting = bytes
+        let end = contradicting.count - 22
+        contradicting.replaceSubrange((end + 16)..<(end + 20), with: [0, 0, 0, 0])
+        try Data(contradicting).write(to: URL(fileURLWithPath: temp.file("c.zip")))
+        do {
+            _ = try ZipCentralDirectory.entries(of: temp.file("c.zip"))
+            Issue.record("a contradicted zip64 end record was read")
+        } catch let error as OfflineAgentError {
+            #expect(error.cause == .hostileArchive, "\(error)")
+        }
+    }
 }
