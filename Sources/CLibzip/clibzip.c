@@ -113,7 +113,9 @@ static zip_int64_t reader_callback(void *userdata, void *data, zip_uint64_t leng
         if (length < sizeof(zip_source_args_seek_t)) return -1;
         const zip_source_args_seek_t *seek = data;
         int64_t base = seek->whence == SEEK_SET ? 0 : seek->whence == SEEK_CUR ? r->position : r->size;
-        int64_t target = base + seek->offset;
+        int64_t target;
+        /* The offset comes from the archive's own fields: a sum past INT64_MAX is refused, not wrapped (UB). */
+        if (__builtin_add_overflow(base, seek->offset, &target)) target = -1;
         if (seek->whence != SEEK_SET && seek->whence != SEEK_CUR && seek->whence != SEEK_END) target = -1;
         if (target < 0 || target > r->size) {
             r->error[0] = ZIP_ER_INVAL;
