@@ -398,4 +398,32 @@ struct StreamedPatchHostileTests {
             #expect(error.cause == .hostileArchive, "\(error)")
         }
     }
+
+    @Test("end to end: a new file with an installed file's name, size and CRC-32 but other bytes gets its own bytes; the old version keeps its own")
+    func forgedNamesakeEndToEnd() async throws {
+        let h = try SyncHarness()
+        try await h.install("1.0.0")
+        let old = ObjectStoreTests.files("1.0.0")
+        let name = try #require(old.keys.sorted().first { (old[$0]?.count ?? 0) >= 16 })
+        let original = [UInt8](old[name]!)
+        var forged = original
+        forged[0] ^= 0x20
+        let size = forged.count
+        forged.replaceSubrange((size - 4)..<size, with: SplitterPropertyTests.forge(
+            prefix: ZipBuilder.crc32(Array(forged[0..<(size - 4)])), target: ZipBuilder.crc32(original)))
+        #expect(ZipBuilder.crc32(forged) == ZipBuilder.crc32(original) && forged != original)
+        let source = "\(Repo.fixtures)/sample-app/1.1.0"
+        var entries = tree(source).filter { !FileSystem.isDirectory("\(source)/\($0)") && $0 != name }.map {
+            SplitterPropertyTests.stored(Array($0.utf8), [UInt8](FileManager.default.contents(atPath: "\(source)/\($0)")!))
+        }
+        entries.append(SplitterPropertyTests.stored(Array(name.utf8), forged))
+        h.origin.setManifest(try StreamedPatchTests.patchTo(h, "forged", SplitterPropertyTests.build(entries)))
+        let report = await h.sync()
+        #expect(report.result == .updated && report.via == .patch, "\(report.error?.description ?? "")")
+        let newDir = h.store.versionDirectory("mall", Version("1.1.0")!), oldDir = h.store.versionDirectory("mall", Version("1.0.0")!)
+        #expect(FileManager.default.contents(atPath: "\(newDir)/\(name)").map { [UInt8]($0) } == forged, "the new file has its own bytes")
+        #expect(FileManager.default.contents(atPath: "\(oldDir)/\(name)").map { [UInt8]($0) } == original, "the old file keeps its bytes")
+        #expect(ObjectStoreTests.inode("\(newDir)/\(name)")?.ino != ObjectStoreTests.inode("\(oldDir)/\(name)")?.ino)
+        StreamedPatchTests.noGarbage(h)
+    }
 }
