@@ -197,20 +197,44 @@ struct SplitterPropertyTests {
         return kept
     }
 
+    /// The installed package's side of a namesake: each stored local header of `input`
+    /// (walked in order, as far as they parse) whose object is in the store, by name.
+    static func candidates(of input: [UInt8], objects: ObjectStore) -> [String: (object: String, crc: UInt32)] {
+        var out: [String: (object: String, crc: UInt32)] = [:]
+        var at = 0
+        while at + 30 <= input.count, input.le32(at) == 0x0403_4b50 {
+            let size = Int(input.le32(at + 22)), n = Int(input.le16(at + 26)), e = Int(input.le16(at + 28))
+            let start = at + 30 + n + e
+            guard input.le16(at + 8) == 0, size != 0xFFFF_FFFF, start + size <= input.count else { break }
+            let object = PackageFixture.sha256(Array(input[start..<(start + size)]))
+            if size > 0, FileManager.default.fileExists(atPath: "\(objects.directory)/\(object)") {
+                out[String(decoding: input[(at + 30)..<(at + 30 + n)], as: UTF8.self)] = (object, input.le32(at + 14))
+            }
+            at = start + size
+        }
+        return out
+    }
+
     @Test("seeded shapes and their mutations: a stop, or skeleton + objects give back the input byte for byte")
     func seeded() throws {
         let root = TemporaryDirectory("split-prop")
         let objects = try ObjectStore(root: root.path)
-        var kept = 0, stopped = 0
+        var kept = 0, stopped = 0, namesakes = 0
         for seed in UInt64(1)...400 {
             var rng = Rng(state: seed)
             let input = Self.shape(&rng, big: seed % 97 == 0)
             if Self.check(input, objects: objects, rng: &rng, label: "seed \(seed)") { kept += 1 } else { stopped += 1 }
+            // Half the mutations meet the unmutated entries as namesakes (same name and CRC-32,
+            // bytes changed by the mutation): the compare paths, small and large.
+            let candidates = Self.candidates(of: input, objects: objects)
             for round in 0..<6 {
                 let mutated = Self.mutate(input, &rng)
-                if Self.check(mutated, objects: objects, rng: &rng, label: "seed \(seed) mutation \(round)") { kept += 1 } else { stopped += 1 }
+                let with = round % 2 == 0 ? candidates : [:]
+                namesakes += with.count
+                if Self.check(mutated, objects: objects, candidates: with, rng: &rng, label: "seed \(seed) mutation \(round)") { kept += 1 } else { stopped += 1 }
             }
         }
+        #expect(namesakes > 1000, "namesakes offered: \(namesakes)")
         // Both outcomes must be exercised, or the generator proves nothing.
         #expect(kept > 100 && stopped > 100, "kept \(kept), stopped \(stopped)")
     }
