@@ -10,16 +10,11 @@ import TestSupport
 /// byte, every object named by the SHA-256 of its bytes, the stream's hash the input's.
 @Suite("Splitter properties", .serialized)
 struct SplitterPropertyTests {
-    /// splitmix64: the same seed, the same cases.
+    /// `SplitMix64` with the draws these tests make: the same seed, the same cases.
     struct Rng {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
+        private var source: SplitMix64
+        init(state: UInt64) { source = SplitMix64(seed: state) }
+        mutating func next() -> UInt64 { source.next() }
         mutating func int(_ range: ClosedRange<Int>) -> Int { range.lowerBound + Int(next() % UInt64(range.count)) }
         mutating func chance(_ percent: Int) -> Bool { int(0...99) < percent }
         mutating func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: next()) } }

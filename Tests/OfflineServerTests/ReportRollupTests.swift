@@ -11,23 +11,11 @@ import Testing
 struct ReportRollupTests {
     typealias C = FleetReportClient
 
-    /// SplitMix64: the same events on every run.
-    struct Seeded: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Batches of events for apps `fleet` and `other`: 30 devices, updates to versions in
     /// any order and with clocks far apart, failures with and without codes, rollbacks,
     /// usage with fallbacks, events without a version, and resent events.
     static func batches(seed: UInt64) -> [[[String: Any]]] {
-        var random = Seeded(state: seed)
+        var random = SplitMix64(seed: seed)  // the same events on every run
         let versions = ["1.0.0", "2.0.0", "2.1.0", "3.0.0-beta"]
         let codes: [String?] = ["network", "hash-mismatch", nil, "disk-full", "patch-invalid", "timeout", "io"]
         var sent: [[String: Any]] = []
