@@ -71,6 +71,44 @@ struct StreamedPatchTests {
         return zip.build()
     }
 
+    /// A 5 MiB random entry, the same with one byte flipped at `flipping`, and three
+    /// packages: the entry with an `index.html` of "one", of "two", then the changed entry.
+    static func bigEntryPackages(seed: UInt64, flipping offset: Int)
+        -> (big: [UInt8], changed: [UInt8], v1: [UInt8], v2: [UInt8], v3: [UInt8]) {
+        var generator = SplitMix64(seed: seed)
+        let big = (0..<(5 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var changed = big
+        changed[offset] ^= 0xff
+        func package(_ big: [UInt8], _ text: String) -> [UInt8] {
+            var zip = ZipBuilder()
+            zip.file("index.html", text)
+            zip.file("js/big.js", big)
+            return zip.build()
+        }
+        return (big, changed, package(big, "one"), package(big, "two"), package(changed, "three"))
+    }
+
+    /// The manifest offering `bytes` as `version` from `h.origin`: the full package, or with
+    /// `base`, a real bsdiff patch from it (`baseVersion`) with the full package as fallback.
+    static func offer(_ h: SyncHarness, _ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws -> [String: Any] {
+        let sha = PackageFixture.sha256(bytes)
+        h.origin.put("\(version).zip", bytes)
+        var object: [String: Any] = [
+            "app": "mall", "version": version, "miniVersion": "1.0.0", "isPatch": false, "url": "files/\(version).zip",
+            "size": bytes.count, "sha256": sha, "packageSha256": sha, "whitelist": [SyncHarness.whitelist], "rollout": 100,
+        ]
+        guard let base else { return object }
+        let dir = h.fixture.directory
+        try Data(base).write(to: URL(fileURLWithPath: dir.file("base.zip")))
+        try Data(bytes).write(to: URL(fileURLWithPath: dir.file("new.zip")))
+        #expect(try run("bsdiff", [dir.file("base.zip"), dir.file("new.zip"), dir.file("p.bsdiff")]).status == 0)
+        let patch = [UInt8](FileManager.default.contents(atPath: dir.file("p.bsdiff"))!)
+        h.origin.put("\(version).bsdiff", patch)
+        object.merge(["isPatch": true, "baseVersion": baseVersion, "url": "files/\(version).bsdiff", "size": patch.count,
+                      "sha256": PackageFixture.sha256(patch), "fullUrl": "files/\(version).zip", "fullSize": bytes.count, "fullSha256": sha]) { $1 }
+        return object
+    }
+
     /// Every object is linked by a kept version (no garbage), and no temporary is left.
     static func noGarbage(_ h: SyncHarness, sourceLocation: SourceLocation = #_sourceLocation) {
         for name in objects(h) {
@@ -226,34 +264,9 @@ struct StreamedPatchTests {
     @Test("a large entry (over 4 MiB) unchanged is compared with its namesake as it streams: nothing written; a changed one is written whole and right")
     func largeEntries() async throws {
         let h = try SyncHarness()
-        var generator = SplitMix64(seed: 7)
-        let big = (0..<(5 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        var changed = big
-        changed[3 << 20] ^= 0xff
-        func package(_ big: [UInt8], _ text: String) -> [UInt8] {
-            var zip = ZipBuilder()
-            zip.file("index.html", text)
-            zip.file("js/big.js", big)
-            return zip.build()
-        }
-        let v1 = package(big, "one"), v2 = package(big, "two"), v3 = package(changed, "three")
+        let (big, changed, v1, v2, v3) = Self.bigEntryPackages(seed: 7, flipping: 3 << 20)
         func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws -> [String: Any] {
-            let sha = PackageFixture.sha256(bytes)
-            h.origin.put("\(version).zip", bytes)
-            var object: [String: Any] = [
-                "app": "mall", "version": version, "miniVersion": "1.0.0", "isPatch": false, "url": "files/\(version).zip",
-                "size": bytes.count, "sha256": sha, "packageSha256": sha, "whitelist": [SyncHarness.whitelist], "rollout": 100,
-            ]
-            guard let base else { return object }
-            let dir = h.fixture.directory
-            try Data(base).write(to: URL(fileURLWithPath: dir.file("base.zip")))
-            try Data(bytes).write(to: URL(fileURLWithPath: dir.file("new.zip")))
-            #expect(try run("bsdiff", [dir.file("base.zip"), dir.file("new.zip"), dir.file("p.bsdiff")]).status == 0)
-            let patch = [UInt8](FileManager.default.contents(atPath: dir.file("p.bsdiff"))!)
-            h.origin.put("\(version).bsdiff", patch)
-            object.merge(["isPatch": true, "baseVersion": baseVersion, "url": "files/\(version).bsdiff", "size": patch.count,
-                          "sha256": PackageFixture.sha256(patch), "fullUrl": "files/\(version).zip", "fullSize": bytes.count, "fullSha256": sha]) { $1 }
-            return object
+            try Self.offer(h, version, bytes, from: base, baseVersion: baseVersion)
         }
         h.origin.setManifest(try offer("1.0.0", v1, from: nil, baseVersion: ""))
         #expect(await h.sync().result == .updated)
@@ -305,36 +318,9 @@ struct StreamedPatchTests {
         let root = "\(disk.path)/root", filler = "\(disk.path)/filler"
         let agent = { Agent(root: URL(fileURLWithPath: root), configuration: h.configuration) }
         let sync = { await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)) }
-        var generator = SplitMix64(seed: 11)
-        let big = (0..<(5 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        var changed = big
-        changed[1 << 20] ^= 0xff
-        func package(_ big: [UInt8], _ text: String) -> [UInt8] {
-            var zip = ZipBuilder()
-            zip.file("index.html", text)
-            zip.file("js/big.js", big)
-            return zip.build()
-        }
-        let v1 = package(big, "one"), v2 = package(big, "two"), v3 = package(changed, "three")
+        let (big, changed, v1, v2, v3) = Self.bigEntryPackages(seed: 11, flipping: 1 << 20)
         func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws {
-            let sha = PackageFixture.sha256(bytes)
-            h.origin.put("\(version).zip", bytes)
-            var object: [String: Any] = [
-                "app": "mall", "version": version, "miniVersion": "1.0.0", "isPatch": false, "url": "files/\(version).zip",
-                "size": bytes.count, "sha256": sha, "packageSha256": sha, "whitelist": [SyncHarness.whitelist], "rollout": 100,
-            ]
-            if let base {
-                let dir = h.fixture.directory
-                try Data(base).write(to: URL(fileURLWithPath: dir.file("base.zip")))
-                try Data(bytes).write(to: URL(fileURLWithPath: dir.file("new.zip")))
-                #expect(try run("bsdiff", [dir.file("base.zip"), dir.file("new.zip"), dir.file("p.bsdiff")]).status == 0)
-                let patch = [UInt8](FileManager.default.contents(atPath: dir.file("p.bsdiff"))!)
-                h.origin.put("\(version).bsdiff", patch)
-                object.merge(["isPatch": true, "baseVersion": baseVersion, "url": "files/\(version).bsdiff", "size": patch.count,
-                              "sha256": PackageFixture.sha256(patch), "fullUrl": "files/\(version).zip", "fullSize": bytes.count,
-                              "fullSha256": sha]) { $1 }
-            }
-            h.origin.setManifest(object)
+            h.origin.setManifest(try Self.offer(h, version, bytes, from: base, baseVersion: baseVersion))
         }
         /// Leaves `bytes` free above the reserve.
         func leave(_ bytes: Int64) {
