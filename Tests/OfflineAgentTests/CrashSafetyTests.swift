@@ -11,6 +11,9 @@ struct CrashSafetyTests {
     /// Every step a patch update reaches. Extraction's object writes (`after-object-written`,
     /// `after-object-stored`) are a full install's: ObjectStoreTests kills there.
     static let points = CrashPoint.allCases.filter { ![.afterObjectWritten, .afterObjectStored].contains($0) }.map(\.rawValue)
+    /// The steps of a streamed patch update before its swap: a crash there leaves the old version active.
+    static let beforeSwap: Set<String> = Set([CrashPoint.afterPatchObjectWritten, .afterPatch, .afterPatchVerified, .afterObjectLinked,
+                                              .beforeTreeRename, .afterExtract].map(\.rawValue))
 
     @Test("kill -9 at each install step leaves old or new, and the next sync completes", arguments: points)
     func killAt(_ point: String) async throws {
@@ -21,6 +24,7 @@ struct CrashSafetyTests {
         let crashed = try await CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
         #expect(crashed.signaled && crashed.status == SIGKILL, "the process should die at \(point): \(crashed.stderr)")
         #expect(h.activeMatches("1.0.0") || h.activeMatches("1.1.0"), "active version is whole after a crash at \(point)")
+        if Self.beforeSwap.contains(point) { #expect(h.activeMatches("1.0.0"), "the old version stays active after a crash at \(point)") }
         // Readers see a whole version the whole time.
         let index = try await h.served("index.html")
         let whole = index == h.expected("1.0.0", "index.html") || index == h.expected("1.1.0", "index.html")
@@ -35,6 +39,9 @@ struct CrashSafetyTests {
         let versions = try FileManager.default.contentsOfDirectory(atPath: h.store.versionsDirectory("mall"))
         #expect(versions.filter { $0.hasPrefix(".") }.isEmpty, "\(versions)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: h.store.appDirectory("mall")).filter { $0.hasPrefix(".") }.isEmpty)
+        StreamedPatchTests.noGarbage(h)
+        #expect(Self.tree(of: h.store.versionDirectory("mall", Version("1.0.0")!), equals: "\(Repo.fixtures)/sample-app/1.0.0"),
+                "the kept old version is whole")
     }
 
     @Test("kill -9 at random moments of slow syncs, then a clean finish")

@@ -357,24 +357,6 @@ struct StreamedPatchTests {
         #expect(h.origin.requests(for: "/files/3.0.0.bsdiff").count == requests, "the kept patch is applied again, not downloaded")
         #expect(FileManager.default.contents(atPath: "\(store.versionDirectory("mall", Version("3.0.0")!))/js/big.js") == Data(changed))
     }
-
-    static let streamedPoints: [CrashPoint] = [.afterPatchObjectWritten, .afterPatch, .afterPatchVerified, .afterObjectLinked, .beforeTreeRename, .afterExtract]
-
-    @Test("kill -9 at each step of a streamed patch update: old or new whole, then no garbage left", arguments: streamedPoints.map(\.rawValue))
-    func killAtStreamedStep(_ point: String) async throws {
-        let h = try SyncHarness()
-        try await h.install("1.0.0")
-        h.origin.setManifest(try h.patch(from: "1.0.0", to: "1.1.0"))
-        let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
-        let crashed = try await CLI.run(args, environment: ["OFFLINE_AGENT_CRASH_AT": point])
-        #expect(crashed.signaled && crashed.status == SIGKILL, "the process should die at \(point): \(crashed.stderr)")
-        #expect(h.activeMatches("1.0.0"), "the old version is whole after a crash at \(point)")
-        let next = try await CLI.run(args)
-        #expect(next.status == 0, "\(next.stderr)")
-        #expect(h.activeMatches("1.1.0"))
-        Self.noGarbage(h)
-        #expect(CrashSafetyTests.tree(of: h.store.versionDirectory("mall", Version("1.0.0")!), equals: "\(Repo.fixtures)/sample-app/1.0.0"))
-    }
 }
 
 extension PatchedPackageSplitter.Stop: Equatable {
