@@ -16,8 +16,12 @@ extension Agent {
         let root = store.root
         let maxEvents = configuration.reporting.maxQueuedEvents
         if report.result == .throttled {
-            // Reads one small file; writes only when the token changed.
-            if let url { rememberToken(token, queue: ReportQueue(root: root, url: url, maxEvents: maxEvents), app: app) }
+            // Reads one small file, writes only when the token changed: still file work, so off the cooperative pool.
+            if let url {
+                try? await pool.run(.install, cancellable: false) {
+                    self.rememberToken(token, queue: ReportQueue(root: root, url: url, maxEvents: maxEvents), app: app)
+                }
+            }
             return
         }
         let kind: ReportEvent.Kind?
