@@ -53,17 +53,17 @@ let package = Package(
         ),
         // Native bsdiff (suffix sorting by libdivsufsort), for the publisher only.
         .target(
-            name: "CBsdiff",
-            path: "Sources/CBsdiff",
+            name: "COfflineBsdiff",
+            path: "Sources/COfflineBsdiff",
             linkerSettings: [.linkedLibrary("divsufsort"), .linkedLibrary("bz2")]
         ),
         // libzip's entry points, loaded with dlopen on first use (why: include/clibzip.h).
-        .target(name: "CLibzip", path: "Sources/CLibzip"),
+        .target(name: "COfflineLibzip", path: "Sources/COfflineLibzip"),
         // GNU libc calls that Swift's Glibc module doesn't expose (syncfs, mkostemp).
-        .target(name: "CShims", path: "Sources/CShims"),
+        .target(name: "COfflineShims", path: "Sources/COfflineShims"),
         .systemLibrary(
-            name: "CZlib",
-            path: "Sources/CZlib",
+            name: "COfflineZlib",
+            path: "Sources/COfflineZlib",
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
@@ -73,7 +73,7 @@ let package = Package(
         .target(
             name: "OfflineAgent",
             dependencies: [
-                "CBspatch", "CLibzip", "CZlib", "CShims",
+                "CBspatch", "COfflineLibzip", "COfflineZlib", "COfflineShims",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -123,7 +123,7 @@ let package = Package(
         .target(
             name: "OfflinePublish",
             dependencies: [
-                "OfflineAgent", "CBsdiff", "CZlib", "CShims",
+                "OfflineAgent", "COfflineBsdiff", "COfflineZlib", "COfflineShims",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -183,7 +183,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "OfflineAgent", "OfflineServe", "OfflinePublish", "CZlib",
+                "OfflineAgent", "OfflineServe", "OfflinePublish", "COfflineZlib",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
@@ -192,7 +192,7 @@ let package = Package(
         .testTarget(
             name: "OfflineAgentTests",
             dependencies: [
-                "OfflineAgent", "OfflinePublish", "TestSupport", "CBspatch", "CZlib",
+                "OfflineAgent", "OfflinePublish", "TestSupport", "CBspatch", "COfflineZlib",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]

@@ -78,7 +78,7 @@ mkdir -p "$out"
 
 # The library packages a binary's NEEDED entries come from, with the minimum version
 # their shlibs file asks for: what dpkg-shlibdeps does, without its source-package setup.
-# offline-agent loads libzip with dlopen when it opens an archive (Sources/CLibzip/include/clibzip.h),
+# offline-agent loads libzip with dlopen when it opens an archive (Sources/COfflineLibzip/include/clibzip.h),
 # so it is no NEEDED entry. The sonames it tries are read from the binary itself (the
 # strings clibzip.c passes to dlopen), and the lowest one this machine's loader knows is
 # named, as clibzip.c tries the lowest first.

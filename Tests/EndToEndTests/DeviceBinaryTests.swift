@@ -62,7 +62,7 @@ import TestSupport
     }
 
     /// libzip, and with it the `libcrypto.so.3` Debian's libzip needs, is loaded when an
-    /// archive is opened, not by every process (`Sources/CLibzip/include/clibzip.h`);
+    /// archive is opened, not by every process (`Sources/COfflineLibzip/include/clibzip.h`);
     /// the extraction tests prove the loading works.
     @Test func offlineAgentDoesNotLinkLibzip() throws {
         let needed = try Self.neededLibraries(CLI.binary)

@@ -1,5 +1,5 @@
 import OfflineAgent
-import CZlib
+import COfflineZlib
 import Foundation
 
 /// Builds zip archives byte by byte, including malformed ones no zip tool would write.
@@ -85,7 +85,7 @@ package struct ZipBuilder {
     }
 
     package static func crc32(_ data: [UInt8]) -> UInt32 {
-        UInt32(data.withUnsafeBufferPointer { CZlib.crc32(0, $0.baseAddress, UInt32($0.count)) })
+        UInt32(data.withUnsafeBufferPointer { COfflineZlib.crc32(0, $0.baseAddress, UInt32($0.count)) })
     }
 
     /// Raw deflate (no zlib header), as zip method 8 stores it.
@@ -101,7 +101,7 @@ package struct ZipBuilder {
                 stream.avail_in = UInt32(inBuf.count)
                 stream.next_out = outBuf.baseAddress
                 stream.avail_out = UInt32(outBuf.count)
-                _ = CZlib.deflate(&stream, Z_FINISH)
+                _ = COfflineZlib.deflate(&stream, Z_FINISH)
                 return outBuf.count - Int(stream.avail_out)
             }
         }

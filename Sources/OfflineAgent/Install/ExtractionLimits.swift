@@ -1,4 +1,4 @@
-import CLibzip
+import COfflineLibzip
 import Dispatch
 import FoundationEssentials
 #if canImport(Glibc)

@@ -1,10 +1,10 @@
-import CLibzip
+import COfflineLibzip
 
 /// libzip's entry points, loaded the first time an archive is opened.
 ///
 /// The agent does not link libzip: Debian's pulls in OpenSSL's `libcrypto.so.3`, which the
 /// dynamic loader would otherwise map and relocate in every `sync` and `serve` process,
-/// most of which never open an archive (`Sources/CLibzip/include/clibzip.h`).
+/// most of which never open an archive (`Sources/COfflineLibzip/include/clibzip.h`).
 enum Libzip {
     /// The loaded entry points, or an `.extract` error naming what could not be loaded.
     static func load() throws -> c_libzip_api {

@@ -1,4 +1,4 @@
-import CZlib
+import COfflineZlib
 import Crypto
 import FoundationEssentials
 #if canImport(Glibc)

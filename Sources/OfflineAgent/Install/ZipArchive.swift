@@ -1,4 +1,4 @@
-import CLibzip
+import COfflineLibzip
 import FoundationEssentials
 
 /// Owns a libzip archive handle opened read-only with consistency checks; frees it in `deinit`.

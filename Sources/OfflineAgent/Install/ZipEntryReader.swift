@@ -1,4 +1,4 @@
-import CLibzip
+import COfflineLibzip
 import FoundationEssentials
 
 /// Owns one open entry. `close()` reports the CRC check: libzip 1.7.3 reports a CRC

@@ -1,4 +1,4 @@
-import CShims
+import COfflineShims
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,4 @@
-import CBsdiff
+import COfflineBsdiff
 import Foundation
 import OfflineAgent
 

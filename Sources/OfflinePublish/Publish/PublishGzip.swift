@@ -1,4 +1,4 @@
-import CZlib
+import COfflineZlib
 import Foundation
 import OfflineAgent
 

@@ -1,4 +1,4 @@
-import CZlib
+import COfflineZlib
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -167,11 +167,11 @@ enum PublishZip {
     /// CRC-32 (the zip/gzip polynomial) from zlib, fed in chunks its 32-bit length takes.
     static func crc32(of data: Data) -> UInt32 {
         data.withUnsafeBytes { raw -> UInt32 in
-            var crc = CZlib.crc32(0, nil, 0)
+            var crc = COfflineZlib.crc32(0, nil, 0)
             var offset = 0
             while offset < raw.count {
                 let chunk = min(raw.count - offset, 1 << 30)
-                crc = CZlib.crc32(crc, raw.baseAddress!.advanced(by: offset).assumingMemoryBound(to: Bytef.self), uInt(chunk))
+                crc = COfflineZlib.crc32(crc, raw.baseAddress!.advanced(by: offset).assumingMemoryBound(to: Bytef.self), uInt(chunk))
                 offset += chunk
             }
             return UInt32(truncatingIfNeeded: crc)
