@@ -293,4 +293,31 @@ struct ReportHostileInputTests {
             try await Self.expectServing(server, store.name)
         }
     }
+
+    @Test("200 made-up versions: /stats and the dashboard list 20 and the publish directory's latest, and sum the rest")
+    func boundedOutput() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("hostile-bounded")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/reports.sqlite"])
+        defer { server.stopBlocking() }
+        #expect(try await C.post(server.baseURL, try C.body([C.event("updated", device: "real", version: "2.1.0", ["via": "full"])])).status == 200)
+        for batch in 0..<4 {
+            // 50 versions a batch, all newer than the publish directory's latest (2.1.0).
+            let events = (0..<50).map { C.event("updated", device: "fake-\(batch)-\($0)", version: "9.\(batch).\($0)", ["via": "full", "bytes": 1]) }
+                + [C.event("usage", device: "fake", version: "9.0.0", ["fallbacks": ["made-up-\(batch)": 2, "missing-file": 1]])]
+            #expect(try await C.post(server.baseURL, try C.body(events)).status == 200)
+        }
+        let stats = try await C.stats(server.baseURL)
+        let listed = try #require(stats["versions"] as? [[String: Any]]).map { $0["version"] as? String ?? "" }
+        #expect(listed.count == 21 && listed.first == "9.3.49" && listed.last == "2.1.0", "\(listed)")
+        let other = try #require(stats["otherVersions"] as? [String: Int])
+        #expect(other["versions"] == 180 && other["updated"] == 180 && other["devices"] == 180 && other["bytesDownloaded"] == 180, "\(other)")
+        #expect(stats["fallbacks"] as? [String: Int] == ["missing-file": 4, "other": 8])
+        let page = String(decoding: try await PublishHTTP.fetch(server.baseURL + "/dashboard?app=fleet").body, as: UTF8.self)
+        #expect(page.components(separatedBy: "<tr class=").count - 1 == 22, "21 versions and one row of the rest")
+        #expect(page.contains("data-other-versions=\"180\""))
+        #expect(page.components(separatedBy: "<polyline").count - 1 <= 21)
+        #expect(!page.contains("9.0.0\""), "an old made-up version is summed, not listed")
+    }
 }

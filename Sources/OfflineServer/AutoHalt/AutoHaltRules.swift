@@ -76,7 +76,7 @@ public struct AutoHaltRules: Sendable, Equatable, CustomStringConvertible {
     /// the `D` devices that have reported about the app, never more than `min-devices`
     /// (N) and never fewer than 1. With the default 20: a 5 % stage of 40 devices needs 1,
     /// of 400 devices 10, of 800 or more 20.
-    func minimum(knownDevices: Int64, stage: Int) -> Int {
+    public func minimum(knownDevices: Int64, stage: Int) -> Int {
         let expected = max(0, knownDevices).multipliedReportingOverflow(by: Int64(max(0, min(stage, 100))))
         let half = expected.overflow ? Int64.max : (expected.partialValue + 199) / 200
         return Int(max(1, min(Int64(minDevices), half)))
