@@ -138,6 +138,8 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
 
@@ -213,7 +215,7 @@ let package = Package(
         ),
         .testTarget(
             name: "OfflineServerTests",
-            dependencies: ["OfflineAgent", "OfflinePublish", "OfflineServer", "TestSupport"]
+            dependencies: ["OfflineAgent", "OfflinePublish", "OfflineServer", "TestSupport", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // The three tools run as processes, the way cron, systemd and operators run them.
         .testTarget(

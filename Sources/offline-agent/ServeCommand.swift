@@ -49,7 +49,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "A file holding the bearer token the --report collector requires (offline-server --report-token); default: the token a sync recorded for that collector.")
     var reportTokenFile: String?
     @Option(help: "Minutes between usage reports (default 15).") var reportInterval: Double = 15
-    @Option(help: "Seconds each usage flush may spend sending reports (default 3); what is not sent stays queued.")
+    @Option(help: "Seconds one fleet report request may take (default 3); past it, its events stay queued and the collector is backed off.")
     var reportDeadline: Double = 3
 
     func validate() throws {

@@ -76,7 +76,7 @@ struct SyncCommand: AsyncParsableCommand {
     // The two defaults below are applied in code, not given to ArgumentParser: a default
     // value is described for help on every parse, through runtime conformance lookups that
     // each scan the whole binary, and `sync` mostly runs as a throttled no-op from cron.
-    @Option(help: "Seconds a run may spend sending fleet reports (default 3); what is not sent stays queued.")
+    @Option(help: "Seconds one fleet report request may take (default 3); past it, its events stay queued and the collector is backed off.")
     var reportDeadline: Double?
     @Option(help: "The cookie profile whose jar the requests use (default: \(CookieProfile.defaultName)).") var profile: String?
     @Option(help: "Put every new version on trial for N launches, rolled back unless confirmed (for a host that confirms); 0: no trials. Default: as the manifest asks.")

@@ -32,7 +32,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
     @Option(help: "How full packages are offered: gzip (the .zip.gz) or none (the .zip).") var compression = "gzip"
     @Option(help: "Seconds a CDN or proxy may cache manifests and .sig files (Cache-Control max-age); packages and patches are immutable.")
     var manifestMaxAge = 60
-    @Option(help: "Where fleet reports are stored (POST /report, GET /stats): a SQLite file, default DIR/.offline-server/reports.sqlite, or postgres://USER:PASSWORD@HOST:PORT/DB (shared by several instances; add ?sslmode=require for TLS).")
+    @Option(help: "Where fleet reports are stored (POST /report, GET /stats): a SQLite file, default ~/.local/state/offline-server/NAME-HASH/reports.sqlite (outside the publish directory; a database in the old place, DIR/.offline-server/reports.sqlite, is still used, with a warning), or postgres://USER:PASSWORD@HOST:PORT/DB (shared by several instances; add ?sslmode=require for TLS).")
     var reportsDb: String?
     @Option(help: "Halt the staged rollout of an app's latest version when its reports trip these rules, e.g. failure-rate>5%,rollback-rate>2%,min-devices=20,window=1h; re-signed with --key.")
     var autoHalt: String?
@@ -77,10 +77,15 @@ struct OfflineServerCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("offline-server: \(error)\n".utf8))
             throw ExitCode(64)
         }
+        var database = reportsDb
+        if database == nil, !noReports {
+            let (path, warning) = ReportDatabaseLocation.defaultPath(directory: dir)
+            if let warning { Logger(label: "offline-server").warning("\(warning)") }
+            database = path
+        }
         var configuration = ReferenceServer.Configuration(
             directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression,
-            manifestMaxAge: manifestMaxAge,
-            reportsDatabase: noReports ? nil : reportsDb ?? "\(dir)/.offline-server/reports.sqlite")
+            manifestMaxAge: manifestMaxAge, reportsDatabase: database)
         configuration.faults = faults
         configuration.autoHalt = rules
         configuration.reportToken = reportToken

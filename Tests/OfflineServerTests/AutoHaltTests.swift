@@ -140,6 +140,20 @@ struct AutoHaltTests {
         #expect(try Self.state(dir).revisions?.last?.verb == "publish")
     }
 
+    @Test("min-devices scales with the devices expected in the stage: a 5 % canary of 40 devices is judged")
+    func minimumScales() throws {
+        let rules = try AutoHaltRules(parsing: "failure-rate>5%")
+        #expect(rules.minDevices == 20)
+        // max(1, min(N, ceil(D × S / 200))): half the devices a stage of S % of D is expected to hold.
+        #expect(rules.minimum(knownDevices: 40, stage: 5) == 1)
+        #expect(rules.minimum(knownDevices: 400, stage: 5) == 10)
+        #expect(rules.minimum(knownDevices: 800, stage: 5) == 20)
+        #expect(rules.minimum(knownDevices: 1_000_000, stage: 50) == 20)
+        #expect(rules.minimum(knownDevices: 0, stage: 10) == 1)
+        #expect(rules.minimum(knownDevices: Int64.max, stage: 100) == 20, "no overflow")
+        #expect(try AutoHaltRules(parsing: "failure-rate>5%,min-devices=3").minimum(knownDevices: 1000, stage: 10) == 3)
+    }
+
     @Test("rules: the issue's example, each key once, rates in 0…100 %, windows in s/m/h/d")
     func parsesRules() throws {
         let rules = try AutoHaltRules(parsing: "failure-rate>5%,rollback-rate>2%,min-devices=20,window=1h")

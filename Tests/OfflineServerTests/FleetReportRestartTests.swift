@@ -1,4 +1,5 @@
 import Foundation
+import OfflineServer
 import TestSupport
 import Testing
 
@@ -20,8 +21,9 @@ struct FleetReportRestartTests {
         ]
         let body = try C.body(events)
 
-        // The default database: DIR/.offline-server/reports.sqlite.
-        let first = try OfflineServerProcess(arguments: ["--dir", dir])
+        // The default database: under the state directory, outside the publish directory.
+        let state = TemporaryDirectory("fleet-state")
+        let first = try OfflineServerProcess(arguments: ["--dir", dir], environment: ["XDG_STATE_HOME": state.path])
         let stats: String, metrics: String
         do {
             #expect(try await C.post(first.baseURL, body).receipt?.accepted == 3)
@@ -34,7 +36,10 @@ struct FleetReportRestartTests {
         // The same arguments, so the same database, after a graceful stop.
         let second = try await first.restarted()
         #expect(first.process.terminationStatus == 0)
-        #expect(FileManager.default.fileExists(atPath: dir + "/.offline-server/reports.sqlite"))
+        let database = ReportDatabaseLocation.defaultPath(directory: dir, environment: ["XDG_STATE_HOME": state.path])
+        #expect(database.warning == nil && database.path.hasPrefix(state.path + "/offline-server/"))
+        #expect(FileManager.default.fileExists(atPath: database.path))
+        #expect(!FileManager.default.fileExists(atPath: dir + "/.offline-server"), "nothing of the reports in what a static host serves")
         #expect(metrics.contains("offline_server_report_saved_bytes_total{app=\"fleet\"} 360"))
         do {
             #expect(try await C.statsText(second.baseURL) == stats)
@@ -58,5 +63,23 @@ struct FleetReportRestartTests {
         await third.stop()
         #expect(refused.status == 404)
         #expect(!FileManager.default.fileExists(atPath: off + "/.offline-server"))
+    }
+
+    @Test("a database in the old default place, inside the publish directory, keeps being used (with a warning)")
+    func oldDefaultPlace() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("fleet-legacy")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let legacy = dir + "/.offline-server/reports.sqlite"
+        let before = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", legacy])
+        #expect(try await C.post(before.baseURL, try C.body([C.event("updated", ["via": "full"])])).receipt?.accepted == 1)
+        await before.stop()
+        let state = TemporaryDirectory("fleet-legacy-state")
+        let location = ReportDatabaseLocation.defaultPath(directory: dir, environment: ["XDG_STATE_HOME": state.path])
+        #expect(location.path == legacy && location.warning?.contains("--reports-db") == true)
+        let after = try OfflineServerProcess(arguments: ["--dir", dir], environment: ["XDG_STATE_HOME": state.path])
+        defer { after.stopBlocking() }
+        #expect(try await C.stats(after.baseURL)["events"] as? Int == 1, "the history stays")
+        #expect(!FileManager.default.fileExists(atPath: state.path + "/offline-server"))
     }
 }

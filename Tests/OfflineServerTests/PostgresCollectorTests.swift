@@ -88,6 +88,32 @@ struct PostgresCollectorTests {
         try process.run()
         let names = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        #expect(names == "v1\nv3\n", "each migration once")
+        #expect(names == "v1\nv3\nv4\n", "each migration once")
+    }
+
+    @Test("a database it cannot use stops the start with one line naming the cause: no TLS for sslmode=require, a wrong password, no such database")
+    func failsFast() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("pg-fail-fast")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let server = try #require(PostgresTestDatabase.server.url)
+        let executable = try #require(PublishFixtures.builtExecutable("offline-server"))
+        var wrongPassword = try #require(URLComponents(string: server))
+        wrongPassword.password = "not-the-password"
+        var noDatabase = try #require(URLComponents(string: server))
+        noDatabase.path = "/offline_test_no_such_database"
+        let cases: [(url: String, cause: String)] = [
+            (server + "?sslmode=require", "does not offer TLS"),
+            (wrongPassword.string!, "password authentication failed"),
+            (noDatabase.string!, "does not exist"),
+        ]
+        for (url, cause) in cases {
+            let result = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", url], executable: executable)
+            #expect(result.status != 0, "\(url)")
+            let lines = result.stderr.split(separator: "\n")
+            let errors = lines.filter { $0.contains("reports database") || $0.contains("PSQLError") || $0.contains("error") }
+            #expect(errors.count == 1 && errors.first?.contains(cause) == true, "\(url): \(result.stderr)")
+            #expect(!result.stderr.contains("PSQLError") && !result.stderr.contains("not-the-password"), "\(result.stderr)")
+        }
     }
 }

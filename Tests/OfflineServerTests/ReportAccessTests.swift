@@ -9,7 +9,7 @@ import Testing
 struct ReportAccessTests {
     typealias C = FleetReportClient
 
-    @Test("4 batches of 500 events with made-up apps and versions add a handful of /metrics lines, not thousands")
+    @Test("2000 events with made-up apps and versions add a handful of /metrics lines, not thousands; a batch names 16 apps, 64 versions at most")
     func cardinalityIsBounded() async throws {
         let dir = try PublishFixtures.temporaryDirectory("cardinality")
         defer { PublishFixtures.cleanUp(dir) }
@@ -24,16 +24,24 @@ struct ReportAccessTests {
             ]
             #expect(try await C.post(base, try C.body(known)).receipt?.accepted == 4)
             let before = try await PublishHTTP.fetch(base + "/metrics").body
-            var invented: [String] = []
-            for batch in 0..<4 {
-                let events = (0..<500).map { index -> [String: Any] in
-                    let app = "made-up-\(batch)-\(index)", version = "\(batch).\(index).7"
-                    invented.append(app)
+            var invented: [String: Int] = [:]
+            for batch in 0..<16 {
+                // As many names as a batch may carry: 16 apps, 64 versions.
+                let events = (0..<125).map { index -> [String: Any] in
+                    let app = "made-up-\(batch)-\(index % 16)", version = "\(batch).\(index % 64).7"
+                    invented[app, default: 0] += 1
                     let kinds = ["updated", "failed", "rolled-back", "usage"]
-                    return C.event(kinds[index % 4], app: app, version: version, ["via": "full", "errorCode": "network"])
+                    return C.event(kinds[(batch * 125 + index) % 4], app: app, version: version, ["via": "full", "errorCode": "network"])
                 }
-                #expect(try await C.post(base, try C.body(events)).receipt?.accepted == 500)
+                #expect(try await C.post(base, try C.body(events)).receipt?.accepted == 125)
             }
+            // One more of either is refused whole.
+            let apps = (0..<17).map { C.event("updated", app: "too-many-\($0)", version: "1.0.0", ["via": "full"]) }
+            let tooManyApps = try await C.post(base, try C.body(apps))
+            #expect(tooManyApps.status == 400 && tooManyApps.body.contains("more than 16 apps"), "\(tooManyApps.body)")
+            let versions = (0..<65).map { C.event("updated", version: "7.\($0).0", ["via": "full"]) }
+            let tooManyVersions = try await C.post(base, try C.body(versions))
+            #expect(tooManyVersions.status == 400 && tooManyVersions.body.contains("more than 64 versions"), "\(tooManyVersions.body)")
             // The publish directory's app with versions it never published: `other` too.
             let strays = (0..<50).map { C.event("updated", version: "9.\($0).0", ["via": "full"]) }
             #expect(try await C.post(base, try C.body(strays)).receipt?.accepted == 50)
@@ -48,7 +56,7 @@ struct ReportAccessTests {
             #expect(metrics.value("offline_server_report_updates_total", ["app": "other", "version": "other", "via": "full"]) == 500)
             #expect(metrics.value("offline_server_report_updates_total", ["app": "fleet", "version": "other", "via": "full"]) == 50)
             // /stats keeps every name as sent.
-            #expect(try await C.stats(base, app: invented[0])["events"] as? Int == 1)
+            #expect(try await C.stats(base, app: "made-up-0-0")["events"] as? Int == invented["made-up-0-0"])
         }
     }
 

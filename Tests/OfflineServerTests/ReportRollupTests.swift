@@ -1,4 +1,5 @@
 import Foundation
+import OfflineAgent
 import TestSupport
 import Testing
 
@@ -30,7 +31,7 @@ struct ReportRollupTests {
                 let second = Int.random(in: 0..<4, using: &random) == 0 ? Int.random(in: 0..<5, using: &random) : Int.random(in: 0..<86_400, using: &random)
                 let time = Int.random(in: 0..<50, using: &random) == 0 ? "2099-01-01T00:00:00Z" : Self.time(second)
                 var event: [String: Any]
-                switch Int.random(in: 0..<10, using: &random) {
+                switch Int.random(in: 0..<11, using: &random) {
                 case 0..<5:
                     let patch = Bool.random(using: &random)
                     event = C.event("updated", app: app, device: device, version: version, [
@@ -41,7 +42,12 @@ struct ReportRollupTests {
                     if let code = codes.randomElement(using: &random)! { fields["errorCode"] = code }
                     event = C.event("failed", app: app, device: device, version: version, fields)
                 case 7:
-                    event = C.event("rolled-back", app: app, device: device, version: version, ["previousVersion": "2.1.0"])
+                    event = C.event("rolled-back", app: app, device: device, version: version, ["previousVersion": versions.randomElement(using: &random)!])
+                case 9:
+                    // A mark-bad rolls back too: to the version before, or (no version) to none.
+                    let from = versions.randomElement(using: &random)!
+                    event = C.event("marked-bad", app: app, device: device, version: Bool.random(using: &random) ? nil : version,
+                                    ["previousVersion": from, "message": "crashes"])
                 case 8:
                     event = C.event("usage", app: app, device: device, version: version, [
                         "offlineHits": Int.random(in: 0...50, using: &random),
@@ -72,16 +78,28 @@ struct ReportRollupTests {
         let millis = { (event: [String: Any]) -> Int64 in
             Int64(ISO8601DateFormatter().date(from: event["time"] as! String)!.timeIntervalSince1970 * 1000)
         }
-        // The latest update per device: by its time, then by arrival.
+        // Where each device is: its latest move (an update, a rollback or a mark-bad, which
+        // leaves it on its version or on none), by its time, then by arrival.
+        let rollbacks: Set<String> = ["rolled-back", "marked-bad"]
         var latest: [String: (time: Int64, index: Int, version: String)] = [:]
-        for (index, event) in stored.enumerated() where event["event"] as! String == "updated" {
-            guard let version = event["version"] as? String else { continue }
+        for (index, event) in stored.enumerated() {
+            let kind = event["event"] as! String
+            let version: String
+            if kind == "updated", let named = event["version"] as? String {
+                version = named
+            } else if rollbacks.contains(kind) {
+                version = event["version"] as? String ?? ""
+            } else {
+                continue
+            }
             let device = event["device"] as! String, time = millis(event)
             if let current = latest[device], (current.time, current.index) > (time, index) { continue }
             latest[device] = (time, index, version)
         }
+        // A rollback counts against the version rolled back from.
+        let rolledBackFrom = stored.filter { rollbacks.contains($0["event"] as! String) }.compactMap { $0["previousVersion"] as? String }
         var versions: [String: [String: Any]] = [:]
-        for version in Set(stored.compactMap { $0["version"] as? String }) {
+        for version in Set(stored.compactMap { $0["version"] as? String } + rolledBackFrom) {
             let of = stored.filter { $0["version"] as? String == version }
             let count = { (kind: String) in of.filter { $0["event"] as! String == kind }.count }
             let failures = Dictionary(grouping: of.filter { $0["event"] as! String == "failed" }) { $0["errorCode"] as? String ?? "" }
@@ -94,13 +112,16 @@ struct ReportRollupTests {
             }
             versions[version] = [
                 "devices": latest.values.filter { $0.version == version }.count, "updated": count("updated"),
-                "failed": count("failed"), "rolledBack": count("rolled-back"), "topFailures": top,
+                "failed": count("failed"), "rolledBack": rolledBackFrom.filter { $0 == version }.count, "topFailures": top,
                 "bytesDownloaded": of.reduce(0) { $0 + ($1["bytes"] as! Int) }, "bytesSaved": saved,
             ]
         }
         var fallbacks: [String: Int] = [:]
         for event in stored {
-            for (reason, count) in event["fallbacks"] as? [String: Int] ?? [:] { fallbacks[reason, default: 0] += count }
+            // serve's own reasons by name, any other as `other`.
+            for (reason, count) in event["fallbacks"] as? [String: Int] ?? [:] {
+                fallbacks[FallbackReason(rawValue: reason) == nil ? "other" : reason, default: 0] += count
+            }
         }
         return [
             "events": stored.count, "devices": Set(stored.map { $0["device"] as! String }).count,
@@ -149,14 +170,28 @@ struct ReportRollupTests {
     static func forgetSums(_ store: String) throws {
         let tables = ["version_totals", "failure_causes", "fallback_totals", "devices", "version_moves"]
         if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name = 'v3';")
+            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name IN ('v3', 'v4');")
         } else {
             let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
                 + tables.map { "db.execute('DROP TABLE \($0)'); " }.joined()
-                + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier = 'v3'\"); db.commit()"
+                + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier IN ('v3', 'v4')\"); db.commit()"
             let result = try CLI.runBlocking(["-c", script, store], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
         }
+    }
+
+    /// The dashboard's table, per version: devices now, updates, failures, rollbacks.
+    static func dashboardRows(_ base: String) async throws -> [String: [String: Int]] {
+        let page = try await CLI.run(["-sS", "--max-time", "60", base + "/dashboard?app=fleet"], executable: "/usr/bin/curl").stdout
+        let pattern = try Regex(#"<tr class="[^"]*" data-version="([^"]*)" data-devices="(\d+)" data-updated="(\d+)" data-failed="(\d+)" data-rolled-back="(\d+)""#)
+        var rows: [String: [String: Int]] = [:]
+        for match in page.matches(of: pattern) {
+            let number = { (index: Int) in Int(match.output[index].substring ?? "") ?? -1 }
+            rows[String(match.output[1].substring ?? "")] = [
+                "devices": number(2), "updated": number(3), "failed": number(4), "rolledBack": number(5),
+            ]
+        }
+        return rows
     }
 
     /// The sums equal the recount; after they are dropped, the next start fills them from
@@ -165,7 +200,14 @@ struct ReportRollupTests {
         var before = ""
         var dashboard: [String] = []
         try await C.withServer(database: store) { server in
-            _ = try await Self.postAndCheck(server.baseURL, seed: seed)
+            let events = try await Self.postAndCheck(server.baseURL, seed: seed)
+            // The dashboard's table shows the recount too: rollbacks (mark-bad included)
+            // against the version rolled back from, devices where they are now.
+            let recounted = (Self.recount(events, app: "fleet")["versions"] as! [String: [String: Any]]).mapValues { figures in
+                ["devices", "updated", "failed", "rolledBack"].reduce(into: [String: Int]()) { $0[$1] = figures[$1] as? Int }
+            }
+            let shown = try await Self.dashboardRows(server.baseURL)
+            #expect(shown == recounted, "dashboard \(shown)\nrecount \(recounted)")
             before = try await C.statsText(server.baseURL)
             dashboard = try await Self.chart(server.baseURL)
             // Each line ends at the devices /stats counts on its version.

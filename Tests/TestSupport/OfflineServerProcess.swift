@@ -13,6 +13,8 @@ package final class OfflineServerProcess: @unchecked Sendable {
     package let port: Int
     /// The arguments given (without the `--port` and `--log-level` added here).
     package let arguments: [String]
+    /// Variables set for it on top of this process's environment.
+    package let environment: [String: String]
     package var baseURL: String { "http://127.0.0.1:\(port)" }
     /// `GET /manifest`, the URL devices check.
     package var manifestURL: String { baseURL + "/manifest" }
@@ -22,11 +24,15 @@ package final class OfflineServerProcess: @unchecked Sendable {
     package static let startTimeout: TimeInterval = 60
 
     /// Starts the built `offline-server` with `arguments`, on `port` (0: one the kernel picks).
-    package init(arguments: [String], port: Int = 0) throws {
+    package init(arguments: [String], port: Int = 0, environment: [String: String] = [:]) throws {
         guard let executable = PublishFixtures.builtExecutable("offline-server") else {
             throw OfflineAgentError(.usage, "offline-server is not built (swift build --build-tests builds it)")
         }
         self.arguments = arguments
+        self.environment = environment
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments + ["--port", "\(port)", "--log-level", "warning"]
         let stdout = Pipe()
@@ -79,7 +85,7 @@ package final class OfflineServerProcess: @unchecked Sendable {
     /// one has ended; on the same port when `samePort`, else on a new one.
     package func restarted(samePort: Bool = false) async throws -> OfflineServerProcess {
         await stop()
-        return try OfflineServerProcess(arguments: arguments, port: samePort ? port : 0)
+        return try OfflineServerProcess(arguments: arguments, port: samePort ? port : 0, environment: environment)
     }
 
     private func signalAndWait(_ signal: Int32) async {

@@ -26,6 +26,9 @@ package final class ReportCollector: @unchecked Sendable {
         case storeThenStall(seconds: Double)
         /// 307 to this URL.
         case redirect(URL)
+        /// Checks and stores, answering each request after this long (a slow collector, or
+        /// a slow CPU on the sender's side).
+        case slow(seconds: Double)
     }
 
     package let port: Int
@@ -117,6 +120,8 @@ package final class ReportCollector: @unchecked Sendable {
         case .stall(let seconds):
             Thread.sleep(forTimeInterval: seconds)
             return (0, "", [])
+        case .slow(let seconds):
+            Thread.sleep(forTimeInterval: seconds)
         case .accept, .storeThenStall:
             break
         }

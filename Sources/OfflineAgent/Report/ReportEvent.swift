@@ -3,7 +3,9 @@ import FoundationEssentials
 /// One fleet-report event, as the collector receives it (docs/PROTOCOL.md, "Fleet reports").
 ///
 /// Strings are cut to the wire format's limits (256 bytes, `message` 1024) at a
-/// character boundary, so a long error reason never makes the collector refuse a batch.
+/// character boundary, control characters become spaces and an empty optional string is
+/// left out, so a long or odd error reason (a page's `mark-bad?reason=a%00b`) never makes
+/// the collector refuse a batch.
 public struct ReportEvent: Sendable, Equatable, Codable {
     /// What happened.
     public enum Kind: String, Sendable, Codable, CaseIterable {
@@ -64,17 +66,17 @@ public struct ReportEvent: Sendable, Equatable, Codable {
     ) {
         self.id = Self.newID()
         self.time = RFC3339.string(from: time)
-        self.device = Self.cut(device, 256)
-        self.app = Self.cut(app, 256)
+        self.device = Self.clean(device, 256)
+        self.app = Self.clean(app, 256)
         self.event = event
-        self.version = version.map { Self.cut($0, 256) }
-        self.previousVersion = previousVersion.map { Self.cut($0, 256) }
+        self.version = version.flatMap { Self.present(Self.clean($0, 256)) }
+        self.previousVersion = previousVersion.flatMap { Self.present(Self.clean($0, 256)) }
         self.via = via
         self.bytes = max(0, bytes)
         self.fullSize = fullSize.map { max(0, $0) }
         self.durationMs = max(0, durationMs)
-        self.errorCode = errorCode.map { Self.cut($0, 256) }
-        self.message = message.map { Self.cut($0.replacingNewlines(), 1024) }
+        self.errorCode = errorCode.flatMap { Self.present(Self.clean($0, 256)) }
+        self.message = message.flatMap { Self.present(Self.clean($0, 1024)) }
         self.offlineHits = offlineHits
         self.fallbacks = fallbacks
         self.periodSeconds = periodSeconds
@@ -85,6 +87,23 @@ public struct ReportEvent: Sendable, Equatable, Codable {
         var generator = SystemRandomNumberGenerator()
         return (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }.hex
     }
+
+    /// `text` with every control character (C0, DEL, C1: line breaks, tabs, NUL) and line or
+    /// paragraph separator as a space, cut to `limit` bytes: the collector refuses a string
+    /// holding a control character, and every string is one line.
+    static func clean(_ text: String, _ limit: Int) -> String {
+        var scalars = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            switch scalar.properties.generalCategory {
+            case .control, .lineSeparator, .paragraphSeparator: scalars.append(" ")
+            default: scalars.append(scalar)
+            }
+        }
+        return cut(String(scalars), limit)
+    }
+
+    /// nil for an empty string: the wire format refuses one.
+    private static func present(_ text: String) -> String? { text.isEmpty ? nil : text }
 
     /// `text` cut to at most `limit` UTF-8 bytes, whole characters only.
     static func cut(_ text: String, _ limit: Int) -> String {
@@ -105,12 +124,5 @@ public struct ReportEvent: Sendable, Equatable, Codable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return Array(try encoder.encode(self))
-    }
-}
-
-extension String {
-    /// Line breaks as spaces: a message is one line.
-    fileprivate func replacingNewlines() -> String {
-        String(map { $0.isNewline ? " " : $0 })
     }
 }

@@ -4,8 +4,13 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// Sends the queued events of every collector of a root, oldest first, in batches,
-/// within `ReportSettings.deadline` in all: what is not sent by then stays queued.
+/// Sends the queued events of every collector of a root, oldest first, in batches.
+///
+/// The work is bounded by a count, not by the wall clock: a flush sends each queue's
+/// events as they stood when it began, at most `ceil(pending / batchSize)` requests per
+/// queue, and each request (connect, send, answer) may take `ReportSettings.deadline`.
+/// So a slow CPU (a busy kiosk, a loaded test machine) still gets its queue out, and a
+/// collector that stalls costs one deadline: its queue then backs off.
 ///
 /// 2xx acknowledges a batch; 400 and 413 drop it for good (counted as `rejected`, so
 /// one bad event never wedges the queue); anything else — no answer, 429, 503, 401 and
@@ -41,14 +46,13 @@ package struct ReportSender: Sendable {
         // Listing and the due check only stat: a root that reports nothing starts no thread.
         let due = ReportQueue.all(root: root, maxEvents: settings.maxQueuedEvents).filter { isDue($0) }
         guard !due.isEmpty else { return outcome }
-        let deadline = NIODeadline.now() + .init(settings.deadline)
         var settings = network
-        // The flush's deadline bounds every wait; a shorter read timeout would only cut a slow answer short.
+        // The deadline bounds each request's every wait; a shorter read timeout would only cut a slow answer short.
         settings.connectTimeout = min(settings.connectTimeout, self.settings.deadline)
         settings.readTimeout = self.settings.deadline
         let fetcher = HTTPFetcher(settings: settings, logger: logger)
-        for queue in due where NIODeadline.now() < deadline {
-            await send(queue, fetcher: fetcher, deadline: deadline, outcome: &outcome)
+        for queue in due {
+            await send(queue, fetcher: fetcher, outcome: &outcome)
         }
         await fetcher.shutdown()
         return outcome
@@ -65,7 +69,7 @@ package struct ReportSender: Sendable {
         return queue.pending() > 0
     }
 
-    private func send(_ queue: ReportQueue, fetcher: HTTPFetcher, deadline: NIODeadline, outcome: inout ReportFlush) async {
+    private func send(_ queue: ReportQueue, fetcher: HTTPFetcher, outcome: inout ReportFlush) async {
         let batchSize = min(max(1, settings.batchSize), 500)
         guard let lock = try? await pool.run(.install, { ReportSendLock(directory: queue.directory) }) else { return }
         defer { withExtendedLifetime(lock) {} }
@@ -73,7 +77,10 @@ package struct ReportSender: Sendable {
             // The token recorded with this queue goes to its own URL only; the client follows no redirect.
             let token = try await pool.run(.install) { queue.token() }
             var sentUpTo = Int.min
-            while NIODeadline.now() < deadline {
+            // What was queued when the flush began, in batches: events queued meanwhile wait
+            // for the next flush, so the loop ends whatever the collector and the clock do.
+            let requests = try await pool.run(.install) { (queue.pending() + batchSize - 1) / batchSize }
+            for _ in 0..<requests {
                 guard let batch = try await pool.run(.install, { try queue.batch(limit: batchSize) }) else { return }
                 // The queue did not move past the last batch (its state cannot be written): no resending in a loop.
                 guard batch.end > sentUpTo else { return }
@@ -88,6 +95,7 @@ package struct ReportSender: Sendable {
                 let response: HTTPClientResponse
                 let answer: String
                 do {
+                    let deadline = NIODeadline.now() + .init(settings.deadline)
                     response = try await fetcher.client.execute(request, deadline: deadline)
                     answer = String(decoding: (try await response.body.collect(upTo: 64 << 10)).readableBytesView, as: UTF8.self)
                 } catch {

@@ -2,8 +2,10 @@ import FoundationEssentials
 
 /// How the agent queues and sends fleet reports.
 public struct ReportSettings: Sendable {
-    /// The longest a sync (or one `serve` flush) spends sending reports; what is not
-    /// sent by then stays queued for the next one. 3 seconds.
+    /// The longest one report request may take, from connecting to the collector's
+    /// answer; a request past it fails, its events stay queued and the queue backs off.
+    /// A flush sends at most the batches its queues held when it began, so a collector that
+    /// stalls costs a sync one deadline per queue. 3 seconds.
     public var deadline: Duration = .seconds(3)
     /// Events kept per destination; past it the oldest are dropped and counted. 1000.
     public var maxQueuedEvents = 1000

@@ -11,8 +11,10 @@ import OfflineAgent
 ///   failed and are not on it;
 /// - `rollback-rate>P%`: trips when more than P % of the devices that installed it
 ///   rolled back from it;
-/// - `min-devices=N` (default 20): no rule trips before N devices in the stage tried
-///   the version, so the first two reports cannot halt a rollout;
+/// - `min-devices=N` (default 20): no rule trips before enough devices in the stage
+///   tried the version, so the first two reports cannot halt a rollout: N, or half the
+///   devices the stage is expected to hold when that is fewer (`minimum`), so a 5 %
+///   canary of 40 devices is judged too;
 /// - `window=DURATION` (default `1h`; `s`, `m`, `h`, `d`): only reports received in the
 ///   last DURATION count (and none received before the stage began).
 ///
@@ -67,6 +69,17 @@ public struct AutoHaltRules: Sendable, Equatable, CustomStringConvertible {
         guard failureRate != nil || rollbackRate != nil else {
             throw OfflineAgentError(.usage, "--auto-halt '\(text)' has no rule: give failure-rate>P% or rollback-rate>P%")
         }
+    }
+
+    /// How many devices in the stage must have tried the version before a rule trips:
+    /// `max(1, min(N, ⌈D × S / 200⌉))`, half the devices expected in a stage of `S` % of
+    /// the `D` devices that have reported about the app, never more than `min-devices`
+    /// (N) and never fewer than 1. With the default 20: a 5 % stage of 40 devices needs 1,
+    /// of 400 devices 10, of 800 or more 20.
+    public func minimum(knownDevices: Int64, stage: Int) -> Int {
+        let expected = max(0, knownDevices).multipliedReportingOverflow(by: Int64(max(0, min(stage, 100))))
+        let half = expected.overflow ? Int64.max : (expected.partialValue + 199) / 200
+        return Int(max(1, min(Int64(minDevices), half)))
     }
 
     /// The canonical text form, as logged at start.

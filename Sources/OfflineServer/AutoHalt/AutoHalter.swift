@@ -62,9 +62,10 @@ actor AutoHalter {
         let version = state.latest
         let stage = state.stageInForce(at: now)
         let since = Self.windowStart(state: state, rules: rules, now: now)
-        let devices: [RolloutFigures.Device]
+        let devices: [RolloutFigures.Device], known: Int64
         do {
             devices = try await store.rolloutDevices(app: app, version: version.description, sinceMillis: since)
+            known = try await store.knownDevices(app: app)
         } catch {
             logger.error("auto-halt: cannot read the figures of \(app) \(version): \(error)")
             return
@@ -72,7 +73,7 @@ actor AutoHalter {
         // Only devices in the stage count: a device outside it never took the version, so
         // its report about it is a mistake or a lie (the bucket is the agent's own).
         let figures = RolloutFigures(devices) { Resolver.rolloutBucket(deviceID: $0, app: app) <= stage }
-        guard let tripped = figures.tripped(by: rules) else { return }
+        guard let tripped = figures.tripped(by: rules, minimum: rules.minimum(knownDevices: known, stage: stage)) else { return }
         let key = "\(app) \(version)"
         if let last = failedAt[key], ContinuousClock.now - last < .seconds(60) { return }
         let windowText = "reports received since \(RFC3339.string(from: Date(timeIntervalSince1970: Double(since) / 1000)))"

@@ -11,7 +11,8 @@ struct RolloutFigures: Sendable, Equatable {
     var failed = 0
     /// Devices in the stage that sent `updated` for the version.
     var installed = 0
-    /// Of those, devices that sent `rolled-back` from it (`previousVersion`).
+    /// Of those, devices that rolled back from it: `rolled-back` or `marked-bad` with
+    /// `previousVersion` the version.
     var rolledBack = 0
 
     /// One device's events about the version, from the store.
@@ -41,9 +42,10 @@ struct RolloutFigures: Sendable, Equatable {
     /// `rolledBack / installed` in percent; nil with nobody installed.
     var rollbackRate: Double? { installed > 0 ? Double(rolledBack) * 100 / Double(installed) : nil }
 
-    /// The rule that trips on these figures and why, nil when none does.
-    func tripped(by rules: AutoHaltRules) -> String? {
-        guard tried >= rules.minDevices else { return nil }
+    /// The rule that trips on these figures and why, nil when none does or fewer than
+    /// `minimum` devices tried (`AutoHaltRules.minimum(knownDevices:stage:)`).
+    func tripped(by rules: AutoHaltRules, minimum: Int) -> String? {
+        guard tried >= minimum else { return nil }
         if let limit = rules.failureRate, let rate = failureRate, rate > limit {
             return "failure-rate>\(AutoHaltRules.format(limit))%: \(failed) of \(tried) devices in the stage failed (\(Self.percent(rate)))"
         }

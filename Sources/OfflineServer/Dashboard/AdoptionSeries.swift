@@ -1,8 +1,9 @@
 /// How many devices ran each version over time, for the dashboard's chart: the span
 /// of the app's `updated` events by the server's receipt time (devices' clocks may be
 /// wrong; the server's is one clock for all), cut into `buckets` equal slices, and per
-/// version the number of devices whose latest `updated` (by their own time order) named
-/// it at the end of each slice. The last point of each line equals `/stats`'s `devices`.
+/// version the number of devices whose latest move (`updated`, `rolled-back`,
+/// `marked-bad`, by their own time order) put them on it at the end of each slice (a move
+/// received after the last `updated` counts in the last slice). The last point of each line equals `/stats`'s `devices`.
 struct AdoptionSeries: Sendable, Equatable {
     /// Receipt time of the first and last `updated` event (ms since 1970); equal when one.
     var fromMillis: Int64 = 0
@@ -31,14 +32,17 @@ struct AdoptionSeries: Sendable, Equatable {
         var deltas: [String: [Int64]] = [:]
         for move in moves {
             let bucket = min(max(move.bucket, 0), Self.buckets - 1)
-            deltas[move.version, default: Array(repeating: 0, count: Self.buckets)][bucket] += move.count
-            if let previous = move.previous {
+            // A move to or from no version (`ReportRollup.none`) draws no line.
+            if move.version != ReportRollup.none {
+                deltas[move.version, default: Array(repeating: 0, count: Self.buckets)][bucket] += move.count
+            }
+            if let previous = move.previous, previous != ReportRollup.none {
                 deltas[previous, default: Array(repeating: 0, count: Self.buckets)][bucket] -= move.count
             }
         }
         for (version, delta) in deltas {
             var running: Int64 = 0
-            lines[version] = delta.map { running += $0; return max(0, running) }
+            lines[version] = delta.map { running = running.adding(saturating: $0); return max(0, running) }
         }
     }
 

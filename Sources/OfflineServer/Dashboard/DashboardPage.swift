@@ -1,10 +1,11 @@
+import Crypto
 import Foundation
 import OfflineAgent
 
 /// `GET /dashboard`: one HTML page an operator reads at a glance, rendered on the server
-/// with the chart as inline SVG and the style inline, so it needs no script, font or
+/// with the chart as inline SVG and one style element, so it needs no script, font or
 /// stylesheet from anywhere (it works on an air-gapped network, and its
-/// `Content-Security-Policy` forbids loading any).
+/// `Content-Security-Policy` forbids loading any, and any style but that element's).
 ///
 /// Per app: a halt banner with its reason; the gray switch, devices, offline hit ratio
 /// and bytes saved; adoption over time (a line per version, `AdoptionSeries`); and per
@@ -22,8 +23,14 @@ struct DashboardPage {
     }
 
     static let refreshSeconds = 60
-    /// Allows only what the page carries inline; nothing is fetched.
-    static let contentSecurityPolicy = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+    /// Allows the page's own style element, by its hash, and nothing else: no script, no
+    /// fetch, no other style (a `style` attribute or element a report smuggled in could
+    /// otherwise paint over the halt banner), no framing.
+    static let contentSecurityPolicy =
+        "default-src 'none'; style-src '\(styleHash)'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+    /// `sha256-BASE64` of the style element's text, as CSP names an allowed inline style.
+    static let styleHash = "sha256-" + Data(SHA256.hash(data: Data(style.utf8))).base64EncodedString()
 
     var apps: [App]
     var generated: Date
@@ -96,6 +103,16 @@ struct DashboardPage {
 
                 """
         }
+        if let other = stats.otherVersions {
+            html += """
+                <tr class="other" data-other-versions="\(other.versions)" data-devices="\(other.devices)" \
+                data-updated="\(other.updated)" data-failed="\(other.failed)" data-rolled-back="\(other.rolledBack)" \
+                data-bytes-saved="\(other.bytesSaved)"><td>\(other.versions) older versions</td><td>—</td><td>\(other.devices)</td>\
+                <td>\(other.updated)</td><td>\(other.failed)</td><td>—</td><td>—</td><td>\(other.rolledBack)</td>\
+                <td>\(Self.bytes(other.bytesSaved))</td></tr>
+
+                """
+        }
         html += "</tbody></table>\n</section>\n"
         return html
     }
@@ -105,7 +122,10 @@ struct DashboardPage {
     private static let palette = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f"]
 
     private func chart(_ app: App) -> String {
-        let adoption = app.adoption
+        // A line per version the table lists (the table is bounded, so is the chart).
+        var adoption = app.adoption
+        let listed = Set(app.stats.versions.map(\.version))
+        adoption.lines = adoption.lines.filter { listed.contains($0.key) }
         guard !adoption.lines.isEmpty else { return "<p class=\"empty\">No device has reported an update yet.</p>" }
         let width = 720.0, height = 240.0, left = 48.0, right = 150.0, top = 12.0, bottom = 28.0
         let plotWidth = width - left - right, plotHeight = height - top - bottom
@@ -156,20 +176,22 @@ struct DashboardPage {
         svg text{font-size:11px;fill:#444}svg .axis{stroke:#999}.empty{color:#666}
         """
 
+    /// `text` for HTML text and quoted attributes, escaped per Unicode scalar: a walk by
+    /// `Character` sees `"` followed by a combining scalar (U+200D, U+0301) as one
+    /// cluster that is not `"`, and wrote the quote raw, out of the attribute.
     static func escape(_ text: String) -> String {
-        var out = ""
-        out.reserveCapacity(text.utf8.count)
-        for character in text {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&#39;"
-            default: out.append(character)
+        var out = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": out.append(contentsOf: "&amp;".unicodeScalars)
+            case "<": out.append(contentsOf: "&lt;".unicodeScalars)
+            case ">": out.append(contentsOf: "&gt;".unicodeScalars)
+            case "\"": out.append(contentsOf: "&quot;".unicodeScalars)
+            case "'": out.append(contentsOf: "&#39;".unicodeScalars)
+            default: out.append(scalar)
             }
         }
-        return out
+        return String(out)
     }
 
     private static func percent(_ ratio: Double) -> String { String(format: "%.1f %%", ratio * 100) }

@@ -1,3 +1,5 @@
+import OfflineAgent
+
 extension AppStats {
     /// `/stats` of `app` from the running sums both stores read (`ReportRollup`), so the
     /// figures and their order are the same whichever store answers.
@@ -14,10 +16,10 @@ extension AppStats {
         self.init(app: app)
         var versions: [String: VersionStats] = [:]
         for (key, sums) in totals {
-            events += sums.events
-            bytesDownloaded += sums.bytes
-            bytesSaved += sums.bytesSaved
-            offlineHits += sums.offlineHits
+            events = events.adding(saturating: sums.events)
+            bytesDownloaded = bytesDownloaded.adding(saturating: sums.bytes)
+            bytesSaved = bytesSaved.adding(saturating: sums.bytesSaved)
+            offlineHits = offlineHits.adding(saturating: sums.offlineHits)
             guard key.version != ReportRollup.none else { continue }
             var stats = VersionStats(version: key.version)
             stats.updated = sums.updated
@@ -40,6 +42,15 @@ extension AppStats {
         }
         self.versions = versions.values.sorted(by: VersionStats.newestFirst)
         self.devices = knownDevices
-        for (reason, count) in reasons { fallbacks[reason] = count }
+        for (reason, count) in reasons {
+            let name = Self.fallbackName(reason)
+            fallbacks[name] = (fallbacks[name] ?? 0).adding(saturating: count)
+        }
+    }
+
+    /// A fallback reason as `/stats` lists it: `serve`'s own by name, any other as `other`
+    /// (as `/metrics` counts it), so made-up reasons add one entry at most.
+    static func fallbackName(_ reason: String) -> String {
+        FallbackReason(rawValue: reason) == nil ? ReportLabels.other : reason
     }
 }

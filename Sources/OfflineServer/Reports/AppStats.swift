@@ -5,6 +5,10 @@ import OfflineAgent
 struct AppStats: Sendable, Encodable {
     /// Most failure causes listed per version.
     static let topFailureCount = 5
+    /// Most versions listed (the newest), besides the publish directory's latest: a
+    /// fleet's history, or a sender making versions up, must not grow `/stats` and the
+    /// dashboard without end. The rest are summed in `otherVersions`.
+    static let maxVersions = 20
 
     var app: String
     /// Events stored for the app, of any kind.
@@ -17,7 +21,10 @@ struct AppStats: Sendable, Encodable {
     var bytesSaved: Int64 = 0
     /// Sums over the app's `usage` events.
     var offlineHits: Int64 = 0
+    /// By reason: `serve`'s reasons (`FallbackReason`) by name, any other summed as `other`.
     var fallbacks: [String: Int64] = [:]
+    /// The sums of the versions `versions` leaves out; nil (JSON `null`) when none is.
+    var otherVersions: OtherVersions?
     /// The gray switch (0–100) of the publish directory's release; nil (JSON `null`) for
     /// an app it does not have.
     var rollout: Int?
@@ -26,17 +33,55 @@ struct AppStats: Sendable, Encodable {
 
     /// `offlineHits / (offlineHits + fallbacks)`, nil (JSON `null`) before any usage was counted.
     var offlineHitRatio: Double? {
-        let total = offlineHits + fallbacks.values.reduce(0, +)
+        let total = fallbacks.values.reduce(offlineHits) { $0.adding(saturating: $1) }
         return total > 0 ? Double(offlineHits) / Double(total) : nil
     }
 
-    /// One version of the app: every stored event whose `version` is it.
-    struct VersionStats: Sendable, Encodable {
-        var version: String
-        /// Devices whose latest `updated` event (by `time`) names this version.
+    /// What the versions `/stats` does not list add up to.
+    struct OtherVersions: Sendable, Encodable, Equatable {
+        /// How many versions.
+        var versions: Int64 = 0
         var devices: Int64 = 0
         var updated: Int64 = 0
         var failed: Int64 = 0
+        var rolledBack: Int64 = 0
+        var bytesDownloaded: Int64 = 0
+        var bytesSaved: Int64 = 0
+
+        mutating func add(_ version: VersionStats) {
+            versions += 1
+            devices = devices.adding(saturating: version.devices)
+            updated = updated.adding(saturating: version.updated)
+            failed = failed.adding(saturating: version.failed)
+            rolledBack = rolledBack.adding(saturating: version.rolledBack)
+            bytesDownloaded = bytesDownloaded.adding(saturating: version.bytesDownloaded)
+            bytesSaved = bytesSaved.adding(saturating: version.bytesSaved)
+        }
+    }
+
+    /// Keeps the `maxVersions` newest versions and `latest` (the version the publish
+    /// directory stages or halted), and sums the rest into `otherVersions`.
+    mutating func bound() {
+        guard versions.count > Self.maxVersions else { return }
+        var kept: [VersionStats] = [], other = OtherVersions()
+        for version in versions {
+            if kept.count < Self.maxVersions || version.version == latest { kept.append(version) } else { other.add(version) }
+        }
+        versions = kept
+        otherVersions = other.versions > 0 ? other : nil
+    }
+
+    /// One version of the app: every stored event whose `version` is it, and the
+    /// rollbacks from it.
+    struct VersionStats: Sendable, Encodable {
+        var version: String
+        /// Devices whose latest move (`updated`, `rolled-back`, `marked-bad`; by `time`, then
+        /// arrival) left them on this version.
+        var devices: Int64 = 0
+        var updated: Int64 = 0
+        var failed: Int64 = 0
+        /// Rollbacks from this version: `rolled-back` and `marked-bad` events whose
+        /// `previousVersion` it is.
         var rolledBack: Int64 = 0
         var topFailures: [Failure] = []
         var bytesDownloaded: Int64 = 0
@@ -103,7 +148,7 @@ struct AppStats: Sendable, Encodable {
 
     enum CodingKeys: String, CodingKey {
         case app, events, devices, versions, bytesDownloaded, bytesSaved, offlineHits, fallbacks, offlineHitRatio
-        case rollout, latest
+        case rollout, latest, otherVersions
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -119,5 +164,6 @@ struct AppStats: Sendable, Encodable {
         try container.encode(offlineHitRatio, forKey: .offlineHitRatio)
         try container.encode(rollout, forKey: .rollout)
         try container.encode(latest, forKey: .latest)
+        try container.encode(otherVersions, forKey: .otherVersions)
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import OfflineAgent
+import NIOSSL
 import PostgresNIO
 
 /// Fleet report events in PostgreSQL (`--reports-db postgres://USER:PASSWORD@HOST:PORT/DB`),
@@ -36,42 +37,80 @@ final class PostgresReportStore: ReportStorage {
     /// Connects, migrates and returns the store; a `serve` error (cause `io`) when the
     /// database cannot be reached or migrated, naming the URL without its password.
     static func open(url: String, logger: Logger) async throws -> PostgresReportStore {
-        let (configuration, shown) = try configuration(url)
+        let (configuration, probe, shown) = try configuration(url)
+        // One connection first: a database that cannot be reached (no TLS where the URL asks
+        // for it, a wrong password, no such database) stops the start at once with one line
+        // naming why, where the pool would retry and log for the whole operation timeout.
+        do {
+            try await Self.probe(probe)
+        } catch {
+            throw OfflineAgentError(.serve, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
+        }
         let store = PostgresReportStore(location: shown, client: PostgresClient(configuration: configuration, backgroundLogger: logger), logger: logger)
         do {
             try await store.bounded("the migrations") { try await store.migrate() }
         } catch {
             await store.close()
-            throw OfflineAgentError(
-                .serve, "cannot open the reports database \(shown): \(String(reflecting: error))", cause: .io, underlying: error)
+            throw OfflineAgentError(.serve, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
         }
         return store
     }
 
+    /// Connects once and closes, within the connect timeout.
+    private static func probe(_ configuration: PostgresConnection.Configuration) async throws {
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: Logger(label: "offline-server.probe"))
+        try await connection.close()
+    }
+
+    /// One line for an error of the database or of reaching it: PostgresNIO's own
+    /// description spans lines and names no cause a person can act on.
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return "\(error)".split(whereSeparator: \.isNewline).joined(separator: " ") }
+        switch error.code {
+        case .sslUnsupported:
+            return "the database server does not offer TLS, which the URL requires (sslmode=require): turn on ssl in the server's postgresql.conf, or use sslmode=disable on a private network"
+        case .server:
+            let message = error.serverInfo?[.message] ?? "an error"
+            let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
+            return "the database server answered: \(message)\(state)"
+        case .connectionError, .failedToAddSSLHandler:
+            let cause = error.underlying.map { "\($0)" } ?? "no connection"
+            return "cannot connect: \(cause)".split(whereSeparator: \.isNewline).joined(separator: " ")
+        case .authMechanismRequiresPassword:
+            return "the database server asks for a password, and the URL has none (postgres://USER:PASSWORD@HOST/DB)"
+        default:
+            let cause = error.underlying.map { ": \($0)" } ?? ""
+            return "\(error.code)\(cause)".split(whereSeparator: \.isNewline).joined(separator: " ")
+        }
+    }
+
     /// The client configuration of a `postgres://` URL, and the URL without its password.
-    static func configuration(_ url: String) throws -> (PostgresClient.Configuration, String) {
+    static func configuration(_ url: String) throws -> (client: PostgresClient.Configuration, probe: PostgresConnection.Configuration, shown: String) {
         guard let components = URLComponents(string: url), isURL(url), let host = components.host, !host.isEmpty,
               let user = components.user, !user.isEmpty else {
             throw OfflineAgentError(.usage, "--reports-db: expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
         }
-        let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        let database = path.isEmpty ? nil : path, port = components.port ?? 5432
         let mode = components.queryItems?.first { $0.name == "sslmode" }?.value ?? "disable"
-        let tls: PostgresClient.Configuration.TLS
+        let tls: PostgresClient.Configuration.TLS, probeTLS: PostgresConnection.Configuration.TLS
         switch mode {
-        case "disable": tls = .disable
-        case "require": tls = .require(.makeClientConfiguration())
-        case "prefer": tls = .prefer(.makeClientConfiguration())
+        case "disable": (tls, probeTLS) = (.disable, .disable)
+        case "require": (tls, probeTLS) = (.require(.makeClientConfiguration()), .require(try NIOSSLContext(configuration: .makeClientConfiguration())))
+        case "prefer": (tls, probeTLS) = (.prefer(.makeClientConfiguration()), .prefer(try NIOSSLContext(configuration: .makeClientConfiguration())))
         default: throw OfflineAgentError(.usage, "--reports-db: sslmode must be disable, prefer or require")
         }
         var configuration = PostgresClient.Configuration(
-            host: host, port: components.port ?? 5432, username: user, password: components.password,
-            database: database.isEmpty ? nil : database, tls: tls)
+            host: host, port: port, username: user, password: components.password, database: database, tls: tls)
         // Bounds on a database that does not answer: a report waits at most this, then gets 503.
         configuration.options.connectTimeout = .seconds(10)
         configuration.options.maximumConnections = 8
+        var probe = PostgresConnection.Configuration(
+            host: host, port: port, username: user, password: components.password, database: database, tls: probeTLS)
+        probe.options.connectTimeout = .seconds(10)
         var shown = components
         if shown.password != nil { shown.password = "***" }
-        return (configuration, shown.string ?? "postgres://")
+        return (configuration, probe, shown.string ?? "postgres://")
     }
 
     func close() async {
@@ -150,9 +189,9 @@ final class PostgresReportStore: ReportStorage {
             """
             INSERT INTO version_totals
             SELECT app, COALESCE(version, ''), COUNT(*), COUNT(*) FILTER (WHERE event = 'updated'),
-                COUNT(*) FILTER (WHERE event = 'failed'), COUNT(*) FILTER (WHERE event = 'rolled-back'), SUM(bytes),
-                SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END),
-                SUM(CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END),
+                COUNT(*) FILTER (WHERE event = 'failed'), COUNT(*) FILTER (WHERE event = 'rolled-back'), LEAST(SUM(bytes), 9223372036854775807),
+                LEAST(SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END), 9223372036854775807),
+                LEAST(SUM(CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END), 9223372036854775807),
                 MIN(receivedMillis) FILTER (WHERE event = 'updated'), MAX(receivedMillis) FILTER (WHERE event = 'updated')
             FROM events GROUP BY app, COALESCE(version, '')
             """,
@@ -163,7 +202,7 @@ final class PostgresReportStore: ReportStorage {
             """,
             """
             INSERT INTO fallback_totals
-            SELECT e.app, f.reason, SUM(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason
+            SELECT e.app, f.reason, LEAST(SUM(f.count), 9223372036854775807) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason
             """,
             """
             INSERT INTO devices
@@ -183,6 +222,8 @@ final class PostgresReportStore: ReportStorage {
             ) updates WHERE previous IS NULL OR previous != version
             """,
         ]),
+        // As ReportStore's v4: rollbacks against the version rolled back from, devices where they are.
+        ("v4", ReportRollup.positionsBackfill.map { PostgresQuery(unsafeSQL: $0) }),
     ]
 
     /// An arbitrary constant: the advisory lock every instance takes to migrate.
@@ -252,6 +293,17 @@ final class PostgresReportStore: ReportStorage {
         try await bounded("the adoption chart") { try await self.unboundedAdoption(app: app) }
     }
 
+    func knownDevices(app: String) async throws -> Int64 {
+        try await bounded("the auto-halt figures") {
+            var known: Int64 = 0
+            for try await count in try await self.client.query(
+                "SELECT COUNT(*) FROM devices WHERE app = \(app)", logger: self.logger).decode(Int64.self) {
+                known = count
+            }
+            return known
+        }
+    }
+
     func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
         try await bounded("the auto-halt figures") {
             try await self.unboundedRolloutDevices(app: app, version: version, sinceMillis: sinceMillis)
@@ -305,10 +357,7 @@ final class PostgresReportStore: ReportStorage {
                 VALUES (\(key.app), \(key.version), \(sums.events), \(sums.updated), \(sums.failed), \(sums.rolledBack),
                     \(sums.bytes), \(sums.bytesSaved), \(sums.offlineHits), \(sums.firstUpdated), \(sums.lastUpdated))
                 ON CONFLICT (app, version) DO UPDATE SET
-                    events = version_totals.events + excluded.events, updated = version_totals.updated + excluded.updated,
-                    failed = version_totals.failed + excluded.failed, rolledBack = version_totals.rolledBack + excluded.rolledBack,
-                    bytes = version_totals.bytes + excluded.bytes, bytesSaved = version_totals.bytesSaved + excluded.bytesSaved,
-                    offlineHits = version_totals.offlineHits + excluded.offlineHits,
+                    \(unescaped: Self.sums(["events", "updated", "failed", "rolledBack", "bytes", "bytesSaved", "offlineHits"])),
                     firstUpdated = LEAST(version_totals.firstUpdated, excluded.firstUpdated),
                     lastUpdated = GREATEST(version_totals.lastUpdated, excluded.lastUpdated)
                 """, logger: logger)
@@ -316,13 +365,13 @@ final class PostgresReportStore: ReportStorage {
         for (key, count) in rollup.causes.sorted(by: { $0.key < $1.key }) {
             try await connection.query("""
                 INSERT INTO failure_causes (app, version, errorCode, count) VALUES (\(key.app), \(key.version), \(key.errorCode), \(count))
-                ON CONFLICT (app, version, errorCode) DO UPDATE SET count = failure_causes.count + excluded.count
+                ON CONFLICT (app, version, errorCode) DO UPDATE SET count = \(unescaped: ReportRollup.saturatingSum("failure_causes.count", "excluded.count"))
                 """, logger: logger)
         }
         for (key, count) in rollup.fallbacks.sorted(by: { $0.key < $1.key }) {
             try await connection.query("""
                 INSERT INTO fallback_totals (app, reason, count) VALUES (\(key.app), \(key.reason), \(count))
-                ON CONFLICT (app, reason) DO UPDATE SET count = fallback_totals.count + excluded.count
+                ON CONFLICT (app, reason) DO UPDATE SET count = \(unescaped: ReportRollup.saturatingSum("fallback_totals.count", "excluded.count"))
                 """, logger: logger)
         }
         // Per app: every device named gets its row, then the rows of those with a newer update
@@ -362,6 +411,11 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
+    /// `column = stored + added` for each of `columns` of `version_totals`, saturating.
+    private static func sums(_ columns: [String]) -> String {
+        columns.map { "\($0) = \(ReportRollup.saturatingSum("version_totals.\($0)", "excluded.\($0)"))" }.joined(separator: ", ")
+    }
+
     // MARK: Reading
 
     private func unboundedTally(labels: ReportLabels) async throws -> ReportTally {
@@ -376,7 +430,7 @@ final class PostgresReportStore: ReportStorage {
                 errorCode: errorCode, bytes: bytes, fullSize: fullSize, offlineHits: offlineHits)
         }
         let fallbacks = try await client.query("""
-            SELECT e.app, f.reason, SUM(f.count)::BIGINT FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
+            SELECT e.app, f.reason, LEAST(SUM(f.count), \(Int64.max))::BIGINT FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
             GROUP BY e.app, f.reason
             """, logger: logger)
         for try await (app, reason, count) in fallbacks.decode((String, String, Int64).self) {
@@ -398,7 +452,7 @@ final class PostgresReportStore: ReportStorage {
         }
         var devices: [(version: String, count: Int64)] = []
         let perVersion = try await client.query("""
-            SELECT version, COUNT(*) FROM devices WHERE app = \(app) AND version IS NOT NULL GROUP BY version
+            SELECT version, COUNT(*) FROM devices WHERE app = \(app) AND version IS NOT NULL AND version != '' GROUP BY version
             """, logger: logger)
         for try await (version, count) in perVersion.decode((String, Int64).self) { devices.append((version, count)) }
         var causes: [(version: String, errorCode: String, count: Int64)] = []
@@ -439,7 +493,7 @@ final class PostgresReportStore: ReportStorage {
         let rows = try await client.query("""
             SELECT device,
                 BOOL_OR(event = 'updated' AND version = \(version)), BOOL_OR(event = 'failed' AND version = \(version)),
-                BOOL_OR(event = 'rolled-back' AND previousVersion = \(version))
+                BOOL_OR(event IN ('rolled-back', 'marked-bad') AND previousVersion = \(version))
             FROM events
             WHERE app = \(app) AND receivedMillis >= \(sinceMillis) AND (version = \(version) OR previousVersion = \(version))
             GROUP BY device

@@ -7,6 +7,11 @@ struct ReportBatch: Sendable, Decodable {
     static let maxBodyBytes = 1 << 20
     /// Most events in one batch.
     static let maxEvents = 500
+    /// Most distinct apps, and most distinct version names (`version` and
+    /// `previousVersion`), one batch may name: a device's queue names a few; a batch of
+    /// made-up names, each a row of the running sums for good, is refused.
+    static let maxApps = 16
+    static let maxVersions = 64
 
     var events: [ReportEvent]
 
@@ -45,6 +50,12 @@ struct ReportBatch: Sendable, Decodable {
             } catch {
                 throw ReportRefusal("event \(events.count): not a valid event")
             }
+        }
+        guard Set(events.map(\.app)).count <= Self.maxApps else {
+            throw ReportRefusal("the batch names more than \(Self.maxApps) apps")
+        }
+        guard Set(events.flatMap { [$0.version, $0.previousVersion].compactMap(\.self) }).count <= Self.maxVersions else {
+            throw ReportRefusal("the batch names more than \(Self.maxVersions) versions")
         }
         self.events = events
     }

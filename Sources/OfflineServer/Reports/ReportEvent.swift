@@ -42,6 +42,10 @@ struct ReportEvent: Sendable, Decodable {
     static let maxMessage = 1024
     /// Most `fallbacks` reasons in one usage event.
     static let maxFallbackReasons = 64
+    /// The largest integer a field may hold, 2^40 (a terabyte of bytes, 34 years of
+    /// milliseconds): far above what a device measures, far enough below `Int64.max` that
+    /// no single event comes near an overflow. Sums saturate all the same.
+    static let maxInteger: Int64 = 1 << 40
 
     /// Bytes a patch saved this device: the full package's size less what was
     /// downloaded, for an `updated` event `via: patch` that says `fullSize`; else 0.
@@ -50,8 +54,23 @@ struct ReportEvent: Sendable, Decodable {
         return fullSize - bytes
     }
 
+    /// A rollback away from `previousVersion`: `rolled-back`, or `marked-bad` (which rolls
+    /// back to the previous good version, or to none).
+    var isRollback: Bool { event == .rolledBack || event == .markedBad }
+
+    /// Where the event leaves the device, for "devices now": the version an `updated`
+    /// installed, or the one a rollback went back to (`ReportRollup.none` for none); nil
+    /// for an event that moves nothing.
+    var position: String? {
+        switch event {
+        case .updated: version
+        case .rolledBack, .markedBad: version ?? ReportRollup.none
+        default: nil
+        }
+    }
+
     /// Fallbacks of all reasons.
-    var fallbackTotal: Int64 { fallbacks.reduce(0) { $0 &+ $1.count } }
+    var fallbackTotal: Int64 { fallbacks.reduce(0) { $0.adding(saturating: $1.count) } }
 
     /// Reads and checks one event object; throws a `ReportRefusal` naming the rule it breaks.
     init(from decoder: any Decoder) throws {
@@ -105,6 +124,13 @@ struct ReportEvent: Sendable, Decodable {
         }
     }
 
+    /// Whether `text` holds a control character (C0, DEL, C1: NUL, line breaks, tabs,
+    /// escapes), which no field has a use for: PostgreSQL cannot store a NUL (it answered
+    /// 503, so the device kept resending the batch), and a line break forges log lines.
+    static func hasControl(_ text: String) -> Bool {
+        text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+    }
+
     private static func isIDByte(_ b: UInt8) -> Bool {
         (b >= 65 && b <= 90) || (b >= 97 && b <= 122) || (b >= 48 && b <= 57) || b == 95 || b == 45
     }
@@ -126,6 +152,7 @@ struct ReportEvent: Sendable, Decodable {
             }
             guard !text.isEmpty else { throw ReportRefusal("'\(key.rawValue)' is empty") }
             guard text.utf8.count <= limit else { throw ReportRefusal("'\(key.rawValue)' is longer than \(limit) bytes") }
+            guard !ReportEvent.hasControl(text) else { throw ReportRefusal("'\(key.rawValue)' holds a control character") }
             return text
         }
 
@@ -141,6 +168,9 @@ struct ReportEvent: Sendable, Decodable {
                 return nil
             }
             guard value >= 0 else { throw ReportRefusal("'\(key.rawValue)' must be an integer of 0 or more") }
+            guard value <= ReportEvent.maxInteger else {
+                throw ReportRefusal("'\(key.rawValue)' must be at most \(ReportEvent.maxInteger)")
+            }
             return value
         }
 
@@ -160,7 +190,11 @@ struct ReportEvent: Sendable, Decodable {
                 guard !reason.isEmpty, reason.utf8.count <= ReportEvent.maxString else {
                     throw ReportRefusal("a 'fallbacks' reason is empty or longer than \(ReportEvent.maxString) bytes")
                 }
+                guard !ReportEvent.hasControl(reason) else { throw ReportRefusal("a 'fallbacks' reason holds a control character") }
                 guard count >= 0 else { throw ReportRefusal("'fallbacks' counts must be integers of 0 or more") }
+                guard count <= ReportEvent.maxInteger else {
+                    throw ReportRefusal("'fallbacks' counts must be at most \(ReportEvent.maxInteger)")
+                }
                 out.append((reason, count))
             }
             return out

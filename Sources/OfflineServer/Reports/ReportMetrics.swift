@@ -59,22 +59,31 @@ final class ReportMetrics: Sendable {
         Name.hitRatio: "offline hits / (offline hits + fallbacks) over every usage event.",
     ])
     private let usage = Mutex<[String: (hits: Int64, fallbacks: Int64)]>([:])
+    /// Each series' value: swift-prometheus wraps a counter past `Int64.max` round to
+    /// negative, so a counter is moved by at most what is left below it (it saturates).
+    private let totals = Mutex<[ReportTally.Series: Int64]>([:])
 
     /// Adds a tally: a stored batch, or the database at start.
     func record(_ tally: ReportTally) {
-        for (series, count) in tally.counts {
-            let names = Self.labelNames[series.name] ?? []
-            registry.counter(series.name, Array(zip(names, series.labels))).increment(by: count)
+        totals.withLock { totals in
+            for (series, count) in tally.counts {
+                let before = totals[series] ?? 0
+                let after = before.adding(saturating: max(0, count))
+                totals[series] = after
+                guard after > before else { continue }
+                let names = Self.labelNames[series.name] ?? []
+                registry.counter(series.name, Array(zip(names, series.labels))).increment(by: after - before)
+            }
         }
         guard !tally.usage.isEmpty else { return }
         // Set under the lock: two batches at once must not leave the older ratio behind.
         usage.withLock { usage in
             for (app, added) in tally.usage {
                 var total = usage[app] ?? (0, 0)
-                total.hits += added.hits
-                total.fallbacks += added.fallbacks
+                total.hits = total.hits.adding(saturating: added.hits)
+                total.fallbacks = total.fallbacks.adding(saturating: added.fallbacks)
                 usage[app] = total
-                let all = total.hits + total.fallbacks
+                let all = total.hits.adding(saturating: total.fallbacks)
                 registry.meter(Name.hitRatio, [("app", app)]).set(all > 0 ? Double(total.hits) / Double(all) : 0)
             }
         }

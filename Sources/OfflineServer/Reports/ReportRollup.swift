@@ -6,9 +6,12 @@
 /// computation: `version_totals` (per app and version: events, updates, failures,
 /// rollbacks, bytes, bytes saved, offline hits, the first and last update's receipt
 /// time), `failure_causes` (per app, version and error code), `fallback_totals` (per app
-/// and reason) and `devices` (per app and device: the device's latest `updated`, by its
-/// own time then arrival order). A device whose latest update changes version adds a row
-/// to `version_moves`, the dashboard's adoption chart.
+/// and reason) and `devices` (per app and device: where its latest move put it, by its
+/// own time then arrival order: an `updated`, a `rolled-back` or a `marked-bad`, see
+/// `ReportEvent.position`). A device whose latest move changes version adds a row to
+/// `version_moves`, the dashboard's adoption chart. A rollback (`rolled-back` or
+/// `marked-bad`) counts in `rolledBack` of the version rolled back from, its
+/// `previousVersion`.
 ///
 /// Events without a version sum under the version `""`, and failures without an error
 /// code under the code `""`: the wire format refuses empty strings, so neither is ever
@@ -52,7 +55,9 @@ struct ReportRollup: Sendable {
         static func < (a: Self, b: Self) -> Bool { (a.app, a.device) < (b.app, b.device) }
     }
 
-    /// A device's latest `updated` event naming a version: what orders "latest".
+    /// A device's latest move (`ReportEvent.position`): what orders "latest". `version` is
+    /// `none` when the move left the device on no version (a mark-bad with nothing to go
+    /// back to).
     struct Latest: Sendable, Equatable {
         var version: String
         var timeMillis: Int64
@@ -68,10 +73,53 @@ struct ReportRollup: Sendable {
     /// The version key of events without a version, and the code of failures without one.
     static let none = ""
 
+    /// Events that move a device (`ReportEvent.position`), as SQL.
+    private static let moves = "((event = 'updated' AND version IS NOT NULL) OR event IN ('rolled-back', 'marked-bad'))"
+
+    /// Migration `v4` of both stores, in SQL both read alike: the sums that follow where
+    /// devices are and whom a rollback counts against are recounted from the stored events
+    /// (before it, a rollback counted against the version gone back to, a `marked-bad`
+    /// nowhere, and only `updated` moved a device).
+    static let positionsBackfill: [String] = [
+        "UPDATE version_totals SET rolledBack = 0",
+        """
+        INSERT INTO version_totals (app, version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits)
+        SELECT app, COALESCE(previousVersion, ''), 0, 0, 0, COUNT(*), 0, 0, 0 FROM events
+        WHERE event IN ('rolled-back', 'marked-bad') GROUP BY app, COALESCE(previousVersion, '')
+        ON CONFLICT (app, version) DO UPDATE SET rolledBack = excluded.rolledBack
+        """,
+        "DELETE FROM devices",
+        "DELETE FROM version_moves",
+        """
+        INSERT INTO devices (app, device, version, timeMillis, seq)
+        SELECT app, device, version, timeMillis, seq FROM (
+            SELECT app, device, COALESCE(version, '') AS version, timeMillis, seq,
+                ROW_NUMBER() OVER (PARTITION BY app, device ORDER BY timeMillis DESC, seq DESC) AS rank
+            FROM events WHERE \(moves)
+        ) latest WHERE rank = 1
+        """,
+        "INSERT INTO devices (app, device) SELECT DISTINCT app, device FROM events WHERE true ON CONFLICT DO NOTHING",
+        """
+        INSERT INTO version_moves (app, receivedMillis, version, previous)
+        SELECT app, receivedMillis, version, previous FROM (
+            SELECT app, receivedMillis, COALESCE(version, '') AS version,
+                LAG(COALESCE(version, '')) OVER (PARTITION BY app, device ORDER BY timeMillis, seq) AS previous
+            FROM events WHERE \(moves)
+        ) moved WHERE previous IS NULL OR previous != version
+        """,
+    ]
+
+    /// SQL for `stored + added` held at 2^63 − 1, in SQLite and PostgreSQL alike: a plain
+    /// `+` overflows into a REAL in SQLite (which GRDB then cannot read back as an integer)
+    /// and into an error in PostgreSQL (which refused every later batch of the row).
+    static func saturatingSum(_ stored: String, _ added: String) -> String {
+        "CASE WHEN \(stored) > \(Int64.max) - \(added) THEN \(Int64.max) ELSE \(stored) + \(added) END"
+    }
+
     var totals: [VersionKey: Totals] = [:]
     var causes: [CauseKey: Int64] = [:]
     var fallbacks: [ReasonKey: Int64] = [:]
-    /// Every device the batch names, with the latest update it brings (nil: none).
+    /// Every device the batch names, with the latest move it brings (nil: none).
     var devices: [DeviceKey: Latest?] = [:]
     /// When the batch was received (ms since 1970).
     var receivedMillis: Int64
@@ -83,11 +131,11 @@ struct ReportRollup: Sendable {
             let key = VersionKey(app: event.app, version: event.version ?? Self.none)
             var sums = totals[key] ?? Totals()
             sums.events += 1
-            sums.bytes &+= event.bytes
+            sums.bytes = sums.bytes.adding(saturating: event.bytes)
             switch event.event {
             case .updated:
                 sums.updated += 1
-                sums.bytesSaved &+= event.bytesSaved
+                sums.bytesSaved = sums.bytesSaved.adding(saturating: event.bytesSaved)
                 sums.firstUpdated = min(sums.firstUpdated ?? receivedMillis, receivedMillis)
                 sums.lastUpdated = max(sums.lastUpdated ?? receivedMillis, receivedMillis)
             case .failed:
@@ -95,20 +143,24 @@ struct ReportRollup: Sendable {
                 if let version = event.version {
                     causes[CauseKey(app: event.app, version: version, errorCode: event.errorCode ?? Self.none), default: 0] += 1
                 }
-            case .rolledBack:
-                sums.rolledBack += 1
             case .usage:
-                sums.offlineHits &+= event.offlineHits ?? 0
+                sums.offlineHits = sums.offlineHits.adding(saturating: event.offlineHits ?? 0)
             default:
                 break
             }
             totals[key] = sums
+            if event.isRollback {
+                // Against the version rolled back from, not the one the device went back to.
+                let from = VersionKey(app: event.app, version: event.previousVersion ?? Self.none)
+                totals[from, default: Totals()].rolledBack += 1
+            }
             for fallback in event.fallbacks {
-                fallbacks[ReasonKey(app: event.app, reason: fallback.reason), default: 0] &+= fallback.count
+                let key = ReasonKey(app: event.app, reason: fallback.reason)
+                fallbacks[key] = (fallbacks[key] ?? 0).adding(saturating: fallback.count)
             }
             let device = DeviceKey(app: event.app, device: event.device)
             var latest = devices[device] ?? nil
-            if event.event == .updated, let version = event.version {
+            if let version = event.position {
                 let candidate = Latest(version: version, timeMillis: event.timeMillis, seq: seq)
                 if candidate.supersedes(latest) { latest = candidate }
             }

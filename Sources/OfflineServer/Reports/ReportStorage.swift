@@ -12,8 +12,10 @@ protocol ReportStorage: Sendable {
     /// `/stats?app=NAME`, from every stored event of `app`.
     func stats(app: String) async throws -> AppStats
     /// Per device, what it reported about `version` of `app` in events received at
-    /// `sinceMillis` or later: `updated` or `failed` naming it, `rolled-back` from it.
+    /// `sinceMillis` or later: `updated` or `failed` naming it, `rolled-back` or `marked-bad` from it.
     func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device]
+    /// Devices that sent any event about `app` (`--auto-halt` scales `min-devices` by it).
+    func knownDevices(app: String) async throws -> Int64
     /// The dashboard's adoption chart of `app` (see `AdoptionSeries`).
     func adoption(app: String) async throws -> AdoptionSeries
     /// Releases connections.

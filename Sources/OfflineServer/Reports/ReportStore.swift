@@ -79,7 +79,10 @@ final class ReportStore: ReportStorage {
             // /stats little and cost ingestion more than half; bench/fleet.py.)
             try db.execute(sql: "CREATE INDEX events_app_device ON events(app, device)")
         }
-        // The running sums (`ReportRollup`), filled from the events already stored.
+        // The running sums (`ReportRollup`), filled from the events already stored. Sums of
+        // numbers devices sent are TOTALs held at 2^63 − 1: SQLite's SUM stops with an error
+        // past it, and a migration that fails would keep the server from starting.
+        let total: @Sendable (String) -> String = { "CAST(MIN(TOTAL(\($0)), \(Int64.max)) AS INTEGER)" }
         migrator.registerMigration("v3") { db in
             try db.execute(sql: """
                 CREATE TABLE version_totals (
@@ -109,16 +112,16 @@ final class ReportStore: ReportStorage {
 
                 INSERT INTO version_totals
                 SELECT app, COALESCE(version, ''), COUNT(*), SUM(event = 'updated'), SUM(event = 'failed'),
-                    SUM(event = 'rolled-back'), SUM(bytes),
-                    SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END),
-                    SUM(CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END),
+                    SUM(event = 'rolled-back'), \(total("bytes")),
+                    \(total("CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END")),
+                    \(total("CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END")),
                     MIN(CASE WHEN event = 'updated' THEN receivedMillis END), MAX(CASE WHEN event = 'updated' THEN receivedMillis END)
                 FROM events GROUP BY app, COALESCE(version, '');
                 INSERT INTO failure_causes
                 SELECT app, version, COALESCE(errorCode, ''), COUNT(*) FROM events
                 WHERE event = 'failed' AND version IS NOT NULL GROUP BY app, version, COALESCE(errorCode, '');
                 INSERT INTO fallback_totals
-                SELECT e.app, f.reason, SUM(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason;
+                SELECT e.app, f.reason, \(total("f.count")) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason;
                 INSERT INTO devices
                 SELECT app, device, version, timeMillis, seq FROM (
                     SELECT app, device, version, timeMillis, seq,
@@ -133,6 +136,10 @@ final class ReportStore: ReportStorage {
                     FROM events WHERE event = 'updated' AND version IS NOT NULL
                 ) WHERE previous IS NULL OR previous != version;
                 """)
+        }
+        // Rollbacks against the version rolled back from, devices where their latest move put them.
+        migrator.registerMigration("v4") { db in
+            for statement in ReportRollup.positionsBackfill { try db.execute(sql: statement) }
         }
         return migrator
     }
@@ -174,14 +181,16 @@ final class ReportStore: ReportStorage {
 
     /// Adds a batch's sums to the running ones, in the batch's transaction.
     private static func add(_ rollup: ReportRollup, to db: Database) throws {
+        let sum = ReportRollup.saturatingSum
         let totals = try db.cachedStatement(sql: """
             INSERT INTO version_totals (app, version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits,
                 firstUpdated, lastUpdated)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (app, version) DO UPDATE SET
-                events = events + excluded.events, updated = updated + excluded.updated, failed = failed + excluded.failed,
-                rolledBack = rolledBack + excluded.rolledBack, bytes = bytes + excluded.bytes,
-                bytesSaved = bytesSaved + excluded.bytesSaved, offlineHits = offlineHits + excluded.offlineHits,
+                events = \(sum("events", "excluded.events")), updated = \(sum("updated", "excluded.updated")),
+                failed = \(sum("failed", "excluded.failed")), rolledBack = \(sum("rolledBack", "excluded.rolledBack")),
+                bytes = \(sum("bytes", "excluded.bytes")), bytesSaved = \(sum("bytesSaved", "excluded.bytesSaved")),
+                offlineHits = \(sum("offlineHits", "excluded.offlineHits")),
                 firstUpdated = COALESCE(MIN(firstUpdated, excluded.firstUpdated), firstUpdated, excluded.firstUpdated),
                 lastUpdated = COALESCE(MAX(lastUpdated, excluded.lastUpdated), lastUpdated, excluded.lastUpdated)
             """)
@@ -193,14 +202,14 @@ final class ReportStore: ReportStorage {
         }
         let causes = try db.cachedStatement(sql: """
             INSERT INTO failure_causes (app, version, errorCode, count) VALUES (?, ?, ?, ?)
-            ON CONFLICT (app, version, errorCode) DO UPDATE SET count = count + excluded.count
+            ON CONFLICT (app, version, errorCode) DO UPDATE SET count = \(sum("count", "excluded.count"))
             """)
         for (key, count) in rollup.causes.sorted(by: { $0.key < $1.key }) {
             try causes.execute(arguments: [key.app, key.version, key.errorCode, count])
         }
         let fallbacks = try db.cachedStatement(sql: """
             INSERT INTO fallback_totals (app, reason, count) VALUES (?, ?, ?)
-            ON CONFLICT (app, reason) DO UPDATE SET count = count + excluded.count
+            ON CONFLICT (app, reason) DO UPDATE SET count = \(sum("count", "excluded.count"))
             """)
         for (key, count) in rollup.fallbacks.sorted(by: { $0.key < $1.key }) {
             try fallbacks.execute(arguments: [key.app, key.reason, count])
@@ -236,14 +245,16 @@ final class ReportStore: ReportStorage {
                 let via: String? = row[3]
                 tally.add(
                     app: row[0], event: event, version: row[2], via: via.flatMap(ReportEvent.Via.init(rawValue:)),
-                    errorCode: row[4], bytes: row[5], fullSize: row[6], offlineHits: row[7])
+                    errorCode: row[4], bytes: Self.count(row, 5), fullSize: Self.optionalCount(row, 6),
+                    offlineHits: Self.optionalCount(row, 7))
             }
+            // TOTAL, not SUM: SQLite's SUM of integers stops with an error past 2^63 − 1.
             let fallbacks = try Row.fetchCursor(db, sql: """
-                SELECT e.app, f.reason, SUM(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
+                SELECT e.app, f.reason, TOTAL(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
                 GROUP BY e.app, f.reason
                 """)
             while let row = try fallbacks.next() {
-                tally.addFallbacks(app: row[0], reason: row[1], count: row[2])
+                tally.addFallbacks(app: row[0], reason: row[1], count: Self.count(row, 2))
             }
             return tally
         }
@@ -258,23 +269,23 @@ final class ReportStore: ReportStorage {
                 FROM version_totals WHERE app = ?
                 """, arguments: [app]) {
                 var sums = ReportRollup.Totals()
-                sums.events = row[1]
-                sums.updated = row[2]
-                sums.failed = row[3]
-                sums.rolledBack = row[4]
-                sums.bytes = row[5]
-                sums.bytesSaved = row[6]
-                sums.offlineHits = row[7]
+                sums.events = Self.count(row, 1)
+                sums.updated = Self.count(row, 2)
+                sums.failed = Self.count(row, 3)
+                sums.rolledBack = Self.count(row, 4)
+                sums.bytes = Self.count(row, 5)
+                sums.bytesSaved = Self.count(row, 6)
+                sums.offlineHits = Self.count(row, 7)
                 totals[ReportRollup.VersionKey(app: app, version: row[0])] = sums
             }
             let devices = try Row.fetchAll(db, sql: """
-                SELECT version, COUNT(*) FROM devices WHERE app = ? AND version IS NOT NULL GROUP BY version
-                """, arguments: [app]).map { (version: $0[0] as String, count: $0[1] as Int64) }
+                SELECT version, COUNT(*) FROM devices WHERE app = ? AND version IS NOT NULL AND version != '' GROUP BY version
+                """, arguments: [app]).map { (version: $0[0] as String, count: Self.count($0, 1)) }
             let causes = try Row.fetchAll(db, sql: """
                 SELECT version, errorCode, count FROM failure_causes WHERE app = ? ORDER BY version, count DESC, errorCode
-                """, arguments: [app]).map { (version: $0[0] as String, errorCode: $0[1] as String, count: $0[2] as Int64) }
+                """, arguments: [app]).map { (version: $0[0] as String, errorCode: $0[1] as String, count: Self.count($0, 2)) }
             let reasons = try Row.fetchAll(db, sql: "SELECT reason, count FROM fallback_totals WHERE app = ?", arguments: [app])
-                .map { (reason: $0[0] as String, count: $0[1] as Int64) }
+                .map { (reason: $0[0] as String, count: Self.count($0, 1)) }
             let known = try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE app = ?", arguments: [app]) ?? 0
             return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
         }
@@ -285,7 +296,7 @@ final class ReportStore: ReportStorage {
             let rows = try Row.fetchCursor(db, sql: """
                 SELECT device,
                     MAX(event = 'updated' AND version = ?1), MAX(event = 'failed' AND version = ?1),
-                    MAX(event = 'rolled-back' AND previousVersion = ?1)
+                    MAX(event IN ('rolled-back', 'marked-bad') AND previousVersion = ?1)
                 FROM events
                 WHERE app = ?2 AND receivedMillis >= ?3 AND (version = ?1 OR previousVersion = ?1)
                 GROUP BY device
@@ -295,6 +306,12 @@ final class ReportStore: ReportStorage {
                 devices.append(.init(id: row[0], updated: (row[1] as Int64?) == 1, failed: (row[2] as Int64?) == 1, rolledBack: (row[3] as Int64?) == 1))
             }
             return devices
+        }
+    }
+
+    func knownDevices(app: String) async throws -> Int64 {
+        try await pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE app = ?", arguments: [app]) ?? 0
         }
     }
 
@@ -314,5 +331,21 @@ final class ReportStore: ReportStorage {
 
     func close() async {
         try? pool.close()
+    }
+
+    /// A stored number as a count, never trapping: GRDB's `row[i] as Int64` stops the
+    /// process on a REAL it cannot represent, which a sum written by an older server may
+    /// be (its `+` overflowed into one). Clamped to `0...Int64.max`; NULL or text is 0.
+    private static func count(_ row: Row, _ index: Int) -> Int64 {
+        optionalCount(row, index) ?? 0
+    }
+
+    private static func optionalCount(_ row: Row, _ index: Int) -> Int64? {
+        switch (row[index] as DatabaseValue).storage {
+        case .int64(let value): max(0, value)
+        case .double(let value): Int64.clamping(stored: value)
+        case .null: nil
+        case .string, .blob: 0
+        }
     }
 }

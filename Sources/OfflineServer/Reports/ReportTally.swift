@@ -44,15 +44,15 @@ struct ReportTally: Sendable {
         switch event {
         case .updated:
             bump(ReportMetrics.Name.updates, [app, version, via?.rawValue ?? "unknown"], 1)
-            if via == .patch, let fullSize, fullSize > bytes { bump(ReportMetrics.Name.saved, [app], fullSize - bytes) }
+            if via == .patch, let fullSize, bytes >= 0, fullSize > bytes { bump(ReportMetrics.Name.saved, [app], fullSize - bytes) }
         case .failed:
             bump(ReportMetrics.Name.failures, [app, Self.label(cause: errorCode)], 1)
         case .rolledBack:
             bump(ReportMetrics.Name.rollbacks, [app], 1)
         case .usage:
-            let hits = offlineHits ?? 0
+            let hits = max(0, offlineHits ?? 0)
             bump(ReportMetrics.Name.offlineHits, [app], hits)
-            usage[app, default: (0, 0)].hits += hits
+            usage[app, default: (0, 0)].hits = usage[app, default: (0, 0)].hits.adding(saturating: hits)
         case .deferred, .markedGood, .markedBad:
             break
         }
@@ -60,8 +60,8 @@ struct ReportTally: Sendable {
 
     mutating func addFallbacks(app: String, reason: String, count: Int64) {
         let app = labels.app(app)
-        bump(ReportMetrics.Name.fallbacks, [app, FallbackReason(rawValue: reason) == nil ? "other" : reason], count)
-        usage[app, default: (0, 0)].fallbacks += count
+        bump(ReportMetrics.Name.fallbacks, [app, AppStats.fallbackName(reason)], count)
+        usage[app, default: (0, 0)].fallbacks = usage[app, default: (0, 0)].fallbacks.adding(saturating: max(0, count))
     }
 
     static func label(cause: String?) -> String {
@@ -70,6 +70,8 @@ struct ReportTally: Sendable {
     }
 
     private mutating func bump(_ name: String, _ labels: [String], _ by: Int64) {
-        counts[Series(name: name, labels: labels), default: 0] += by
+        // A stored number is whatever an older server accepted: below 0 counts nothing.
+        let key = Series(name: name, labels: labels)
+        counts[key] = (counts[key] ?? 0).adding(saturating: max(0, by))
     }
 }

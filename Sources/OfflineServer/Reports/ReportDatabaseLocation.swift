@@ -1,0 +1,41 @@
+import Crypto
+import Foundation
+
+/// Where `offline-server` keeps its SQLite reports database when `--reports-db` is not
+/// given: outside the publish directory, which a static host (a CDN, nginx) may serve
+/// whole, database included (docs/PROTOCOL.md, "Collector (offline-server)").
+public enum ReportDatabaseLocation {
+    /// Where servers before this rule kept it: `DIR/.offline-server/reports.sqlite`.
+    public static func legacy(directory: String) -> String {
+        "\(directory)/.offline-server/reports.sqlite"
+    }
+
+    /// The default for the publish directory `directory`, and a warning to log when it is
+    /// the old place: a database found there keeps being used (its history stays), but
+    /// should move. Otherwise `STATE/offline-server/NAME-HASH/reports.sqlite`, STATE being
+    /// `$STATE_DIRECTORY` (systemd's `StateDirectory=`), else `$XDG_STATE_HOME`, else
+    /// `$HOME/.local/state`; NAME the directory's last component and HASH 12 hex digits of
+    /// the SHA-256 of its absolute path, so two publish directories never share one.
+    public static func defaultPath(
+        directory: String, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> (path: String, warning: String?) {
+        let legacy = legacy(directory: directory)
+        if FileManager.default.fileExists(atPath: legacy) {
+            return (legacy, "the reports database is inside the publish directory (\(legacy)), which a static host serving the directory may hand out: move it elsewhere and name it with --reports-db")
+        }
+        let state: String
+        if let systemd = environment["STATE_DIRECTORY"]?.split(separator: ":").first, !systemd.isEmpty {
+            state = String(systemd)
+        } else if let xdg = environment["XDG_STATE_HOME"], xdg.hasPrefix("/") {
+            state = xdg
+        } else if let home = environment["HOME"], home.hasPrefix("/") {
+            state = home + "/.local/state"
+        } else {
+            return (legacy, "no state directory (HOME, XDG_STATE_HOME or STATE_DIRECTORY) to keep the reports database in: it is kept inside the publish directory (\(legacy)); name another place with --reports-db")
+        }
+        let absolute = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath().path
+        let hash = SHA256.hash(data: Data(absolute.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+        let name = URL(fileURLWithPath: absolute).lastPathComponent.filter { $0.isLetter || $0.isNumber || "._-".contains($0) }
+        return ("\(state)/offline-server/\(name.isEmpty ? "publish" : name)-\(hash)/reports.sqlite", nil)
+    }
+}
