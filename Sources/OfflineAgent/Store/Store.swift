@@ -221,52 +221,54 @@ public struct Store: Sendable {
         app: String, package: String, packageSha256: String, manifest: Manifest, via: UpdateMethod,
         limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
     ) throws -> InstalledVersion {
-        var summary = ExtractionSummary(files: 0, directories: 0, bytes: 0)
-        var linkedAll = false
-        let previous = active(app)
-        let version = manifest.version
-        let target = versionDirectory(app, version)
-        // A directory of this version that isn't active is a leftover: replace it.
-        FileSystem.remove(target)
-        FileSystem.remove(metadataPath(app, version))
-        do {
-            // Without an object store (it cannot even be created), extraction writes plain files as before.
-            let objects = try? ObjectStore(root: root)
-            summary = try ZipExtractor.extract(
-                archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true, objects: objects)
-            if objects == nil {
-                notice("\(app): no object store under \(root): version \(version) written as plain files")
-            } else if objects?.copiedInsteadOfLinking == true {
-                notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
+        // Whatever this stores is collected if the install fails, at any step.
+        try transaction { transaction in
+            var summary = ExtractionSummary(files: 0, directories: 0, bytes: 0)
+            var linkedAll = false
+            let previous = active(app)
+            let version = manifest.version
+            let target = versionDirectory(app, version)
+            // A directory of this version that isn't active is a leftover: replace it.
+            FileSystem.remove(target)
+            FileSystem.remove(metadataPath(app, version))
+            do {
+                // Without an object store (it cannot even be created), extraction writes plain files as before.
+                let objects = try? ObjectStore(root: root)
+                summary = try ZipExtractor.extract(
+                    archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true, objects: objects)
+                if objects == nil {
+                    notice("\(app): no object store under \(root): version \(version) written as plain files")
+                } else if objects?.copiedInsteadOfLinking == true {
+                    notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
+                }
+                linkedAll = objects != nil && objects?.copiedInsteadOfLinking == false
+            } catch {
+                if let refused = error as? OfflineAgentError, refused.cause == .hostileArchive || refused.cause == .archiveCorrupt,
+                   FileSystem.parent(of: package) == downloadsDirectory(app) {
+                    // A refused package would only be refused again: it must not stay in downloads/.
+                    FileSystem.remove(package)
+                }
+                throw error
             }
-            linkedAll = objects != nil && objects?.copiedInsteadOfLinking == false
-        } catch {
-            // The objects this extraction stored before it failed are in no version: collected
-            // at once (callers hold the root lock), not left until the next install.
-            collectObjects()
-            if let refused = error as? OfflineAgentError, refused.cause == .hostileArchive || refused.cause == .archiveCorrupt,
-               FileSystem.parent(of: package) == downloadsDirectory(app) {
-                // A refused package would only be refused again: it must not stay in downloads/.
-                FileSystem.remove(package)
+            CrashPoint.afterExtract.hit()
+            let kept = packagePath(app, version)
+            let installed = try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
+                                       via: via, trialLaunches: trialLaunches, target: target) {
+                guard package != kept else { return }
+                FileSystem.remove(kept)
+                FileSystem.remove(skeletonPath(app, version))
+                // Every stored file's bytes are objects now: keep only the rest of the zip.
+                // A package with deflated entries (or files copied, not linked) keeps its zip.
+                let skeleton = linkedAll
+                    && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
+                if skeleton {
+                    FileSystem.remove(package)
+                } else {
+                    try FileSystem.renameDurably(package, to: kept)
+                }
             }
-            throw error
-        }
-        CrashPoint.afterExtract.hit()
-        let kept = packagePath(app, version)
-        return try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
-                          via: via, trialLaunches: trialLaunches, target: target) {
-            guard package != kept else { return }
-            FileSystem.remove(kept)
-            FileSystem.remove(skeletonPath(app, version))
-            // Every stored file's bytes are objects now: keep only the rest of the zip.
-            // A package with deflated entries (or files copied, not linked) keeps its zip.
-            let skeleton = linkedAll
-                && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
-            if skeleton {
-                FileSystem.remove(package)
-            } else {
-                try FileSystem.renameDurably(package, to: kept)
-            }
+            transaction.commit()
+            return installed
         }
     }
 
@@ -275,62 +277,62 @@ public struct Store: Sendable {
     /// central directory goes through the extractor's checks before any tree exists,
     /// the tree is made of links to the objects by the same builder as `install`, and
     /// the skeleton is kept as the next patch's base. On failure the active version is
-    /// untouched; the objects the stream wrote are linked by no version (GC takes them).
+    /// untouched and the objects the stream wrote are collected (`transaction`).
     func install(
         app: String, streamed splitter: PatchedPackageSplitter, objects: ObjectStore, packageSha256: String, manifest: Manifest,
         via: UpdateMethod, limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
     ) throws -> InstalledVersion {
-        let previous = active(app)
-        let version = manifest.version
-        let target = versionDirectory(app, version)
-        let described = "patched package of \(version)"
-        if let damage = splitter.damage {
-            // Refused before any tree: the stream's objects are in no version, collected at once
-            // like every other refusal below (callers hold the root lock).
-            collectObjects()
-            throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: described)
-        }
-        FileSystem.remove(target)
-        FileSystem.remove(metadataPath(app, version))
-        // A dot name: a crash leaves it to cleanLeftovers.
-        let streamedSkeleton = "\(appDirectory(app))/packages/.\(version).skel.streamed"
-        let segments = splitter.segments.map { ($0.start, $0.length, $0.object?.name) }
-        do {
-            try PackageSkeleton.write(size: splitter.size, segments: segments, skeletonBytes: splitter.skeletonBytes, to: streamedSkeleton)
-        } catch {
-            FileSystem.remove(streamedSkeleton)
-            collectObjects()
-            throw OfflineAgentError(.install, "cannot write the skeleton of \(version)", path: streamedSkeleton, underlying: error as? POSIXFailure)
-        }
-        CrashPoint.afterPatchVerified.hit()
-        let made: (summary: ExtractionSummary, namesByOffset: [UInt64: String])
-        do {
-            guard let view = PackageView(skeletonPath: streamedSkeleton, objectsDirectory: objectsDirectory) else {
-                throw OfflineAgentError(.install, "cannot read back the skeleton of \(version)", path: streamedSkeleton)
+        // The stream's objects are in no version until the swap: collected if any step fails.
+        try transaction { transaction in
+            let previous = active(app)
+            let version = manifest.version
+            let target = versionDirectory(app, version)
+            let described = "patched package of \(version)"
+            if let damage = splitter.damage {
+                // Refused before any tree.
+                throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: described)
             }
-            made = try ZipExtractor.makeTree(view: view, objectsByOffset: splitter.objectsByOffset, path: described, to: target,
-                                             limits: limits, objects: objects)
-        } catch {
-            FileSystem.remove(streamedSkeleton)
-            // The stream's objects are in no version now: collected at once (callers hold the root lock).
-            collectObjects()
-            throw error
-        }
-        if objects.copiedInsteadOfLinking {
-            notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
-        }
-        CrashPoint.afterExtract.hit()
-        return try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
-                          via: via, trialLaunches: trialLaunches, target: target) {
-            FileSystem.remove(packagePath(app, version))
-            let final = splitter.segments.map { ($0.start, $0.length, $0.object.map { made.namesByOffset[$0.headerOffset] ?? $0.name }) }
-            if final.map(\.2) == segments.map(\.2) {
-                try FileSystem.renameDurably(streamedSkeleton, to: skeletonPath(app, version))
-            } else {
-                // Executable entries link `.x` objects: the kept skeleton names those, which the versions keep alive.
+            FileSystem.remove(target)
+            FileSystem.remove(metadataPath(app, version))
+            // A dot name: a crash leaves it to cleanLeftovers.
+            let streamedSkeleton = "\(appDirectory(app))/packages/.\(version).skel.streamed"
+            let segments = splitter.segments.map { ($0.start, $0.length, $0.object?.name) }
+            do {
+                try PackageSkeleton.write(size: splitter.size, segments: segments, skeletonBytes: splitter.skeletonBytes, to: streamedSkeleton)
+            } catch {
                 FileSystem.remove(streamedSkeleton)
-                try PackageSkeleton.write(size: splitter.size, segments: final, skeletonBytes: splitter.skeletonBytes, to: skeletonPath(app, version))
+                throw OfflineAgentError(.install, "cannot write the skeleton of \(version)", path: streamedSkeleton, underlying: error as? POSIXFailure)
             }
+            CrashPoint.afterPatchVerified.hit()
+            let made: (summary: ExtractionSummary, namesByOffset: [UInt64: String])
+            do {
+                guard let view = PackageView(skeletonPath: streamedSkeleton, objectsDirectory: objectsDirectory) else {
+                    throw OfflineAgentError(.install, "cannot read back the skeleton of \(version)", path: streamedSkeleton)
+                }
+                made = try ZipExtractor.makeTree(view: view, objectsByOffset: splitter.objectsByOffset, path: described, to: target,
+                                                 limits: limits, objects: objects)
+            } catch {
+                FileSystem.remove(streamedSkeleton)
+                throw error
+            }
+            if objects.copiedInsteadOfLinking {
+                notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
+            }
+            CrashPoint.afterExtract.hit()
+            let installed = try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
+                                       via: via, trialLaunches: trialLaunches, target: target) {
+                FileSystem.remove(packagePath(app, version))
+                let final = splitter.segments.map { ($0.start, $0.length, $0.object.map { made.namesByOffset[$0.headerOffset] ?? $0.name }) }
+                if final.map(\.2) == segments.map(\.2) {
+                    try FileSystem.renameDurably(streamedSkeleton, to: skeletonPath(app, version))
+                } else {
+                    // Executable entries link `.x` objects: the kept skeleton names those, which the versions keep alive.
+                    FileSystem.remove(streamedSkeleton)
+                    try PackageSkeleton.write(size: splitter.size, segments: final, skeletonBytes: splitter.skeletonBytes, to: skeletonPath(app, version))
+                }
+            }
+            transaction.commit()
+            return installed
         }
     }
 
