@@ -41,7 +41,7 @@ swiftflags=(-parse-as-library -swift-version 6 -package-name offline_agent -sani
 [[ -x $toolchain/ld.lld ]] && swiftflags+=(-use-ld=lld)
 src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
-    $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Support/{OfflineAgentError,POSIXFailure}.swift \
+    $src/Support/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Support/{OfflineAgentError,POSIXFailure}.swift \
     -o "$out/zip"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
     $src/Check/{Manifest,Manifest+Stage,ManifestFields,ManifestPatch,ManifestStageStep,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Support/OfflineAgentError.swift \
