@@ -3,6 +3,7 @@
 #   bspatch    cbspatch_apply on a hostile patch (C: ASan + UBSan)
 #   cbz        CBspatch's own bzip2 decoder, checked against libbz2 (C: ASan + UBSan)
 #   zip        ZipCentralDirectory.rawNames (Swift: ASan)
+#   layout     ZipCentralDirectory's layout as the splitter, skeleton and view read it (Swift: ASan)
 #   manifest   Manifest.decode (Swift: ASan)
 #   setcookie  SetCookie.parse and CookieDate.parse (Swift: ASan)
 # Swift has no -sanitize=undefined; its own overflow and bounds traps play that
@@ -41,10 +42,13 @@ swiftflags=(-parse-as-library -swift-version 6 -package-name offline_agent -sani
 [[ -x $toolchain/ld.lld ]] && swiftflags+=(-use-ld=lld)
 src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipCentralDirectory.swift \
-    $src/Install/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Agent/{OfflineAgentError,POSIXFailure}.swift \
+    $src/Support/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Support/{OfflineAgentError,POSIXFailure}.swift \
     -o "$out/zip"
+"$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipLayout.swift \
+    $src/Support/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Support/{OfflineAgentError,POSIXFailure}.swift \
+    -o "$out/layout"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
-    $src/Check/{Manifest,Manifest+Stage,ManifestFields,ManifestPatch,ManifestStageStep,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Agent/OfflineAgentError.swift \
+    $src/Check/{Manifest,Manifest+Stage,ManifestFields,ManifestPatch,ManifestStageStep,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Support/OfflineAgentError.swift \
     $src/Support/{WebAddress,UTCTime}.swift \
     -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \

@@ -116,3 +116,26 @@ z64 = struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 45, 45, 0, 0, 1, 1, cd_size, cd
 loc = struct.pack("<IIQI", 0x07064b50, 0, len(body), 1)
 end = struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
 (out / "zip" / "zip64.zip").write_bytes(body + z64 + loc + end)
+# The layout target (ZipCentralDirectory as the splitter, the skeleton and the view read
+# it): plain stored zips whose entries must be located, and each way a zip is not plain.
+(out / "layout").mkdir(exist_ok=True)
+def write_layout(name, files, **kw):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", **kw) as z:
+        for n, b in files:
+            z.writestr(n, b)
+    (out / "layout" / name).write_bytes(buf.getvalue())
+write_layout("stored.zip", [("index.html", b"<html></html>"), ("css/", b""), ("css/a.css", b"a{}"), ("empty.txt", b"")])
+extra = zipfile.ZipInfo("x.js")
+extra.extra = struct.pack("<HHB I", 0x5455, 5, 1, 0)  # an extended timestamp: the data starts after it
+write_layout("extra-field.zip", [(extra, b"let x = 1")])
+write_layout("deflated.zip", [("a.txt", b"a" * 200)], compression=zipfile.ZIP_DEFLATED)
+# A data descriptor on a stored entry: not plain (the sizes follow the data).
+with zipfile.ZipFile(out / "layout" / "descriptor.zip", "w") as z:
+    z.writestr("d.txt", b"dd")
+data = bytearray((out / "layout" / "descriptor.zip").read_bytes())
+data[6] |= 0x08
+cd = data.rfind(b"PK\x01\x02")
+data[cd + 8] |= 0x08
+(out / "layout" / "descriptor.zip").write_bytes(bytes(data))
+(out / "layout" / "zip64.zip").write_bytes((out / "zip" / "zip64.zip").read_bytes())

@@ -12,6 +12,8 @@ if [[ -z ${OFFLINE_AGENT_TEST_POSTGRES_URL:-} ]]; then
     OFFLINE_AGENT_TEST_POSTGRES_URL="$(scripts/postgres-test.sh)" || OFFLINE_AGENT_TEST_POSTGRES_URL=""
     export OFFLINE_AGENT_TEST_POSTGRES_URL
 fi
+# The engine's layering (Store/ names no Install/ type): a grep, before the build.
+scripts/check-layers.sh
 # The CLI and server executables are exercised as real processes by the tests.
 swift build --build-tests
 # Every test is Swift Testing: the XCTest pass would only print "Executed 0 tests".

@@ -339,7 +339,7 @@ public actor Agent {
         var check = check
         let store = self.store
         let client = ManifestClient(fetcher: fetcher, publicKeys: publicKeys)
-        let etag = check.etagCurrent == (installed?.version.description ?? "") ? check.etag : nil
+        let etag = ManifestDecision.requestETag(check, installed: installed?.version)
         let response: ManifestResponse
         do {
             response = try await client.fetch(
@@ -376,67 +376,55 @@ public actor Agent {
         }
         report.offeredVersion = manifest.version
         report.fullSize = manifest.isPatch ? manifest.fullSize : manifest.size
-        if let installed {
-            guard manifest.version >= installed.version else {
-                throw OfflineAgentError(.manifest, "manifest offers \(manifest.version), below installed \(installed.version) (downgrade refused)", cause: .downgrade)
-            }
-        }
-        CrashPoint.afterManifest.hit()
-        // A trusted manifest's miniVersion holds from now on, whatever happens to the download.
-        check.knownMiniVersion = max(check.knownMiniVersion ?? manifest.miniVersion, manifest.miniVersion)
-        check.etag = nil
-        let planned = check
-        // A version marked bad here is never installed again; a held app keeps its version.
-        let refusal = try await pool.run(.install) {
-            store.collectDownloads(app, plan: manifest, manifestURL: manifestURL, installed: installed?.version)
-            try store.saveCheckState(planned, for: app)
-            return Lifecycle(store: store).refusal(app, offered: manifest.version, installed: installed?.version)
-        }
-        if let refusal {
-            report.result = refusal
-            return
-        }
-        if var installed, manifest.version == installed.version {
-            guard manifest.packageSha256 == installed.packageSha256 else {
-                throw OfflineAgentError(.manifest, "manifest describes a different package for installed version \(installed.version)")
-            }
-            // Same package: the operator may have changed rollout, whitelist or miniVersion.
-            installed.rollout = manifest.rollout
-            installed.whitelist = manifest.whitelist
-            installed.miniVersion = manifest.miniVersion
-            let record = installed
-            try await pool.run(.install) {
-                try store.updateRecord(record, app: app)
-                try self.saveETag(newETag, current: record.version, check: planned, app: app)
-            }
-            report.result = .upToDate
-            return
-        }
-        // A staged rollout this device is not in yet: keep what is installed. No ETag is
-        // kept, so the next check reads the manifest again: a schedule widens with time
-        // while the bytes (and their ETag) stay the same.
-        // Every bucket is at most 100: the device id is read only when a stage can exclude it.
-        let stage = manifest.currentStage(at: now)
-        if stage < 100 {
-            let root = store.root
-            let deviceID: String
-            if let chosen = options.deviceID {
-                deviceID = chosen
-            } else {
-                deviceID = try await pool.run(.manifest) { try DeviceID.load(root: root) }
-            }
-            let bucket = Resolver.rolloutBucket(deviceID: deviceID, app: app)
-            if bucket > stage {
+        // What to do with the manifest is `ManifestDecision`'s; this runs it, learning
+        // each fact it asks for (a few steps: every fact is asked at most once).
+        let planned = ManifestDecision.planned(check, manifest: manifest)
+        var facts = ManifestFacts(manifest: manifest, installed: installed, now: now)
+        decide: while true {
+            switch ManifestDecision.decide(facts) {
+            case .needs(.lifecycleRefusal):
+                CrashPoint.afterManifest.hit()
+                // A version marked bad here is never installed again; a held app keeps its version.
+                facts.lifecycleRefusal = .some(try await pool.run(.install) {
+                    store.collectDownloads(app, plan: manifest, manifestURL: manifestURL, installed: installed?.version)
+                    try store.saveCheckState(planned, for: app)
+                    return Lifecycle(store: store).refusal(app, offered: manifest.version, installed: installed?.version)
+                })
+            case .needs(.bucket):
+                let root = store.root
+                let deviceID: String
+                if let chosen = options.deviceID {
+                    deviceID = chosen
+                } else {
+                    deviceID = try await pool.run(.manifest) { try DeviceID.load(root: root) }
+                }
+                facts.bucket = Resolver.rolloutBucket(deviceID: deviceID, app: app)
+            case .needs(.network):
+                facts.network = try await pool.run(.manifest, { [logger] in options.networkKind(logger: logger) })
+            case .refuseDowngrade(let offered, let installed):
+                throw OfflineAgentError(.manifest, "manifest offers \(offered), below installed \(installed) (downgrade refused)", cause: .downgrade)
+            case .refused(let refusal):
+                report.result = refusal
+                return
+            case .differentPackage(let version):
+                throw OfflineAgentError(.manifest, "manifest describes a different package for installed version \(version)")
+            case .recordSameVersion(let updated):
+                try await pool.run(.install) {
+                    try store.updateRecord(updated, app: app)
+                    try store.saveCheckState(ManifestDecision.settled(planned, etag: newETag, current: updated.version), for: app)
+                }
+                report.result = .upToDate
+                return
+            case .notInStage(let stage, let bucket):
                 report.result = .notInStage
                 report.stage = (stage, bucket)
                 return
+            case .deferred:
+                report.result = .deferred
+                return
+            case .install:
+                break decide
             }
-        }
-        // The system is asked only when it matters (auto policy: a process per question).
-        if manifest.networkType == .wifi,
-           try await pool.run(.manifest, { [logger] in options.networkKind(logger: logger) }) == .metered {
-            report.result = .deferred
-            return
         }
         let counter = ByteCounter()
         var configuration = self.configuration
@@ -461,15 +449,8 @@ public actor Agent {
                 // Installed all the same: the next lifecycle step records it (its trial is in its record).
                 logger.warning("\(app): cannot record the install in the lifecycle: \(error)")
             }
-            try self.saveETag(newETag, current: version, check: planned, app: app)
+            try store.saveCheckState(ManifestDecision.settled(planned, etag: newETag, current: version), for: app)
         }
-    }
-
-    private nonisolated func saveETag(_ etag: String?, current: Version, check: CheckState, app: String) throws {
-        var check = check
-        check.etag = etag
-        check.etagCurrent = current.description
-        try store.saveCheckState(check, for: app)
     }
 
     // MARK: - Use

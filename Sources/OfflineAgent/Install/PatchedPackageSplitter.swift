@@ -12,8 +12,8 @@ import Glibc
 /// `packageSha256`; nothing is trusted before that hash is checked, and the objects
 /// written meanwhile have no name in any version (garbage for GC if the check fails).
 ///
-/// Anything but a plain stored zip (a deflated or encrypted entry, a data descriptor,
-/// zip64 sizes, an unknown record, a skeleton over `maxSkeletonBytes`) stops the
+/// Anything but a plain stored zip (`ZipCentralDirectory.notPlainStored`: a deflated or
+/// encrypted entry, a data descriptor, zip64 sizes; or an unknown record, a skeleton over `maxSkeletonBytes`) stops the
 /// stream with `stop = .notPlain`: the caller then takes the file path (the whole
 /// patched zip, then extraction). Memory is bounded: the 4 MiB entry buffer
 /// (`ObjectWriter.wholeCapacity`), a chunk buffer, and the skeleton bytes.
@@ -85,8 +85,9 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private enum State { case header, data, tail }
     private var state = State.header
     private var header: [UInt8] = []
-    private var headerLength = 30
-    private var headerParsed = false
+    private var headerLength = ZipCentralDirectory.LocalHeader.size
+    /// The local header being received, once its fixed part is in (read by `ZipCentralDirectory`).
+    private var local: ZipCentralDirectory.LocalHeader?
     private var skeletonStart: Int64 = 0
 
     // The entry being received.
@@ -183,8 +184,8 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         let rest = UnsafeRawBufferPointer(rebasing: bytes[want...])
         if header.count == 4 {
             switch header.le32(0) {
-            case 0x0403_4b50: break
-            case 0x0201_4b50, 0x0605_4b50:
+            case ZipCentralDirectory.LocalHeader.signature: break
+            case ZipCentralDirectory.centralSignature, ZipCentralDirectory.endSignature:
                 // The central directory (or an empty archive's end record): the rest is skeleton.
                 state = .tail
                 return rest
@@ -193,31 +194,33 @@ final class PatchedPackageSplitter: @unchecked Sendable {
                 return rest
             }
         }
-        if header.count == 30, !headerParsed {
-            headerParsed = true
-            let flags = header.le16(6), method = header.le16(8)
-            let compressed = header.le32(18), uncompressed = header.le32(22)
-            if flags & 0x0001 != 0 { stop = .notPlain("an entry is encrypted") }
-            else if flags & 0x0008 != 0 { stop = .notPlain("an entry has a data descriptor") }
-            else if method != 0 { stop = .notPlain("an entry is compressed (method \(method))") }
-            else if compressed != uncompressed || uncompressed == 0xFFFF_FFFF { stop = .notPlain("an entry has zip64 or inconsistent sizes") }
-            if stop != nil { return rest }
-            headerLength = 30 + Int(header.le16(26)) + Int(header.le16(28))
+        if header.count == ZipCentralDirectory.LocalHeader.size, local == nil {
+            // The signature is a local header's (checked above): the fixed part parses.
+            guard let parsed = ZipCentralDirectory.LocalHeader(header) else {
+                stop = .notPlain("unexpected record 0x\(String(header.le32(0), radix: 16))")
+                return rest
+            }
+            if let why = parsed.notPlainStored {
+                stop = .notPlain(why)
+                return rest
+            }
+            local = parsed
+            headerLength = parsed.length
         }
-        if headerParsed, header.count == headerLength { try beginEntry() }
+        if let local, header.count == headerLength { try beginEntry(local) }
         return rest
     }
 
-    private func beginEntry() throws {
-        let nameLength = Int(header.le16(26))
-        entryName = String(decoding: header[30..<(30 + nameLength)], as: UTF8.self)
-        entryCRC = header.le32(14)
-        entryLength = Int64(header.le32(22))
+    private func beginEntry(_ local: ZipCentralDirectory.LocalHeader) throws {
+        let nameStart = ZipCentralDirectory.LocalHeader.size
+        entryName = String(decoding: header[nameStart..<(nameStart + local.nameLength)], as: UTF8.self)
+        entryCRC = local.crc32
+        entryLength = Int64(local.size)
         entryRemaining = entryLength
         entryStart = size
         header.removeAll(keepingCapacity: true)
-        headerLength = 30
-        headerParsed = false
+        headerLength = ZipCentralDirectory.LocalHeader.size
+        self.local = nil
         crc = crc32(0, nil, 0)
         entryHasher = SHA256()
         filled = 0

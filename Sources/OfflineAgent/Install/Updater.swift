@@ -186,42 +186,38 @@ struct Updater: Sendable {
             let candidates = view.entryObjects()
             let splitter = PatchedPackageSplitter(objects: objects, reserve: reserve, candidates: candidates, packageSize: newSize,
                                                   maxEntries: maxEntries)
-            do {
-                try Patcher.apply(view: view, patch: URL(fileURLWithPath: patch), into: splitter, expectedSize: expected)
-                guard splitter.endedCleanly else {
-                    // Ends inside an entry or a header: let the file path and libzip judge it.
-                    // What the stream stored is in no version: collected now, or a refused
-                    // file path would leave it until the next install.
-                    store.collectObjects()
-                    logger.notice("\(app): patched package does not end with a central directory; writing it whole")
+            // The objects the stream stores are the install's only once it verified them
+            // (`.streamed`): any other way out collects them now, under the root lock, or a
+            // refused file path would leave them until the next install.
+            return try store.transaction { transaction in
+                do {
+                    try Patcher.apply(view: view, patch: URL(fileURLWithPath: patch), into: splitter, expectedSize: expected)
+                    guard splitter.endedCleanly else {
+                        // Ends inside an entry or a header: let the file path and libzip judge it.
+                        logger.notice("\(app): patched package does not end with a central directory; writing it whole")
+                        return nil
+                    }
+                    splitter.finish()
+                    CrashPoint.afterPatch.hit()
+                    let digest = splitter.sha256()
+                    guard expected == nil || splitter.size == expected, digest == manifest.packageSha256 else {
+                        throw baseDamage(.view(view), installed: installed)
+                            ?? OfflineAgentError(.patch, "patched package (\(splitter.size) bytes) hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
+                    }
+                    transaction.commit()
+                    return .streamed(splitter, objects, patch: patch)
+                } catch let error as OfflineAgentError where (error.underlying as? PatchFailure)?.status == PatchFailure.stopped {
+                    guard case .notPlain(let why)? = splitter.stop else {
+                        if case .failure(let failure)? = splitter.stop {
+                            throw failure as? OfflineAgentError
+                                ?? OfflineAgentError(.install, "cannot store the patched package's files", cause: ZipExtractor.writeCause(failure as? POSIXFailure),
+                                                     path: objects.directory, underlying: failure as? POSIXFailure)
+                        }
+                        throw error
+                    }
+                    logger.notice("\(app): patched package is not a plain stored zip (\(why)); writing it whole")
                     return nil
                 }
-                splitter.finish()
-                CrashPoint.afterPatch.hit()
-                let digest = splitter.sha256()
-                guard expected == nil || splitter.size == expected, digest == manifest.packageSha256 else {
-                    throw baseDamage(.view(view), installed: installed)
-                        ?? OfflineAgentError(.patch, "patched package (\(splitter.size) bytes) hashes to \(digest), expected \(manifest.packageSha256)", cause: .hashMismatch)
-                }
-                return .streamed(splitter, objects, patch: patch)
-            } catch let error as OfflineAgentError where (error.underlying as? PatchFailure)?.status == PatchFailure.stopped {
-                guard case .notPlain(let why)? = splitter.stop else {
-                    store.collectObjects()
-                    if case .failure(let failure)? = splitter.stop {
-                        throw failure as? OfflineAgentError
-                            ?? OfflineAgentError(.install, "cannot store the patched package's files", cause: ZipExtractor.writeCause(failure as? POSIXFailure),
-                                                 path: objects.directory, underlying: failure as? POSIXFailure)
-                    }
-                    throw error
-                }
-                // The objects stored before the stop are in no version (as above).
-                store.collectObjects()
-                logger.notice("\(app): patched package is not a plain stored zip (\(why)); writing it whole")
-                return nil
-            } catch {
-                // The objects this stream wrote are in no version: collected now (under the root lock).
-                store.collectObjects()
-                throw error
             }
         }
     }

@@ -27,7 +27,7 @@ public struct InstalledVersion: Sendable, Equatable, Codable {
     /// version is good once installed (and in records written before trials were opt-in).
     public var trialLaunches: Int?
 
-    /// A record as `Updater` writes it; public so tools and tests can seed a store.
+    /// A record as an install writes it; public so tools and tests can seed a store.
     public init(
         version: Version, packageSha256: String, miniVersion: Version, whitelist: [String], rollout: Int,
         installedAt: Date, via: UpdateMethod, previousVersion: Version? = nil, fallback: String? = nil,

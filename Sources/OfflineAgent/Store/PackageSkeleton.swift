@@ -42,25 +42,18 @@ struct PackageSkeleton: Sendable, Equatable {
 
     /// The segments of a stored package whose file entries (by libzip index = central
     /// directory order) are the objects `objectNames` names; nil when the package cannot
-    /// be kept this way (a deflated entry, zip64 fields, an entry without an object):
+    /// be kept this way (not a plain stored zip, `ZipCentralDirectory.notPlainStored`; an entry without an object):
     /// then the zip itself is kept.
     static func segments(of package: String, objectNames: [Int64: String]) -> (size: Int64, segments: [(start: Int64, length: Int64, object: String?)])? {
-        guard let entries = try? ZipCentralDirectory.entries(of: package), let size = FileSystem.fileSize(package) else { return nil }
-        let fd = open(package, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
+        // Where each entry's bytes are, by the one layout reader and its rule for a plain stored zip.
+        guard case let (fileSize, data)? = try? ZipCentralDirectory.withFile(package, { size, read in
+            try ZipCentralDirectory.storedData(size: size, path: package, read: read).map { (size, $0) }
+        }) else { return nil }
+        let size = Int64(fileSize)
         var stored: [(start: Int64, length: Int64, object: String)] = []
-        for (index, entry) in entries.enumerated() where entry.compressedSize > 0 {
-            // Only stored bytes are the file's bytes; zip64 sizes are not worth the code here.
-            guard entry.method == 0, entry.compressedSize == entry.size, entry.size != 0xFFFF_FFFF,
-                  entry.localHeaderOffset != 0xFFFF_FFFF,
-                  let object = objectNames[Int64(index)] else { return nil }
-            var header = [UInt8](repeating: 0, count: 30)
-            let got = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, 30, off_t(entry.localHeaderOffset)) }
-            guard got == 30, header.le32(0) == 0x0403_4b50 else { return nil }
-            let start = Int64(entry.localHeaderOffset) + 30 + Int64(header.le16(26)) + Int64(header.le16(28))
-            guard start + Int64(entry.size) <= size else { return nil }
-            stored.append((start, Int64(entry.size), object))
+        for entry in data {
+            guard let object = objectNames[Int64(entry.index)] else { return nil }
+            stored.append((Int64(entry.start), Int64(entry.entry.size), object))
         }
         stored.sort { $0.start < $1.start }
         var segments: [(start: Int64, length: Int64, object: String?)] = []

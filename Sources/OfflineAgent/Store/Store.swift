@@ -110,42 +110,6 @@ public struct Store: Sendable {
             ?? PackageView(skeletonPath: skeletonPath(app, version), objectsDirectory: objectsDirectory)?.size
     }
 
-    /// The package of the installed version as a patch base: the kept zip, or its
-    /// skeleton read back through the objects. Not hashed: a damaged object or skeleton
-    /// makes the patch's output fail `packageSha256`, and the full package is fetched
-    /// (reading the whole package before every patch cost as much as the patch).
-    func patchBase(of installed: InstalledVersion, app: String) -> PatchBase? {
-        let zip = packagePath(app, installed.version)
-        if FileSystem.fileSize(zip) != nil { return .file(zip) }
-        return PackageView(skeletonPath: skeletonPath(app, installed.version), objectsDirectory: objectsDirectory).map(PatchBase.view)
-    }
-
-    /// What installing the package file `package` is expected to write: the bytes of its
-    /// entries that the installed version's package does not have (same CRC-32 and size:
-    /// its object is taken to be stored), plus its headers (the skeleton's share). The
-    /// central directories are all that is read. Without a readable central directory,
-    /// the package's size.
-    func bytesToInstall(package: String, app: String, installed: InstalledVersion?) -> Int64 {
-        guard let entries = try? ZipCentralDirectory.entries(of: package), let size = FileSystem.fileSize(package) else {
-            return FileSystem.fileSize(package) ?? 0
-        }
-        var stored = Set<UInt64>()
-        if let installed, let base = patchBase(of: installed, app: app) {
-            let old: [ZipCentralDirectory.Entry]?
-            switch base {
-            case .file(let path): old = try? ZipCentralDirectory.entries(of: path)
-            case .view(let view): old = try? view.centralDirectory()
-            }
-            for entry in old ?? [] { stored.insert(UInt64(entry.crc32) << 32 | UInt64(entry.size)) }
-        }
-        var data: Int64 = 0, lacking: Int64 = 0
-        for entry in entries {
-            data += Int64(entry.compressedSize)
-            if !stored.contains(UInt64(entry.crc32) << 32 | UInt64(entry.size)) { lacking += Int64(entry.size) }
-        }
-        return lacking + max(0, size - data)
-    }
-
     // MARK: - Changing (callers hold the RootLock)
 
     /// Removes what a crashed run left: temporary directories and links, stray versions.
@@ -213,153 +177,6 @@ public struct Store: Sendable {
             store: DiskUsage.bytes(under: objectsDirectory),
             packageZips: ((try? FileManager.default.contentsOfDirectory(atPath: "\(appDirectory(app))/packages")) ?? [])
                 .filter { $0.hasSuffix(".zip") && !$0.hasPrefix(".") }.count)
-    }
-
-    /// Extracts `package` as `manifest.version`, records it, and makes it active.
-    /// - Parameter notice: receives the log line of a fallback (files copied, not linked).
-    func install(
-        app: String, package: String, packageSha256: String, manifest: Manifest, via: UpdateMethod,
-        limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
-    ) throws -> InstalledVersion {
-        var summary = ExtractionSummary(files: 0, directories: 0, bytes: 0)
-        var linkedAll = false
-        let previous = active(app)
-        let version = manifest.version
-        let target = versionDirectory(app, version)
-        // A directory of this version that isn't active is a leftover: replace it.
-        FileSystem.remove(target)
-        FileSystem.remove(metadataPath(app, version))
-        do {
-            // Without an object store (it cannot even be created), extraction writes plain files as before.
-            let objects = try? ObjectStore(root: root)
-            summary = try ZipExtractor.extract(
-                archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true, objects: objects)
-            if objects == nil {
-                notice("\(app): no object store under \(root): version \(version) written as plain files")
-            } else if objects?.copiedInsteadOfLinking == true {
-                notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
-            }
-            linkedAll = objects != nil && objects?.copiedInsteadOfLinking == false
-        } catch {
-            // The objects this extraction stored before it failed are in no version: collected
-            // at once (callers hold the root lock), not left until the next install.
-            collectObjects()
-            if let refused = error as? OfflineAgentError, refused.cause == .hostileArchive || refused.cause == .archiveCorrupt,
-               FileSystem.parent(of: package) == downloadsDirectory(app) {
-                // A refused package would only be refused again: it must not stay in downloads/.
-                FileSystem.remove(package)
-            }
-            throw error
-        }
-        CrashPoint.afterExtract.hit()
-        let kept = packagePath(app, version)
-        return try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
-                          via: via, trialLaunches: trialLaunches, target: target) {
-            guard package != kept else { return }
-            FileSystem.remove(kept)
-            FileSystem.remove(skeletonPath(app, version))
-            // Every stored file's bytes are objects now: keep only the rest of the zip.
-            // A package with deflated entries (or files copied, not linked) keeps its zip.
-            let skeleton = linkedAll
-                && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
-            if skeleton {
-                FileSystem.remove(package)
-            } else {
-                try FileSystem.renameDurably(package, to: kept)
-            }
-        }
-    }
-
-    /// Makes `manifest.version` from a streamed patch's output, already verified against
-    /// `packageSha256`: its objects are in the store, `splitter` holds its skeleton. The
-    /// central directory goes through the extractor's checks before any tree exists,
-    /// the tree is made of links to the objects by the same builder as `install`, and
-    /// the skeleton is kept as the next patch's base. On failure the active version is
-    /// untouched; the objects the stream wrote are linked by no version (GC takes them).
-    func install(
-        app: String, streamed splitter: PatchedPackageSplitter, objects: ObjectStore, packageSha256: String, manifest: Manifest,
-        via: UpdateMethod, limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
-    ) throws -> InstalledVersion {
-        let previous = active(app)
-        let version = manifest.version
-        let target = versionDirectory(app, version)
-        let described = "patched package of \(version)"
-        if let damage = splitter.damage {
-            // Refused before any tree: the stream's objects are in no version, collected at once
-            // like every other refusal below (callers hold the root lock).
-            collectObjects()
-            throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: described)
-        }
-        FileSystem.remove(target)
-        FileSystem.remove(metadataPath(app, version))
-        // A dot name: a crash leaves it to cleanLeftovers.
-        let streamedSkeleton = "\(appDirectory(app))/packages/.\(version).skel.streamed"
-        let segments = splitter.segments.map { ($0.start, $0.length, $0.object?.name) }
-        do {
-            try PackageSkeleton.write(size: splitter.size, segments: segments, skeletonBytes: splitter.skeletonBytes, to: streamedSkeleton)
-        } catch {
-            FileSystem.remove(streamedSkeleton)
-            collectObjects()
-            throw OfflineAgentError(.install, "cannot write the skeleton of \(version)", path: streamedSkeleton, underlying: error as? POSIXFailure)
-        }
-        CrashPoint.afterPatchVerified.hit()
-        let made: (summary: ExtractionSummary, namesByOffset: [UInt64: String])
-        do {
-            guard let view = PackageView(skeletonPath: streamedSkeleton, objectsDirectory: objectsDirectory) else {
-                throw OfflineAgentError(.install, "cannot read back the skeleton of \(version)", path: streamedSkeleton)
-            }
-            made = try ZipExtractor.makeTree(view: view, objectsByOffset: splitter.objectsByOffset, path: described, to: target,
-                                             limits: limits, objects: objects)
-        } catch {
-            FileSystem.remove(streamedSkeleton)
-            // The stream's objects are in no version now: collected at once (callers hold the root lock).
-            collectObjects()
-            throw error
-        }
-        if objects.copiedInsteadOfLinking {
-            notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
-        }
-        CrashPoint.afterExtract.hit()
-        return try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
-                          via: via, trialLaunches: trialLaunches, target: target) {
-            FileSystem.remove(packagePath(app, version))
-            let final = splitter.segments.map { ($0.start, $0.length, $0.object.map { made.namesByOffset[$0.headerOffset] ?? $0.name }) }
-            if final.map(\.2) == segments.map(\.2) {
-                try FileSystem.renameDurably(streamedSkeleton, to: skeletonPath(app, version))
-            } else {
-                // Executable entries link `.x` objects: the kept skeleton names those, which the versions keep alive.
-                FileSystem.remove(streamedSkeleton)
-                try PackageSkeleton.write(size: splitter.size, segments: final, skeletonBytes: splitter.skeletonBytes, to: skeletonPath(app, version))
-            }
-        }
-    }
-
-    /// What every install does once the tree is in place: keep the package (`keep`),
-    /// write the record, swap `current`, collect what no kept version needs.
-    private func commit(
-        app: String, version: Version, previous: InstalledVersion?, packageSha256: String, manifest: Manifest, via: UpdateMethod,
-        trialLaunches: Int, target: String, keep: () throws -> Void
-    ) throws -> InstalledVersion {
-        do {
-            try keep()
-            CrashPoint.afterKeepPackage.hit()
-            let installed = InstalledVersion(
-                version: version, packageSha256: packageSha256, miniVersion: manifest.miniVersion,
-                whitelist: manifest.whitelist, rollout: manifest.rollout, installedAt: Date(), via: via,
-                previousVersion: previous?.version, fallback: manifest.fallback,
-                trialLaunches: trialLaunches > 0 ? trialLaunches : nil)
-            try write(installed, to: metadataPath(app, version))
-            CrashPoint.afterRecord.hit()
-            try activate(app, version)
-            CrashPoint.afterSwap.hit()
-            collectGarbage(app, keep: [version, previous?.version].compactMap { $0 })
-            CrashPoint.afterGarbageCollection.hit()
-            return installed
-        } catch let error as OfflineAgentError {
-            throw error
-        } catch {
-            throw OfflineAgentError(.install, "cannot install \(version)", path: target, underlying: error as? POSIXFailure)
-        }
     }
 
     /// Points `current` at `version` atomically: a new link under a temp name renamed over the old one.
@@ -434,7 +251,7 @@ public struct Store: Sendable {
         return (active.version, previous)
     }
 
-    private func write<T: Encodable>(_ value: T, to path: String) throws {
+    func write<T: Encodable>(_ value: T, to path: String) throws {
         do {
             try FileSystem.writeAtomically(try Self.encoder.encode(value), to: path)
         } catch let failure as POSIXFailure {

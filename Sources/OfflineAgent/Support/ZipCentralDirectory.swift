@@ -2,12 +2,21 @@
 import Glibc
 #endif
 
-/// A raw read of a zip's central directory names, for what libzip hides: it turns a
-/// NUL inside a name into a space, so a name like `a\0.html` cannot be seen through its API.
+/// The one reader of a zip's layout besides libzip: its central directory (entries,
+/// methods, CRCs, sizes, local header offsets, raw names), its local headers, and the
+/// rule for "a plain stored zip" (`notPlainStored`). libzip stays the reader of record
+/// for what it reads (extraction, its consistency checks); this reads what it hides
+/// (a NUL inside a name becomes a space there, so `a\0.html` cannot be seen through
+/// its API) and what the store needs to split a package into objects and a skeleton:
+/// the splitter (local headers as they stream), the skeleton and the view.
+///
+/// Pure over bytes (no Crypto, no NIO): `fuzz/build.sh` compiles it on its own.
 package enum ZipCentralDirectory {
     /// The fields of one central directory entry that the store's skeleton needs.
     struct Entry: Sendable {
         var name: [UInt8]
+        /// The general purpose flags (bit 0: encrypted, bit 3: data descriptor).
+        var flags: UInt16
         var method: UInt16
         var crc32: UInt32
         /// 0xFFFFFFFF when the real value is in a zip64 extra field.
@@ -23,6 +32,11 @@ package enum ZipCentralDirectory {
 
     /// Every central directory entry, in order (libzip's index order).
     static func entries(of path: String) throws -> [Entry] {
+        try withFile(path) { size, read in try entries(size: size, path: path, read: read) }
+    }
+
+    /// `body` over the file at `path`: its size and a reader of its bytes.
+    static func withFile<T>(_ path: String, _ body: (UInt64, (UInt64, Int) throws -> [UInt8]) throws -> T) throws -> T {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             throw OfflineAgentError(.extract, "cannot open archive", cause: .io, path: path, underlying: POSIXFailure("open"))
@@ -32,7 +46,7 @@ package enum ZipCentralDirectory {
         guard fstat(fd, &st) == 0 else {
             throw OfflineAgentError(.extract, "cannot stat archive", cause: .io, path: path, underlying: POSIXFailure("fstat"))
         }
-        return try entries(size: UInt64(max(0, st.st_size)), path: path) { offset, count in
+        return try body(UInt64(max(0, st.st_size))) { offset, count in
             try read(fd, at: offset, count: count, path: path)
         }
     }
@@ -92,13 +106,84 @@ package enum ZipCentralDirectory {
                 throw OfflineAgentError(.extract, "corrupt central directory", cause: .archiveCorrupt, path: path)
             }
             names.append(Entry(
-                name: Array(directory[(cursor + 46)..<(cursor + 46 + nameLength)]), method: directory.le16(cursor + 10),
+                name: Array(directory[(cursor + 46)..<(cursor + 46 + nameLength)]), flags: directory.le16(cursor + 8),
+                method: directory.le16(cursor + 10),
                 crc32: directory.le32(cursor + 16),
                 compressedSize: directory.le32(cursor + 20), size: directory.le32(cursor + 24),
                 localHeaderOffset: directory.le32(cursor + 42)))
             cursor += 46 + nameLength + extraLength + commentLength
         }
         return names
+    }
+
+    /// A local file header's fixed part: `LocalHeader.size` bytes at an entry's local header offset.
+    struct LocalHeader: Sendable, Equatable {
+        /// The fixed part's length; the name and the extra field follow it.
+        static let size = 30
+        static let signature: UInt32 = 0x0403_4b50
+        var flags: UInt16
+        var method: UInt16
+        var crc32: UInt32
+        var compressedSize: UInt32
+        var size: UInt32
+        var nameLength: Int
+        var extraLength: Int
+        /// The whole header's length: where the entry's data starts, from the header's offset.
+        var length: Int { Self.size + nameLength + extraLength }
+
+        /// The header in `bytes` (at least `size` of them, from its signature on); nil
+        /// without the local header signature or with too few bytes.
+        init?(_ bytes: [UInt8]) {
+            guard bytes.count >= Self.size, bytes.le32(0) == Self.signature else { return nil }
+            flags = bytes.le16(6)
+            method = bytes.le16(8)
+            crc32 = bytes.le32(14)
+            compressedSize = bytes.le32(18)
+            size = bytes.le32(22)
+            nameLength = Int(bytes.le16(26))
+            extraLength = Int(bytes.le16(28))
+        }
+
+        /// Why this entry is not plain stored, or nil when it is.
+        var notPlainStored: String? {
+            ZipCentralDirectory.notPlainStored(flags: flags, method: method, compressedSize: compressedSize, size: size)
+        }
+    }
+
+    /// The signatures of the records a zip's local entries may be followed by.
+    static let centralSignature: UInt32 = 0x0201_4b50
+    static let endSignature: UInt32 = 0x0605_4b50
+
+    /// The rule for "a plain stored zip", entry by entry, defined here only: an entry is
+    /// plain stored when its bytes in the archive are the file's bytes, nothing around or
+    /// in them to decode: not encrypted, no data descriptor, method 0 (stored), and both
+    /// sizes given, equal and not zip64's 0xFFFFFFFF. A zip is plain stored when every
+    /// entry is. Returns why not, or nil.
+    static func notPlainStored(flags: UInt16, method: UInt16, compressedSize: UInt32, size: UInt32) -> String? {
+        if flags & 0x0001 != 0 { return "an entry is encrypted" }
+        if flags & 0x0008 != 0 { return "an entry has a data descriptor" }
+        if method != 0 { return "an entry is compressed (method \(method))" }
+        if compressedSize != size || size == 0xFFFF_FFFF { return "an entry has zip64 or inconsistent sizes" }
+        return nil
+    }
+
+    /// Where each non-empty entry's bytes are, for an archive of `fileSize` bytes read
+    /// through `read` (as `entries(size:path:read:)`): by central directory order, the
+    /// entry and the range of its data (after its local header), when the entry is plain
+    /// stored and its local header and data lie inside the file; nil otherwise (then the
+    /// archive is no plain stored zip). Every offset is the archive's word: checked, never trusted.
+    static func storedData(size fileSize: UInt64, path: String, read: (UInt64, Int) throws -> [UInt8]) throws -> [(index: Int, entry: Entry, start: UInt64)]? {
+        let entries = try entries(size: fileSize, path: path, read: read)
+        var stored: [(index: Int, entry: Entry, start: UInt64)] = []
+        for (index, entry) in entries.enumerated() where entry.compressedSize > 0 {
+            guard notPlainStored(flags: entry.flags, method: entry.method, compressedSize: entry.compressedSize, size: entry.size) == nil,
+                  entry.localHeaderOffset != 0xFFFF_FFFF,
+                  let header = LocalHeader(try read(UInt64(entry.localHeaderOffset), LocalHeader.size)) else { return nil }
+            let start = UInt64(entry.localHeaderOffset) + UInt64(header.length)
+            guard start <= fileSize, UInt64(entry.size) <= fileSize - start else { return nil }
+            stored.append((index, entry, start))
+        }
+        return stored
     }
 
     /// Where the end record is in `tail` (the file's last bytes): the one libzip can take.

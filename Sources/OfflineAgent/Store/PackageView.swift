@@ -116,7 +116,7 @@ final class PackageView: Sendable {
     }
 
     /// The object and CRC-32 of each stored entry with data, by entry name: what a
-    /// streamed patch compares a new entry of the same name with (`PatchedPackageSplitter`).
+    /// streamed patch compares a new entry of the same name with.
     /// Empty when the central directory cannot be read.
     func entryObjects() -> [String: (object: String, crc: UInt32)] {
         guard let directory = try? centralDirectory() else { return [:] }

@@ -1,0 +1,104 @@
+import FoundationEssentials
+
+/// What a sync does with a verified manifest, decided in one place from plain values
+/// (`ManifestFacts`): refuse a downgrade, take the lifecycle's refusal, record a same
+/// version, wait outside the stage, defer on a metered network, or install.
+///
+/// A pure function: what it needs from the disk, the device id or the system comes in
+/// `ManifestFacts`, and a fact that costs something to learn (a file read, a process)
+/// is asked for with `needs` only when the rules before it let the manifest through, so
+/// the caller learns it, fills it in and decides again. The rules apply in this order
+/// (docs/PROTOCOL.md):
+/// 1. an offered version below the installed one is refused (`downgrade`);
+/// 2. a version the lifecycle refuses (marked bad, or a held app) is not downloaded;
+/// 3. the installed version offered again rewrites its record (rollout, whitelist,
+///    miniVersion), when the package is the same one;
+/// 4. a staged rollout whose stage is below the device's bucket waits;
+/// 5. a `wifi` manifest on a metered network waits;
+/// 6. otherwise the version is installed.
+enum ManifestDecision: Sendable, Equatable {
+    /// A fact the rules have reached and the caller has not filled in yet.
+    enum Fact: Sendable, Equatable {
+        /// `ManifestFacts.lifecycleRefusal`: asked once the manifest is no downgrade,
+        /// when the caller also records what the manifest plans (it is trusted now).
+        case lifecycleRefusal
+        /// `ManifestFacts.bucket`: asked only when the stage in force can exclude a device.
+        case bucket
+        /// `ManifestFacts.network`: asked only for a `wifi` manifest.
+        case network
+    }
+
+    /// Learn `Fact`, then decide again.
+    case needs(Fact)
+    /// The manifest offers `offered`, below `installed`: a failure (cause `downgrade`).
+    case refuseDowngrade(offered: Version, installed: Version)
+    /// The lifecycle refuses the offered version (`held`, `knownBad`): nothing downloaded.
+    case refused(SyncResult)
+    /// The installed version's package under another hash: a failure (the manifest is wrong).
+    case differentPackage(Version)
+    /// The installed version again: its record, with the manifest's rollout, whitelist and miniVersion.
+    case recordSameVersion(InstalledVersion)
+    /// A staged rollout this device is not in yet: the stage in force and the device's bucket.
+    case notInStage(stage: Int, bucket: Int)
+    /// A `wifi` manifest on a metered network.
+    case deferred
+    /// Download and install the offered version.
+    case install
+
+    /// The decision for `facts`, or the next fact it needs.
+    static func decide(_ facts: ManifestFacts) -> ManifestDecision {
+        let manifest = facts.manifest
+        if let installed = facts.installed?.version, manifest.version < installed {
+            return .refuseDowngrade(offered: manifest.version, installed: installed)
+        }
+        guard let refusal = facts.lifecycleRefusal else { return .needs(.lifecycleRefusal) }
+        if let refusal { return .refused(refusal) }
+        if var installed = facts.installed, manifest.version == installed.version {
+            guard manifest.packageSha256 == installed.packageSha256 else { return .differentPackage(installed.version) }
+            // Same package: the operator may have changed rollout, whitelist or miniVersion.
+            installed.rollout = manifest.rollout
+            installed.whitelist = manifest.whitelist
+            installed.miniVersion = manifest.miniVersion
+            return .recordSameVersion(installed)
+        }
+        // Every bucket is at most 100: the device id is read only when a stage can exclude it.
+        let stage = manifest.currentStage(at: facts.now)
+        if stage < 100 {
+            guard let bucket = facts.bucket else { return .needs(.bucket) }
+            if bucket > stage { return .notInStage(stage: stage, bucket: bucket) }
+        }
+        // The system is asked only when it matters (the auto policy runs a process per question).
+        if manifest.networkType == .wifi {
+            guard let network = facts.network else { return .needs(.network) }
+            if network == .metered { return .deferred }
+        }
+        return .install
+    }
+
+    /// The ETag to send with the manifest request: the one stored, when it was obtained
+    /// while the version installed now was (the server's answer depends on it).
+    static func requestETag(_ check: CheckState, installed: Version?) -> String? {
+        check.etagCurrent == (installed?.description ?? "") ? check.etag : nil
+    }
+
+    /// The check state to record once a manifest is trusted (before any download): its
+    /// `miniVersion` holds from now on, whatever happens to the download, and no ETag is
+    /// kept until the outcome is known, so a sync that ends without installing (outside
+    /// the stage, deferred, failed) reads the manifest again next time: a schedule widens
+    /// with time while the bytes (and their ETag) stay the same.
+    static func planned(_ check: CheckState, manifest: Manifest) -> CheckState {
+        var check = check
+        check.knownMiniVersion = max(check.knownMiniVersion ?? manifest.miniVersion, manifest.miniVersion)
+        check.etag = nil
+        return check
+    }
+
+    /// The check state once the offered version is the installed one (installed now, or
+    /// its record rewritten): the answer's ETag is kept, tied to that version.
+    static func settled(_ check: CheckState, etag: String?, current: Version) -> CheckState {
+        var check = check
+        check.etag = etag
+        check.etagCurrent = current.description
+        return check
+    }
+}

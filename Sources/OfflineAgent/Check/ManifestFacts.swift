@@ -1,0 +1,27 @@
+import FoundationEssentials
+
+/// What `ManifestDecision.decide` decides from: plain values, nil while not learned.
+struct ManifestFacts: Sendable {
+    /// The verified manifest.
+    var manifest: Manifest
+    /// The active version's record; nil when nothing is installed.
+    var installed: InstalledVersion?
+    /// The device's clock, for the stage schedule.
+    var now: Date
+    /// The lifecycle's refusal of the offered version (`held`, `knownBad`, or none: `.some(nil)`); nil while not learned.
+    var lifecycleRefusal: SyncResult??
+    /// The device's rollout bucket for the app (1…100, `Resolver.rolloutBucket`); nil while not learned.
+    var bucket: Int?
+    /// The kind of network the device is on; nil while not learned.
+    var network: NetworkKind?
+
+    init(manifest: Manifest, installed: InstalledVersion?, now: Date,
+         lifecycleRefusal: SyncResult?? = nil, bucket: Int? = nil, network: NetworkKind? = nil) {
+        self.manifest = manifest
+        self.installed = installed
+        self.now = now
+        self.lifecycleRefusal = lifecycleRefusal
+        self.bucket = bucket
+        self.network = network
+    }
+}
