@@ -396,6 +396,12 @@ public actor Agent {
             report.result = refusal
             return
         }
+        // An origin the device does not allow this app, or that another app holds: refused
+        // before any byte is downloaded, and the installed versions keep serving.
+        let allowed = options.allowedOrigins
+        if let refused = try await pool.run(.install, { OriginClaims.refusal(app: app, whitelist: manifest.whitelist, allowed: allowed, store: store) }) {
+            throw refused
+        }
         if var installed, manifest.version == installed.version {
             guard manifest.packageSha256 == installed.packageSha256 else {
                 throw OfflineAgentError(.manifest, "manifest describes a different package for installed version \(installed.version)")
@@ -443,7 +449,8 @@ public actor Agent {
         if let trial = options.maxTrialLaunches { configuration.maxTrialLaunches = trial }
         let updater = Updater(
             store: store, app: app, manifest: manifest, manifestURL: manifestURL, installed: installed,
-            fetcher: fetcher, configuration: configuration, logger: logger, progress: emit, pool: pool, counter: counter)
+            fetcher: fetcher, configuration: configuration, logger: logger, progress: emit, pool: pool, counter: counter,
+            allowedOrigins: options.allowedOrigins)
         // A failed sync reports what it downloaded too (a partial file, a patch and a full).
         defer { report.bytesDownloaded = counter.value }
         let outcome = try await updater.run()
@@ -571,6 +578,37 @@ public actor Agent {
     public func markBad(app: String, reason: String = "reported failing") async throws -> LifecycleTransition {
         let lifecycle = Lifecycle(store: store)
         return try await offPool { try lifecycle.markBad(app, reason: reason) }
+    }
+
+    /// Confirms `version` of `app`, only while it is the active version: the version-bound
+    /// confirmation a page, host or D-Bus client uses for the version it ran, so a version
+    /// a sync swapped in meanwhile is never confirmed by a page that never rendered it.
+    ///
+    /// - Returns: the confirmed version.
+    /// - Throws: `.versionMismatch` (nothing changed) when `version` is not the active
+    ///   version; `.stateInvalid` when nothing is active or it is marked bad.
+    @discardableResult
+    public func markGood(app: String, version: Version) async throws -> Version {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.markGood(app, version: version) }
+    }
+
+    /// Reports that `version` of `app` does not work, only while it is the active version
+    /// (as `markBad(app:reason:)` otherwise): an old page never marks a newer version bad.
+    ///
+    /// - Throws: `.versionMismatch` (nothing changed) when `version` is not the active
+    ///   version, or is marked bad already.
+    @discardableResult
+    public func markBad(app: String, version: Version, reason: String = "reported failing") async throws -> LifecycleTransition {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.markBad(app, version: version, reason: reason) }
+    }
+
+    /// Counts one launch of `version` of `app`, only while it is the active version
+    /// (`.versionChanged` otherwise, nothing counted); see `recordLaunch(app:)`.
+    public func recordLaunch(app: String, version: Version) async throws -> LaunchOutcome {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.recordLaunch(app, version: version) }
     }
 
     /// Counts one launch of `app` for hosts that resolve in-process (`serve` counts
