@@ -29,8 +29,14 @@ struct LocalRouter: Sendable {
     /// Refuse requests whose `Host` is not a loopback name (off with `--allow-remote`).
     let checkHost: Bool
 
-    /// The route of `request`.
-    func route(_ request: Request) -> LocalRoute {
+    /// The route of `request`; `peerIsLoopback`: the connection's peer (its socket
+    /// address, not its `Host`) is on this machine's loopback.
+    ///
+    /// A peer elsewhere (`--allow-remote`) may read packages only: `GET`/`HEAD` of
+    /// `/<app>/…`, `/open`, `/session/*` and `/` on the plain host, never counting a
+    /// launch. Mirror hosts (which reach the origins: a proxy into them), the lifecycle
+    /// control and `/metrics` answer loopback peers only (`403`).
+    func route(_ request: Request, peerIsLoopback: Bool = true) -> LocalRoute {
         if request.method == .connect {
             return .refuse(LocalRefusal(status: .methodNotAllowed, text: "CONNECT is not served\n", allow: "GET, HEAD"))
         }
@@ -40,6 +46,7 @@ struct LocalRouter: Sendable {
             return .refuse(LocalRefusal(status: .badRequest, text: "bad request: more than one Host header\n"))
         }
         let authority = LocalHostAuthority(request.head.authority)
+        if !peerIsLoopback, let refusal = Self.remoteRefusal(request, authority: authority) { return .refuse(refusal) }
         if let name = authority.mirrorName, let host = authority.host {
             // A mirror host names its origin in one spelling only (`MirrorOrigin(mirrorHost:)`).
             let snapshot = mirrors.snapshot()
@@ -52,12 +59,27 @@ struct LocalRouter: Sendable {
         if checkHost, !authority.isLoopback {
             return .refuse(LocalRefusal(status: .forbidden, text: "forbidden: Host is not a loopback name\n", counted: .forbiddenHost))
         }
-        return plain(request, authority: authority)
+        return plain(request, authority: authority, peerIsLoopback: peerIsLoopback)
+    }
+
+    /// Why a peer that is not on loopback may not have `request` (see `route`); nil when it may.
+    private static func remoteRefusal(_ request: Request, authority: LocalHostAuthority) -> LocalRefusal? {
+        let path = request.uri.path
+        if authority.mirrorName != nil {
+            return LocalRefusal(status: .forbidden, text: "forbidden: mirror hosts answer this machine's own clients only\n", counted: .forbiddenHost)
+        }
+        if path.hasPrefix(LocalLifecycle.routePrefix) {
+            return LocalRefusal(status: .forbidden, text: "lifecycle control answers this machine's own clients only", json: true)
+        }
+        if path == "/metrics" {
+            return LocalRefusal(status: .forbidden, text: "forbidden: /metrics answers this machine's own clients only\n")
+        }
+        return nil
     }
 
     // MARK: The plain host
 
-    private func plain(_ request: Request, authority: LocalHostAuthority) -> LocalRoute {
+    private func plain(_ request: Request, authority: LocalHostAuthority, peerIsLoopback: Bool) -> LocalRoute {
         let path = request.uri.path
         if path.hasPrefix(LocalLifecycle.routePrefix) {
             return .refuse(LocalRefusal(
@@ -68,7 +90,8 @@ struct LocalRouter: Sendable {
         guard request.method == .get || request.method == .head else {
             return .refuse(LocalRefusal(status: .methodNotAllowed, text: "only GET and HEAD\n", allow: "GET, HEAD"))
         }
-        let get = request.method == .get
+        // Launches are counted for the device's own host and web views only.
+        let get = request.method == .get && peerIsLoopback
         switch path {
         case "/open": return .control(.open(launch: get && Self.mayCountLaunch(request, authority: authority)))
         case "/session/restore": return .control(.sessionRestore(launch: get && Self.mayCountLaunch(request, authority: authority)))

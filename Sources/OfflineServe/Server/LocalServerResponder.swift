@@ -31,7 +31,8 @@ struct LocalServerResponder: HTTPResponder {
     static let allocator = ByteBufferAllocator()
 
     func respond(to request: Request, context: Context) async throws -> Response {
-        let response = await answer(router.route(request), to: request, page: context.page)
+        let peer = LocalHost.isLoopback(peer: context.page.remoteAddress)
+        let response = await answer(router.route(request, peerIsLoopback: peer), to: request, page: context.page)
         logger.debug("\(request.method) \(request.uri) \(response.status.code)")
         return response
     }
