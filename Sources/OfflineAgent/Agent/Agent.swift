@@ -228,7 +228,8 @@ public actor Agent {
         let policy = configuration.backoff
         let needsRepair = throttle.sanitized(stored, now: now) != stored
         if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force), !needsRepair {
-            report.throttled(until: next, version: store.linkedVersion(app))
+            report.throttled(
+                until: next, version: store.linkedVersion(app), reason: throttle.reason(waitingUntil: next, state: stored, backoff: backoff))
             return
         }
         // The version before: what a failure reports beside the one it leaves (the same one,
@@ -242,7 +243,8 @@ public actor Agent {
         }
         guard case .ready(let lock, let check, let failures, let installed, let lastChecked) = start else {
             if case .throttled(let next) = start {
-                report.throttled(until: next, version: before)
+                let reason = throttle.reason(waitingUntil: next, state: store.checkState(app), backoff: BackoffState.load(store, app: app))
+                report.throttled(until: next, version: before, reason: reason)
             }
             return
         }
@@ -273,8 +275,11 @@ public actor Agent {
                 throw error
             }
             // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
+            // With nothing installed there is nothing to serve meanwhile (a kiosk that booted
+            // before its network): the wait stays at the first step, 5 minutes ±10 %.
             let count = (failures?.failures ?? 0) + 1
-            let next = now.addingTimeInterval(policy.delay(failures: count, spread: Double.random(in: -1...1)))
+            let steps = installed == nil ? 1 : count
+            let next = now.addingTimeInterval(policy.delay(failures: steps, spread: Double.random(in: -1...1)))
             let store = self.store
             _ = try? await pool.run(.install, cancellable: false) { try BackoffState(failures: count, nextCheck: next).save(store, app: app) }
             // The 5-minute throttle holds as well, whichever ends later.
@@ -368,6 +373,7 @@ public actor Agent {
             let waiting = check
             try await pool.run(.install) { try store.saveCheckState(waiting, for: app) }
             report.result = .throttled
+            report.throttleReason = "the server asked to wait (Retry-After)"
             report.nextCheck = until
             return
         case .manifest(let value, let etag):
