@@ -21,6 +21,8 @@ struct ConfigFile: Decodable {
         var reportToken: String?
         /// This app's trial setting (see `AgentConfiguration.maxTrialLaunches`).
         var maxTrialLaunches: Int?
+        /// The origins this app's whitelist may name (`SyncOptions.allowedOrigins`).
+        var allowedOrigins: [String]?
     }
 
     var root: String
@@ -41,7 +43,7 @@ struct ConfigFile: Decodable {
     var apps: [App]
 
     static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "reportToken", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches", "allowedOrigins"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -59,6 +61,8 @@ struct ConfigFile: Decodable {
         var reportToken: String?
         /// The app's own trial setting; nil: the file's, then `--max-trial-launches`.
         var maxTrialLaunches: Int?
+        /// The origins the app's whitelist may name; nil: those of its installed whitelist.
+        var allowedOrigins: [String]?
     }
 
     /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s, `fallbackReport` and
@@ -100,6 +104,20 @@ struct ConfigFile: Decodable {
         let flagToken = (fallbackReport ?? fileReport) == fileReport ? fallbackReportToken : nil
         let fileToken = try file.reportToken.map { try reportToken($0, key: "reportToken", path: path) } ?? flagToken
         let entries = try file.apps.enumerated().map { index, entry in
+            // Everything sync would refuse is refused here, so check-config catches it.
+            guard AppName.isValid(entry.app) else {
+                throw OfflineAgentError(
+                    .usage, "apps[\(index)].app: invalid app name '\(entry.app)': 1 to 64 of a-z 0-9 . _ -, starting with a letter or digit",
+                    path: path)
+            }
+            if let first = file.apps.firstIndex(where: { $0.app == entry.app }), first < index {
+                throw OfflineAgentError(
+                    .usage, "apps[\(index)].app: '\(entry.app)' is listed twice (also apps[\(first)]): one entry per app", path: path)
+            }
+            if let invalid = OriginClaims.invalidEntries(entry.allowedOrigins ?? []).first {
+                throw OfflineAgentError(
+                    .usage, "apps[\(index)].allowedOrigins: '\(invalid)' is not an origin: give http(s)://host[:port]", path: path)
+            }
             guard let url = URL(string: entry.manifest), WebAddress.webScheme(url.scheme) != nil else {
                 throw OfflineAgentError(.usage, "apps[\(index)].manifest: invalid manifest URL '\(entry.manifest)'", path: path)
             }
@@ -124,7 +142,8 @@ struct ConfigFile: Decodable {
             }
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
                          manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report,
-                         reportToken: token ?? (report == fileReport ? fileToken : nil), maxTrialLaunches: entry.maxTrialLaunches)
+                         reportToken: token ?? (report == fileReport ? fileToken : nil), maxTrialLaunches: entry.maxTrialLaunches,
+                         allowedOrigins: entry.allowedOrigins)
         }
         // A token given for no URL any app reports to is a mistake worth naming.
         if file.reportToken != nil || fallbackReportToken != nil, fileToken == nil || !entries.contains(where: { $0.report != nil && $0.report == fileReport }) {
@@ -154,15 +173,21 @@ struct ConfigFile: Decodable {
         }
     }
 
-    /// The file's bytes; a failure says why (missing, a directory, no permission).
+    /// The file's bytes; a failure says why (missing, a directory, not a regular file, no permission).
     private static func read(_ path: String) throws -> Data {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK: opening a FIFO must not wait for a writer; only a regular file is read.
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else {
             let reason = errno == ENOENT ? "no such file" : String(cString: strerror(errno)).lowercased()
             throw OfflineAgentError(.usage, "cannot read config file: \(reason)", path: path)
         }
+        var st = stat()
+        let statted = fstat(descriptor, &st) == 0
         close(descriptor)
         if FileSystem.isDirectory(path) { throw OfflineAgentError(.usage, "cannot read config file: it is a directory", path: path) }
+        guard statted, st.st_mode & S_IFMT == S_IFREG else {
+            throw OfflineAgentError(.usage, "cannot read config file: not a regular file", path: path)
+        }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw OfflineAgentError(.usage, "cannot read config file", path: path)
         }

@@ -10,17 +10,23 @@ struct MarkBadCommand: AsyncParsableCommand {
             The previous good version becomes active at once; with none, nothing of the app is \
             served offline (resolve and serve answer "network"). While a sync runs, the version \
             is marked bad at once and the switch completes at the next launch or sync.
-            A page can report itself through serve: POST /.offline-agent/mark-bad?app=NAME.
-            Exit status: 0 marked bad; 1 no active version, or it already is bad; 64 usage.
+            With --version, only that version is marked, and only while it is the active one:             otherwise nothing changes. A page reports itself from its mirror origin through serve:             POST /.offline-agent/mark-bad?app=NAME&version=V.
+            Exit status: 0 marked bad; 1 no active version, it already is bad, or --version is not             the active version; 64 usage.
             """
     )
 
     @OptionGroup var target: AppTarget
     @Option(help: "Why, for the history.") var reason: String = "reported failing"
+    @Option(help: "Mark only this version, and only while it is the active one.") var version: String?
 
     func run() async throws {
         try await reportingFailures {
-            let transition = try await target.agent().markBad(app: target.app, reason: reason)
+            let agent = try target.agent()
+            let transition = if let wanted = try MarkGoodCommand.parse(version) {
+                try await agent.markBad(app: target.app, version: wanted, reason: reason)
+            } else {
+                try await agent.markBad(app: target.app, reason: reason)
+            }
             print(Self.line(transition))
         }
     }

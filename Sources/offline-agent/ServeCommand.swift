@@ -33,7 +33,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "The port to listen on; 0 picks a free one.") var port: Int = 8421
     @Option(help: "The address to listen on (loopback unless --allow-remote).") var host: String = "127.0.0.1"
     @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
-    @Flag(help: "Allow a non-loopback --host and accept any Host header (turns off the DNS-rebinding check).")
+    @Flag(help: "Allow a non-loopback --host and accept any Host header (turns off the DNS-rebinding check). Peers not on loopback may only read packages: mirror hosts, lifecycle control and /metrics answer loopback peers only.")
     var allowRemote = false
     @Flag(help: "Log one line per request on stderr.") var verbose = false
     @Option(help: "Launches (/open, /session/restore) a version on trial may have unconfirmed before it is rolled back (default: what its install recorded; 0: never). Versions not on trial are never rolled back.")

@@ -85,6 +85,8 @@ struct SyncCommand: AsyncParsableCommand {
     var allowUnsigned = false
     @Flag(help: "Request the manifest URL as written, without the app and current query parameters (a static manifest behind a CDN).")
     var noManifestQuery = false
+    @Option(help: "The device id that places this device in staged rollouts (default: <root>/device-id); give the same to resolve, status and serve.")
+    var deviceId: String?
 
     func validate() throws {
         if config == nil {
@@ -131,7 +133,7 @@ struct SyncCommand: AsyncParsableCommand {
             let agent = Agent(root: URL(fileURLWithPath: root), configuration: configuration)
             let requests = batch.map { job in
                 SyncRequest(app: job.app, manifest: job.manifest,
-                            options: job.options(force: force))
+                            options: job.options(force: force, deviceID: deviceId))
             }
             // The batch's own events: the stream ends with the batch, so every line is drawn.
             let sync = agent.startSync(requests, concurrency: Self.concurrency)
@@ -170,14 +172,17 @@ struct SyncCommand: AsyncParsableCommand {
         var manifestQuery = true
         var report: URL?
         var reportToken: String?
+        var allowedOrigins: [String]?
 
-        func options(force: Bool) -> SyncOptions {
+        func options(force: Bool, deviceID: String? = nil) -> SyncOptions {
             var options = SyncOptions(
                 force: force, publicKeys: publicKeys, network: network.fixed ?? .unmetered, profile: profile,
                 manifestQuery: manifestQuery, report: report)
             options.networkPolicy = network
             options.maxTrialLaunches = maxTrialLaunches
             options.reportToken = reportToken
+            options.allowedOrigins = allowedOrigins
+            options.deviceID = deviceID
             return options
         }
     }
@@ -264,7 +269,8 @@ struct SyncCommand: AsyncParsableCommand {
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
                 network: entry.network ?? network ?? .auto, profile: entry.profile ?? profileName,
                 maxTrialLaunches: entry.maxTrialLaunches ?? file.maxTrialLaunches ?? maxTrialLaunches,
-                manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report, reportToken: entry.reportToken)
+                manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report, reportToken: entry.reportToken,
+                allowedOrigins: entry.allowedOrigins)
         }
     }
 }

@@ -85,7 +85,9 @@ struct SyncJSON: Encodable {
             let fallback = report.patchFallbackReason.map { " (patch unusable: \($0))" } ?? ""
             return "\(report.app): updated \(report.previousVersion?.description ?? "none") -> \(version) via \(report.via?.rawValue ?? "?"), \(report.bytesDownloaded) bytes downloaded\(fallback)"
         case .upToDate: return "\(report.app): up-to-date at \(version)"
-        case .throttled: return "\(report.app): throttled, next check \(report.nextCheck.map(RFC3339.string(from:)) ?? "later")"
+        case .throttled:
+            let why = report.throttleReason.map { " (\($0))" } ?? ""
+            return "\(report.app): throttled\(why), next check \(report.nextCheck.map(RFC3339.string(from:)) ?? "later"); --force checks now"
         case .deferred: return "\(report.app): deferred until an unmetered network"
         case .held: return "\(report.app): held at \(version); nothing downloaded (offline-agent unhold)"
         case .knownBad:

@@ -116,7 +116,7 @@ struct CLIOutputTests {
         #expect(result.status == 1, "\(result.stderr)")
         let lines = Self.lines(result.stderr)
         #expect(lines.map { String($0.prefix { $0 != ":" }) } == apps, "\(result.stderr)")
-        #expect(lines.filter { $0.contains(": throttled, next check") }.count == 6, "\(result.stderr)")
+        #expect(lines.filter { $0.contains(": throttled (the server asked to wait (Retry-After)), next check") && $0.hasSuffix("; --force checks now") }.count == 6, "\(result.stderr)")
         #expect(lines[2].hasPrefix("ok: failed: manifest: server answered 500"))
         #expect(server.maxConcurrent == 4)
         #expect(server.requests.count == apps.count)

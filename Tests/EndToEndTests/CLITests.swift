@@ -84,7 +84,8 @@ struct CLITests {
         let h = try SyncHarness()
         h.origin.setManifestReply { request in
             let app = request.query["app"] ?? ""
-            var manifest = h.full("1.0.0")
+            // Each app on its own origin: one origin belongs to one app.
+            var manifest = h.full("1.0.0", ["whitelist": ["https://\(app).example.com/"]])
             manifest["app"] = app
             return .ok([UInt8](try! JSONSerialization.data(withJSONObject: manifest)))
         }

@@ -58,7 +58,43 @@ struct ConfigFileTests {
         Bad(label: "one collector, two tokens",
             json: #"{"root": "/r", "allowUnsigned": true, "report": "http://c/r", "reportToken": "sekrit", "apps": [\#(app), {"app": "help", "manifest": "http://x/h", "reportToken": "sekrit2"}]}"#,
             message: "apps[1].reportToken differs from apps[0]'s for the same report URL http://c/r: give one collector one token"),
+        // Issue 39, surprise 8: what sync refused after check-config passed it.
+        Bad(label: "one app listed twice", json: #"{"root": "/r", "allowUnsigned": true, "apps": [\#(app), \#(app)]}"#,
+            message: "apps[1].app: 'mall' is listed twice (also apps[0])"),
+        Bad(label: "an app name with capitals", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "Netron", "manifest": "http://x/m"}]}"#,
+            message: "apps[0].app: invalid app name 'Netron'"),
+        Bad(label: "an app name with a slash", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "../etc", "manifest": "http://x/m"}]}"#,
+            message: "apps[0].app: invalid app name '../etc'"),
+        // Issue 39, row 1: the origins an app may claim.
+        Bad(label: "an allowed origin that is no origin", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "mall", "manifest": "http://x/m", "allowedOrigins": ["ftp://x"]}]}"#,
+            message: "apps[0].allowedOrigins: 'ftp://x' is not an origin"),
+        Bad(label: "allowedOrigins misspelt", json: #"{"root": "/r", "allowUnsigned": true, "apps": [{"app": "mall", "manifest": "http://x/m", "allowedOrigin": ["https://x"]}]}"#,
+            message: "unknown key 'apps[0].allowedOrigin' (did you mean 'allowedOrigins'?)"),
     ]
+
+    /// Issue 39, surprise 12: a FIFO (or any file that is not a regular file) is refused at
+    /// once, with a usage error; reading it would wait for a writer for ever.
+    @Test("sync --config and check-config naming a FIFO are refused at once (exit 64)")
+    func fifo() async throws {
+        let dir = TemporaryDirectory("config")
+        let file = dir.file("agent.json")
+        #expect(mkfifo(file, 0o600) == 0)
+        for command in [["sync", "--config", file], ["check-config", file]] {
+            let running = try CLI.start(command)
+            // Bounded: a process still reading the FIFO after this (the fault) gets an end
+            // of file from a writer that opens and closes it, so the test ends either way.
+            for _ in 0..<600 where running.process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
+            let waited = running.process.isRunning
+            if waited {
+                let writer = open(file, O_WRONLY | O_NONBLOCK)
+                if writer >= 0 { close(writer) }
+            }
+            let result = await CLI.finish(running)
+            #expect(!waited, "\(command[0]) waited on the FIFO")
+            #expect(result.status == 64, "\(command[0]): \(result.stderr)")
+            #expect(result.stderr.contains("not a regular file"), "\(command[0]): \(result.stderr)")
+        }
+    }
 
     @Test("a bad config is one usage line naming the key path", arguments: bad)
     func rejected(_ bad: Bad) async throws {

@@ -181,45 +181,60 @@ struct LifecycleCLITests {
         #expect(try await s.status()["launches"] as? Int == 1)
     }
 
-    @Test("serve: POST /.offline-agent/mark-good and mark-bad answer JSON; only POST, only from the app's pages")
+    @Test("serve: POST /.offline-agent/mark-good and mark-bad answer JSON; only POST, only from the app's mirror origin, only for the version the page runs")
     func serveControlRoutes() async throws {
         let s = try await Setup(confirmed: false)
         let (server, port) = try Self.serve(s.h.root.path)
         defer { server.process.terminate(); _ = CLI.finishBlocking(server) }
-        let get = try await LocalHTTP.request(port: port, "/.offline-agent/mark-good?app=mall")
+        let mirror = "h5.example.com.localhost:\(port)"
+        func post(_ target: String, _ headers: [(String, String)], host: String? = mirror) async throws -> LocalHTTP.Response {
+            try await LocalHTTP.request(port: port, target, method: "POST", headers: headers, host: host)
+        }
+        let page = [("Origin", "http://\(mirror)"), ("Referer", "http://\(mirror)/mall/index.html")]
+        let get = try await LocalHTTP.request(port: port, "/.offline-agent/mark-good?app=mall&version=1.1.0", host: mirror)
         #expect(get.status == 405 && get.header("allow") == "POST")
-        let foreign = try await LocalHTTP.request(
-            port: port, "/.offline-agent/mark-bad?app=mall", method: "POST", headers: [("Origin", "https://evil.example")])
+        let foreign = try await post("/.offline-agent/mark-bad?app=mall&version=1.1.0", [("Origin", "https://evil.example")])
         #expect(foreign.status == 403)
-        let rebinding = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall", method: "POST", host: "evil.example")
+        let rebinding = try await post("/.offline-agent/mark-bad?app=mall&version=1.1.0", page, host: "evil.example")
         #expect(rebinding.status == 403)
-        let missing = try await LocalHTTP.request(port: port, "/.offline-agent/mark-good", method: "POST")
+        let missing = try await post("/.offline-agent/mark-good?version=1.1.0", page)
         #expect(missing.status == 400)
+        // Issue 39, row 2: the plain host is one origin for every app, so a path (or a
+        // Referer a page rewrote with history.replaceState) is no identity: no control there.
+        let plain = [("Origin", "http://127.0.0.1:\(port)"), ("Referer", "http://127.0.0.1:\(port)/mall/index.html")]
+        let onPlain = try await post("/.offline-agent/mark-bad?app=mall&version=1.1.0", plain, host: nil)
+        #expect(onPlain.status == 404 && onPlain.text.contains("mirror origin"), "\(onPlain.text)")
+        // Issue 39, row 3: the version is required, and only the active one is acted on.
+        let unversioned = try await post("/.offline-agent/mark-good?app=mall", page)
+        #expect(unversioned.status == 400 && unversioned.text.contains("version"), "\(unversioned.text)")
+        let stale = try await post("/.offline-agent/mark-good?app=mall&version=1.0.0", page)
+        #expect(stale.status == 409 && stale.text.contains("version-mismatch"), "\(stale.text)")
+        let staleBad = try await post("/.offline-agent/mark-bad?app=mall&version=1.0.0", page)
+        #expect(staleBad.status == 409 && staleBad.text.contains("version-mismatch"), "\(staleBad.text)")
         #expect(try await s.status()["state"] as? String == "trial")
+        #expect(s.h.activeMatches("1.1.0"))
 
-        // The plain host speaks for an app only from a page under its directory (its Referer).
-        let page = [("Referer", "http://127.0.0.1:\(port)/mall/index.html")]
-        let origin = try await LocalHTTP.request(
-            port: port, "/.offline-agent/mark-good?app=mall", method: "POST", headers: [("Origin", "http://127.0.0.1:\(port)")])
-        #expect(origin.status == 403)
-        let good = try await LocalHTTP.request(
-            port: port, "/.offline-agent/mark-good?app=mall", method: "POST", headers: [("Origin", "http://127.0.0.1:\(port)")] + page)
+        let good = try await post("/.offline-agent/mark-good?app=mall&version=1.1.0", page)
         #expect(good.status == 200, "\(good.text)")
         let goodJSON = try #require(try JSONSerialization.jsonObject(with: Data(good.body)) as? [String: Any])
         #expect(goodJSON["state"] as? String == "good" && goodJSON["version"] as? String == "1.1.0")
         #expect(try await s.status()["state"] as? String == "good")
 
-        let bad = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall&reason=render%20failed", method: "POST", headers: page)
+        let bad = try await post("/.offline-agent/mark-bad?app=mall&version=1.1.0&reason=render%20failed", page)
         #expect(bad.status == 200, "\(bad.text)")
         let badJSON = try #require(try JSONSerialization.jsonObject(with: Data(bad.body)) as? [String: Any])
         #expect(badJSON["state"] as? String == "bad" && badJSON["active"] as? String == "1.0.0")
         #expect(s.h.activeMatches("1.0.0"))
+        // The 1.1.0 page, still open, reports again: 1.0.0, which it never ran, stays.
+        let oldPage = try await post("/.offline-agent/mark-bad?app=mall&version=1.1.0", page)
+        #expect(oldPage.status == 409, "\(oldPage.text)")
+        #expect(s.h.activeMatches("1.0.0"))
         // Now 1.0.0 is the first version left: marking it bad leaves nothing; serve answers network.
-        let last = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall", method: "POST", headers: page)
+        let last = try await post("/.offline-agent/mark-bad?app=mall&version=1.0.0", page)
         #expect(last.status == 200)
         let lastJSON = try #require(try JSONSerialization.jsonObject(with: Data(last.body)) as? [String: Any])
         #expect(lastJSON["active"] is NSNull)
-        let again = try await LocalHTTP.request(port: port, "/.offline-agent/mark-bad?app=mall", method: "POST", headers: page)
+        let again = try await post("/.offline-agent/mark-bad?app=mall&version=1.0.0", page)
         #expect(again.status == 409)
         let open = try await Self.open(port)
         // Nothing served offline: the mirror of the origin still (it forwards), so the page keeps its origin.

@@ -33,11 +33,12 @@ struct BackoffTests {
         #expect(abs(Backoff().delay(failures: row.failures, spread: row.spread) - row.delay) < 0.001)
     }
 
-    @Test("consecutive failed syncs wait longer each time; a success resets the count")
+    @Test("consecutive failed syncs of an installed app wait longer each time; a success resets the count")
     func progression() async throws {
         let h = try SyncHarness()
-        let clock = ClockSkewTests.FakeClock(Self.now)
+        let clock = ClockSkewTests.FakeClock(Self.now.addingTimeInterval(-3600))
         h.configuration.clock = { clock.now }
+        try await h.install("1.0.0")
         h.origin.setManifestReply { _ in .status(500) }
         var at = Self.now
         for n in 1...4 {
@@ -51,11 +52,15 @@ struct BackoffTests {
             #expect(try await h.agent().status(app: "mall").first?.failures == n)
             // Before the wait is over nothing is asked.
             clock.set(at.addingTimeInterval(wait - 1))
-            #expect(await h.sync(force: false).result == .throttled)
-            #expect(h.origin.requests(for: "/manifest").count == n)
+            let throttled = await h.sync(force: false)
+            #expect(throttled.result == .throttled)
+            // The first wait may be the 5-minute interval's (the backoff's is 300 s ±10 %).
+            let reasons = ["\(n) failed check\(n == 1 ? "" : "s") in a row, backing off"] + (n == 1 ? ["checked less than 5 minutes ago"] : [])
+            #expect(reasons.contains(throttled.throttleReason ?? ""), "\(throttled.throttleReason ?? "")")
+            #expect(h.origin.requests(for: "/manifest").count == n + 1)
             at = at.addingTimeInterval(wait + 1)
         }
-        h.origin.setManifest(h.full("1.0.0"))
+        h.origin.setManifest(h.full("1.1.0"))
         clock.set(at)
         #expect(await h.sync(force: false).result == .updated)
         let status = try #require(try await h.agent().status(app: "mall").first)
@@ -63,6 +68,26 @@ struct BackoffTests {
         // After a success only the 5-minute throttle holds.
         // (lastCheck is stored to the second.)
         #expect(abs((status.nextCheck ?? .distantPast).timeIntervalSince(at.addingTimeInterval(300))) <= 1)
+    }
+
+    /// Issue 39, surprise 7: a kiosk that boots before its network has nothing to serve
+    /// meanwhile; doubling its wait (44 minutes after four failures) only delays its first install.
+    @Test("with nothing installed, every failed check waits 5 minutes ±10 %, however many failed before")
+    func nothingInstalled() async throws {
+        let h = try SyncHarness()
+        let clock = ClockSkewTests.FakeClock(Self.now)
+        h.configuration.clock = { clock.now }
+        h.origin.setManifestReply { _ in .status(500) }
+        var at = Self.now
+        for n in 1...6 {
+            clock.set(at)
+            let failed = await h.sync(force: false)
+            #expect(failed.result == .failed)
+            let wait = try #require(failed.nextCheck).timeIntervalSince(at)
+            #expect(wait >= 300 && wait <= 330, "failure \(n): waits \(wait)")
+            #expect(try await h.agent().status(app: "mall").first?.failures == n)
+            at = at.addingTimeInterval(wait + 1)
+        }
     }
 
     @Test("--force checks during a backoff (and a failure still counts)")

@@ -21,13 +21,14 @@ struct ManifestDecisionTests {
         var schedule: (publishedAgo: Double, steps: [(after: Int, percent: Int)])?
         var wifiOnly = false
         var refusal: SyncResult?
+        var originRefusal: OfflineAgentError?
         var bucket = 50
         var network = NetworkKind.unmetered
         var expected: Expected
         var asked: [ManifestDecision.Fact]
 
         enum Expected: Sendable, Equatable {
-            case downgrade, refused(SyncResult), differentPackage, sameVersion, notInStage(Int, Int), deferred, install
+            case downgrade, refused(SyncResult), originRefused(OfflineAgentError.Cause), differentPackage, sameVersion, notInStage(Int, Int), deferred, install
         }
 
         var testDescription: String { name }
@@ -56,39 +57,45 @@ struct ManifestDecisionTests {
     }
 
     static let rows: [Row] = [
-        Row(name: "a newer version with nothing in its way installs", expected: .install, asked: [.lifecycleRefusal]),
-        Row(name: "a first install installs", installed: nil, expected: .install, asked: [.lifecycleRefusal]),
+        Row(name: "a newer version with nothing in its way installs", expected: .install, asked: [.lifecycleRefusal, .originClaim]),
+        Row(name: "a first install installs", installed: nil, expected: .install, asked: [.lifecycleRefusal, .originClaim]),
         Row(name: "a downgrade is refused before anything is recorded", offered: "0.9.0", expected: .downgrade, asked: []),
         Row(name: "a downgrade is refused even when held", offered: "0.9.9", refusal: .held, expected: .downgrade, asked: []),
         Row(name: "a version marked bad is refused", refusal: .knownBad, expected: .refused(.knownBad), asked: [.lifecycleRefusal]),
         Row(name: "a held app keeps its version", refusal: .held, expected: .refused(.held), asked: [.lifecycleRefusal]),
         Row(name: "the lifecycle's refusal comes before the stage", stage: 0, refusal: .held, expected: .refused(.held),
             asked: [.lifecycleRefusal]),
+        Row(name: "an origin the device does not allow is refused before the stage", stage: 0,
+            originRefusal: OfflineAgentError(.manifest, "not allowed", cause: .originNotAllowed),
+            expected: .originRefused(.originNotAllowed), asked: [.lifecycleRefusal, .originClaim]),
+        Row(name: "an origin another app holds is refused even for the installed version", offered: "1.0.0",
+            originRefusal: OfflineAgentError(.manifest, "claimed", cause: .originClaimed),
+            expected: .originRefused(.originClaimed), asked: [.lifecycleRefusal, .originClaim]),
         Row(name: "the same version and package rewrite the record", offered: "1.0.0", stage: 0, wifiOnly: true,
-            network: .metered, expected: .sameVersion, asked: [.lifecycleRefusal]),
+            network: .metered, expected: .sameVersion, asked: [.lifecycleRefusal, .originClaim]),
         Row(name: "the same version with another package is an error", offered: "1.0.0", packageSha256: other,
-            expected: .differentPackage, asked: [.lifecycleRefusal]),
-        Row(name: "stage 100 never reads the device id", stage: 100, bucket: 100, expected: .install, asked: [.lifecycleRefusal]),
-        Row(name: "a bucket at the stage is in", stage: 50, bucket: 50, expected: .install, asked: [.lifecycleRefusal, .bucket]),
+            expected: .differentPackage, asked: [.lifecycleRefusal, .originClaim]),
+        Row(name: "stage 100 never reads the device id", stage: 100, bucket: 100, expected: .install, asked: [.lifecycleRefusal, .originClaim]),
+        Row(name: "a bucket at the stage is in", stage: 50, bucket: 50, expected: .install, asked: [.lifecycleRefusal, .originClaim, .bucket]),
         Row(name: "a bucket above the stage waits", stage: 49, bucket: 50, expected: .notInStage(49, 50),
-            asked: [.lifecycleRefusal, .bucket]),
-        Row(name: "stage 0 excludes every device", stage: 0, bucket: 1, expected: .notInStage(0, 1), asked: [.lifecycleRefusal, .bucket]),
+            asked: [.lifecycleRefusal, .originClaim, .bucket]),
+        Row(name: "stage 0 excludes every device", stage: 0, bucket: 1, expected: .notInStage(0, 1), asked: [.lifecycleRefusal, .originClaim, .bucket]),
         Row(name: "a schedule not begun excludes everyone", schedule: (30, [(60, 10), (120, 100)]), bucket: 1,
-            expected: .notInStage(0, 1), asked: [.lifecycleRefusal, .bucket]),
+            expected: .notInStage(0, 1), asked: [.lifecycleRefusal, .originClaim, .bucket]),
         Row(name: "a schedule's step in force admits its buckets", schedule: (90, [(60, 10), (120, 100)]), bucket: 10,
-            expected: .install, asked: [.lifecycleRefusal, .bucket]),
+            expected: .install, asked: [.lifecycleRefusal, .originClaim, .bucket]),
         Row(name: "a schedule's last step at 100 reads no device id", schedule: (200, [(60, 10), (120, 100)]), bucket: 100,
-            expected: .install, asked: [.lifecycleRefusal]),
+            expected: .install, asked: [.lifecycleRefusal, .originClaim]),
         Row(name: "a wifi manifest on a metered network is deferred", wifiOnly: true, network: .metered, expected: .deferred,
-            asked: [.lifecycleRefusal, .network]),
+            asked: [.lifecycleRefusal, .originClaim, .network]),
         Row(name: "a wifi manifest on an unmetered network installs", wifiOnly: true, expected: .install,
-            asked: [.lifecycleRefusal, .network]),
+            asked: [.lifecycleRefusal, .originClaim, .network]),
         Row(name: "outside the stage, the network is not asked", stage: 10, wifiOnly: true, bucket: 11, network: .metered,
-            expected: .notInStage(10, 11), asked: [.lifecycleRefusal, .bucket]),
+            expected: .notInStage(10, 11), asked: [.lifecycleRefusal, .originClaim, .bucket]),
         Row(name: "in the stage, a metered network still defers", stage: 10, wifiOnly: true, bucket: 10, network: .metered,
-            expected: .deferred, asked: [.lifecycleRefusal, .bucket, .network]),
+            expected: .deferred, asked: [.lifecycleRefusal, .originClaim, .bucket, .network]),
         Row(name: "an any-network manifest on a metered network installs", network: .metered, expected: .install,
-            asked: [.lifecycleRefusal]),
+            asked: [.lifecycleRefusal, .originClaim]),
     ]
 
     @Test("each manifest and device gets its decision, asking only for the facts it needs", arguments: rows)
@@ -96,13 +103,14 @@ struct ManifestDecisionTests {
         var facts = ManifestFacts(manifest: row.manifest, installed: row.record, now: Self.now)
         var asked: [ManifestDecision.Fact] = []
         var decision = ManifestDecision.decide(facts)
-        // Each fact is asked once at most: three steps bound the loop.
-        for _ in 0..<4 {
+        // Each fact is asked once at most: four facts, five steps bound the loop.
+        for _ in 0..<5 {
             guard case .needs(let fact) = decision else { break }
             #expect(!asked.contains(fact), "asked for \(fact) twice")
             asked.append(fact)
             switch fact {
             case .lifecycleRefusal: facts.lifecycleRefusal = .some(row.refusal)
+            case .originClaim: facts.originRefusal = .some(row.originRefusal)
             case .bucket: facts.bucket = row.bucket
             case .network: facts.network = row.network
             }
@@ -113,6 +121,7 @@ struct ManifestDecisionTests {
         case .refuseDowngrade(let offered, let installed):
             offered == row.manifest.version && installed == row.record?.version ? .downgrade : nil
         case .refused(let result): .refused(result)
+        case .originRefused(let error): .originRefused(error.cause)
         case .differentPackage(let version): version == row.record?.version ? .differentPackage : nil
         case .recordSameVersion: .sameVersion
         case .notInStage(let stage, let bucket): .notInStage(stage, bucket)
@@ -127,7 +136,7 @@ struct ManifestDecisionTests {
     func sameVersionRecord() throws {
         let row = Row(name: "same", offered: "1.0.0", expected: .sameVersion, asked: [])
         let old = try #require(row.record)
-        let decision = ManifestDecision.decide(ManifestFacts(manifest: row.manifest, installed: old, now: Self.now, lifecycleRefusal: .some(nil)))
+        let decision = ManifestDecision.decide(ManifestFacts(manifest: row.manifest, installed: old, now: Self.now, lifecycleRefusal: .some(nil), originRefusal: .some(nil)))
         guard case .recordSameVersion(let record) = decision else {
             Issue.record("decided \(decision)")
             return

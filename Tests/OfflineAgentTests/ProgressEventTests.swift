@@ -169,7 +169,7 @@ struct ProgressEventTests {
     @Test("two apps at once: each per-sync stream sees only its app; a batch's events carry the app")
     func twoApps() async throws {
         let h = try SyncHarness()
-        let manifests = ["mall": h.full("1.0.0"), "shop": h.full("1.1.0", ["app": "shop"])]
+        let manifests = ["mall": h.full("1.0.0"), "shop": h.full("1.1.0", ["app": "shop", "whitelist": ["https://shop.example.com/"]])]
             .mapValues { try! JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]) }
         h.origin.setManifestReply { request in .ok([UInt8](manifests[request.query["app"] ?? ""] ?? Data())) }
         let agent = h.agent()

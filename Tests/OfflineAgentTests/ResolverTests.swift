@@ -78,13 +78,14 @@ struct ResolverTests {
         #expect(f.resolve("https://h5.example.com/mall/\(rest)") == .network(.missingFile, app: "mall"))
     }
 
-    @Test("the longest matching prefix wins across apps")
+    @Test("the longest matching prefix of the app's whitelist wins")
     func longestPrefix() throws {
         let f = Fixture()
-        try f.add("portal", version: "2.0", whitelist: ["https://h5.example.com/"], files: ["index.html": "portal", "mall/index.html": "portal-mall"])
-        try f.add("mall", version: "1.0", whitelist: ["https://h5.example.com/mall/"])
-        #expect(f.path("https://h5.example.com/mall/index.html") == "\(f.store.versionDirectory("mall", Version("1.0")!))/index.html")
-        #expect(f.path("https://h5.example.com/index.html") == "\(f.store.versionDirectory("portal", Version("2.0")!))/index.html")
+        try f.add("portal", version: "2.0", whitelist: ["https://h5.example.com/", "https://h5.example.com/mall/"],
+                  files: ["index.html": "portal", "mall/index.html": "portal-mall", "inner.html": "inner"])
+        let dir = f.store.versionDirectory("portal", Version("2.0")!)
+        #expect(f.path("https://h5.example.com/mall/inner.html") == "\(dir)/inner.html")
+        #expect(f.path("https://h5.example.com/index.html") == "\(dir)/index.html")
     }
 
     @Test("a version below the last known miniVersion is not used")

@@ -342,6 +342,10 @@ struct StreamedPatchTests {
         let refused = await sync()
         #expect(refused.result == .failed)
         #expect(refused.error?.cause == .diskFull, "\(refused.error?.description ?? "")")
+        // Issue 39, surprise 11: what is needed and what is free, never a negative count.
+        let reason = refused.error?.reason ?? ""
+        #expect(reason.contains("needs") && reason.contains("are free"), "\(reason)")
+        #expect(reason.range(of: "-[0-9]", options: .regularExpression) == nil, "\(reason)")
         let store = Store(root: root)
         #expect(store.active("mall")?.version.description == "2.0.0")
         #expect(FileManager.default.contents(atPath: "\(store.versionDirectory("mall", Version("2.0.0")!))/js/big.js") == Data(big))

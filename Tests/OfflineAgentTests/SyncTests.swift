@@ -129,10 +129,10 @@ struct SyncTests {
     func sameVersionPolicy() async throws {
         let h = try SyncHarness()
         try await h.install("1.0.0")
-        h.origin.setManifest(h.full("1.0.0", ["rollout": 0, "whitelist": ["https://other.example.com/"]]))
+        h.origin.setManifest(h.full("1.0.0", ["rollout": 0, "whitelist": ["https://h5.example.com/other/"]]))
         #expect(await h.sync().result == .upToDate)
         #expect(h.store.active("mall")?.rollout == 0)
-        #expect(h.store.active("mall")?.whitelist == ["https://other.example.com/"])
+        #expect(h.store.active("mall")?.whitelist == ["https://h5.example.com/other/"])
     }
 
     struct Rejection: CustomTestStringConvertible, Sendable {

@@ -14,14 +14,19 @@ struct LifecycleBrowserTests {
     /// A one-page package whose script shows its version, and then either confirms
     /// itself or throws first (a release that installs fine but does not work).
     static func package(_ version: String, confirms: Bool) -> [UInt8] {
+        // docs/HOST-APPS.md's snippet: the version of this very document, from its own
+        // response (Server-Timing), confirmed from the page's mirror origin.
         let confirm = """
-            addEventListener("load", () => fetch("/.offline-agent/mark-good?app=mall", {method: "POST"})
+            const nav = performance.getEntriesByType("navigation")[0];
+            const own = nav && nav.serverTiming.find((e) => e.name === "offline-agent-version");
+            document.getElementById("served").textContent = own ? own.description : "unknown";
+            addEventListener("load", () => fetch("/.offline-agent/mark-good?app=mall&version=" + encodeURIComponent(own ? own.description : ""), {method: "POST"})
               .then((r) => { document.getElementById("confirmed").textContent = String(r.status); }).catch(() => {}));
             """
         let html = """
             <!DOCTYPE html>
             <html><head><meta charset="utf-8"><title>mall \(version)</title></head>
-            <body><p>version <span id="version">\(version)</span>, confirmed <span id="confirmed">no</span></p>
+            <body><p>version <span id="version">\(version)</span>, served as <span id="served">none</span>, confirmed <span id="confirmed">no</span></p>
             <script>
             \(confirms ? "" : "throw new Error(\"render failed\");")
             \(confirm)
@@ -49,6 +54,8 @@ struct LifecycleBrowserTests {
         let version = dom.range(of: "<span id=\"version\">").flatMap { start in
             dom[start.upperBound...].range(of: "</span>").map { String(dom[start.upperBound..<$0.lowerBound]) }
         }
+        // A page that ran read its own version from its response (what it confirms with).
+        if let version, !dom.contains("<span id=\"served\">none</span>") { #expect(dom.contains("<span id=\"served\">\(version)</span>"), "\(dom)") }
         return (version, dom.contains("<span id=\"confirmed\">200</span>"))
     }
 

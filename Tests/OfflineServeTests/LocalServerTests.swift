@@ -319,17 +319,17 @@ struct LocalServerTests {
     /// `mall` served, `old` below its miniVersion, `gray` at rollout 0.
     static func branches() throws -> LocalStoreFixture {
         let f = try Self.mall()
-        try f.add("old", version: "1.0.0", whitelist: ["https://h5.example.invalid/old/"])
+        try f.add("old", version: "1.0.0", whitelist: ["https://old.example.invalid/old/"])
         var check = f.store.checkState("old")
         check.knownMiniVersion = Version("2.0.0")
         try f.store.saveCheckState(check, for: "old")
-        try f.add("gray", version: "1.0.0", whitelist: ["https://h5.example.invalid/gray/"], rollout: 0)
+        try f.add("gray", version: "1.0.0", whitelist: ["https://gray.example.invalid/gray/"], rollout: 0)
         return f
     }
 
     @Test("/open redirects to the local copy or to the network, by PROTOCOL.md's rules", arguments: [
         // (URL, the path served offline; nil = not served offline). A URL on a mirrored origin
-        // (h5.example.invalid) goes to its mirror either way, which serves or forwards it.
+        // (each app has its own) goes to its mirror either way, which serves or forwards it.
         ("https://h5.example.invalid/mall/index.html", "/mall/index.html"),
         ("https://h5.example.invalid/mall/", "/mall/"),
         ("https://H5.EXAMPLE.INVALID:443/mall/pages/about.html?q=1&lang=zh#top", "/mall/pages/about.html?q=1&lang=zh#top"),
@@ -337,8 +337,8 @@ struct LocalServerTests {
         ("https://other.example/mall/index.html", nil),  // not whitelisted
         ("http://h5.example.invalid/mall/index.html", nil),  // scheme differs
         ("https://h5.example.invalid/mallx/index.html", nil),  // not at a / boundary
-        ("https://h5.example.invalid/old/index.html", nil),  // below miniVersion
-        ("https://h5.example.invalid/gray/index.html", nil),  // outside rollout
+        ("https://old.example.invalid/old/index.html", nil),  // below miniVersion
+        ("https://gray.example.invalid/gray/index.html", nil),  // outside rollout
         ("https://h5.example.invalid/mall/missing.html", nil),  // missing file
         ("https://h5.example.invalid/mall/..%2f..%2fetc/passwd", nil),  // leaves the package
     ] as [(String, String?)])
@@ -350,7 +350,8 @@ struct LocalServerTests {
             #expect(response.header("cache-control") == "no-store")
             let location = try #require(response.header("location"))
             let target = URL(string: url)!
-            guard let origin = MirrorOrigin(url: target), origin.host == "h5.example.invalid", origin.scheme == "https" else {
+            guard let origin = MirrorOrigin(url: target), ["h5.example.invalid", "old.example.invalid", "gray.example.invalid"].contains(origin.host),
+                  origin.scheme == "https" else {
                 #expect(local == nil)
                 #expect(location == target.absoluteString)
                 return
@@ -387,8 +388,8 @@ struct LocalServerTests {
         try await withLocalServer(f) { server in
             let opens = [
                 "https://h5.example.invalid/mall/index.html", "https://h5.example.invalid/mall/pages/about.html",
-                "https://h5.example.invalid/mall/", "https://other.example/x", "https://h5.example.invalid/old/index.html",
-                "https://h5.example.invalid/old/index.html", "https://h5.example.invalid/gray/index.html",
+                "https://h5.example.invalid/mall/", "https://other.example/x", "https://old.example.invalid/old/index.html",
+                "https://old.example.invalid/old/index.html", "https://gray.example.invalid/gray/index.html",
                 "https://h5.example.invalid/mall/missing.js",
             ]
             for url in opens {

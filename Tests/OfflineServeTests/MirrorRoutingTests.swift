@@ -117,7 +117,7 @@ struct MirrorRoutingTests {
             }
             // The page's own lifecycle control works from its mirror (same origin), never forwarded.
             let mark = try await Self.get(
-                server, "/.offline-agent/mark-good?app=spa", method: "POST", headers: [("Origin", "http://\(Self.mirror):\(server.port)")])
+                server, "/.offline-agent/mark-good?app=spa&version=1.0.0", method: "POST", headers: [("Origin", "http://\(Self.mirror):\(server.port)")])
             #expect(mark.status == 200 && mark.header("x-offline-source") == nil)
         }
     }

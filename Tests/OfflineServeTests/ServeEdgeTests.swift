@@ -367,7 +367,7 @@ struct ServeEdgeTests {
             <!DOCTYPE html><html><body>\(images)
             <script>
             for (const host of ["127.0.0.1:\(port)", "h5.example.invalid.localhost:\(port)"]) {
-              fetch("http://" + host + "/.offline-agent/mark-bad?app=mall", {method: "POST", mode: "no-cors"}).catch(() => {});
+              fetch("http://" + host + "/.offline-agent/mark-bad?app=mall&version=2.0.0", {method: "POST", mode: "no-cors"}).catch(() => {});
             }
             </script><p id="attacker">attacker</p></body></html>
             """
@@ -386,7 +386,7 @@ struct ServeEdgeTests {
         await server.stop()
     }
 
-    @Test("mark-good and mark-bad only from a page allowed to speak for the app; anything else 403 and nothing changes",
+    @Test("mark-good and mark-bad only from a page of the app's mirror origin; anything else 403 (404 on the plain host) and nothing changes",
           arguments: ["mark-good", "mark-bad"])
     func markOnlyFromItsPages(action: String) async throws {
         let f = try Self.trialStore()
@@ -397,7 +397,9 @@ struct ServeEdgeTests {
             // Another app's mirror origin.
             (shop, [("Origin", "http://\(shop)")]),
             (shop, [("Referer", "http://\(shop)/index.html")]),
-            // The plain host: another app's page, a page of no app, no page at all.
+            // The plain host offers no control at all: one origin for every app, so not even
+            // a Referer under /mall/ (history.replaceState sets any path) speaks for mall.
+            (plain, [("Origin", "http://\(plain)"), ("Referer", "http://\(plain)/mall/index.html")]),
             (plain, [("Origin", "http://\(plain)"), ("Referer", "http://\(plain)/shop/index.html")]),
             (plain, [("Referer", "http://\(plain)/mall")]),
             (plain, [("Origin", "http://\(plain)")]),
@@ -409,22 +411,19 @@ struct ServeEdgeTests {
             (mall, [("Origin", "null")]),
         ]
         for (host, headers) in refused {
-            let answer = try await LocalHTTP.request(port: port, "/.offline-agent/\(action)?app=mall", method: "POST", headers: headers, host: host)
-            #expect(answer.status == 403, "\(host) \(headers): \(answer.status) \(answer.text)")
+            let answer = try await LocalHTTP.request(
+                port: port, "/.offline-agent/\(action)?app=mall&version=2.0.0", method: "POST", headers: headers, host: host)
+            #expect(answer.status == (host == plain ? 404 : 403), "\(host) \(headers): \(answer.status) \(answer.text)")
         }
         // A GET never changes anything, from anywhere.
-        let get = try await LocalHTTP.request(port: port, "/.offline-agent/\(action)?app=mall", headers: [("Origin", "http://\(mall)")], host: mall)
+        let get = try await LocalHTTP.request(port: port, "/.offline-agent/\(action)?app=mall&version=2.0.0", headers: [("Origin", "http://\(mall)")], host: mall)
         #expect(get.status == 405)
         var status = Lifecycle(store: f.store).status("mall")
         #expect(status.state == .trial && status.badVersions.isEmpty, "\(status)")
-        // Its own pages: the mirror of its origin, and its directory on the plain host.
-        let allowed: [(host: String, headers: [(String, String)])] = [
-            (mall, [("Origin", "http://\(mall)"), ("Referer", "http://\(mall)/mall/index.html")]),
-            (plain, [("Origin", "http://\(plain)"), ("Referer", "http://\(plain)/mall/index.html")]),
-        ]
+        // Its own pages: the mirror of its origin.
         let answer = try await LocalHTTP.request(
-            port: port, "/.offline-agent/\(action)?app=mall", method: "POST", headers: allowed[action == "mark-good" ? 0 : 1].headers,
-            host: allowed[action == "mark-good" ? 0 : 1].host)
+            port: port, "/.offline-agent/\(action)?app=mall&version=2.0.0", method: "POST",
+            headers: [("Origin", "http://\(mall)"), ("Referer", "http://\(mall)/mall/index.html")], host: mall)
         #expect(answer.status == 200, "\(answer.text)")
         status = Lifecycle(store: f.store).status("mall")
         if action == "mark-good" { #expect(status.state == .good) } else { #expect(status.badVersions.map(\.version.description) == ["2.0.0"]) }

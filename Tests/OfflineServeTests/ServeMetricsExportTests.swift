@@ -24,7 +24,7 @@ struct ServeMetricsExportTests {
         try await withLocalServer(f) { server in
             for url in [
                 "https://h5.example.invalid/mall/index.html", "https://h5.example.invalid/mall/pages/about.html",
-                "https://other.example/x", "https://h5.example.invalid/old/index.html",
+                "https://other.example/x", "https://old.example.invalid/old/index.html",
             ] {
                 let r1 = try await LocalHTTP.request(port: server.port, "/open?url=\(url.localQueryEncoded)")
                 #expect(r1.status == 302)

@@ -30,11 +30,11 @@ package enum LocalHTTP {
     /// `host` nil sends no `Host` header.
     package static func request(
         port: Int, _ target: String, method: String = "GET", headers: [(String, String)] = [], host: String? = nil,
-        omitHost: Bool = false
+        omitHost: Bool = false, address: String = "127.0.0.1"
     ) async throws -> Response {
         let hostValue = omitHost ? nil : (host ?? "127.0.0.1:\(port)")
         return try await onThread {
-            let fd = try connect(port: port)
+            let fd = try LoopbackSocket.connect(port: port, timeout: 30, address: address)
             defer { close(fd) }
             var text = "\(method) \(target) HTTP/1.1\r\n"
             if let hostValue { text += "Host: \(hostValue)\r\n" }

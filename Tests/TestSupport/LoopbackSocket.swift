@@ -26,7 +26,9 @@ package enum LoopbackSocket {
 
     /// A socket connected to 127.0.0.1:`port`, with connect, send and receive bounded by
     /// `timeout` seconds; `receiveBuffer` shrinks the receive window (set before connecting).
-    package static func connect(port: Int, timeout: Int, receiveBuffer: Int32? = nil) throws -> Int32 {
+    /// `address`: the IPv4 address to reach the server on (another of this machine's own
+    /// addresses makes the server see a peer that is not loopback).
+    package static func connect(port: Int, timeout: Int, receiveBuffer: Int32? = nil, address: String = "127.0.0.1") throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw LocalHTTP.Failure(description: "socket: \(String(cString: strerror(errno)))") }
         var time = timeval(tv_sec: timeout, tv_usec: 0)
@@ -35,7 +37,7 @@ package enum LoopbackSocket {
         if var size = receiveBuffer {
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
-        guard start(fd, port: port) == 0 else {
+        guard start(fd, port: port, address: address) == 0 else {
             let failure = LocalHTTP.Failure(description: "connect: \(String(cString: strerror(errno)))")
             close(fd)
             throw failure
@@ -65,8 +67,9 @@ package enum LoopbackSocket {
         return true
     }
 
-    private static func start(_ fd: Int32, port: Int) -> Int32 {
+    private static func start(_ fd: Int32, port: Int, address text: String = "127.0.0.1") -> Int32 {
         var address = loopback(port: port)
+        address.sin_addr.s_addr = inet_addr(text)
         return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }

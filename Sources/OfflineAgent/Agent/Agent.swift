@@ -228,7 +228,8 @@ public actor Agent {
         let policy = configuration.backoff
         let needsRepair = throttle.sanitized(stored, now: now) != stored
         if let next = throttle.nextCheck(after: stored, backoff: backoff, policy: policy, now: now, force: options.force), !needsRepair {
-            report.throttled(until: next, version: store.linkedVersion(app))
+            report.throttled(
+                until: next, version: store.linkedVersion(app), reason: throttle.reason(waitingUntil: next, state: stored, backoff: backoff))
             return
         }
         // The version before: what a failure reports beside the one it leaves (the same one,
@@ -242,7 +243,8 @@ public actor Agent {
         }
         guard case .ready(let lock, let check, let failures, let installed, let lastChecked) = start else {
             if case .throttled(let next) = start {
-                report.throttled(until: next, version: before)
+                let reason = throttle.reason(waitingUntil: next, state: store.checkState(app), backoff: BackoffState.load(store, app: app))
+                report.throttled(until: next, version: before, reason: reason)
             }
             return
         }
@@ -273,8 +275,11 @@ public actor Agent {
                 throw error
             }
             // Consecutive failed checks wait longer and longer (a forced sync too: it failed).
+            // With nothing installed there is nothing to serve meanwhile (a kiosk that booted
+            // before its network): the wait stays at the first step, 5 minutes ±10 %.
             let count = (failures?.failures ?? 0) + 1
-            let next = now.addingTimeInterval(policy.delay(failures: count, spread: Double.random(in: -1...1)))
+            let steps = installed == nil ? 1 : count
+            let next = now.addingTimeInterval(policy.delay(failures: steps, spread: Double.random(in: -1...1)))
             let store = self.store
             _ = try? await pool.run(.install, cancellable: false) { try BackoffState(failures: count, nextCheck: next).save(store, app: app) }
             // The 5-minute throttle holds as well, whichever ends later.
@@ -368,6 +373,7 @@ public actor Agent {
             let waiting = check
             try await pool.run(.install) { try store.saveCheckState(waiting, for: app) }
             report.result = .throttled
+            report.throttleReason = "the server asked to wait (Retry-After)"
             report.nextCheck = until
             return
         case .manifest(let value, let etag):
@@ -390,6 +396,13 @@ public actor Agent {
                     try store.saveCheckState(planned, for: app)
                     return Lifecycle(store: store).refusal(app, offered: manifest.version, installed: installed?.version)
                 })
+            case .needs(.originClaim):
+                // An origin the device does not allow this app, or that another app holds:
+                // refused before any byte is downloaded; the installed versions keep serving.
+                let allowed = options.allowedOrigins
+                facts.originRefusal = .some(try await pool.run(.install) {
+                    OriginClaims.refusal(app: app, whitelist: manifest.whitelist, allowed: allowed, store: store)
+                })
             case .needs(.bucket):
                 let root = store.root
                 let deviceID: String
@@ -406,6 +419,8 @@ public actor Agent {
             case .refused(let refusal):
                 report.result = refusal
                 return
+            case .originRefused(let refusal):
+                throw refusal
             case .differentPackage(let version):
                 throw OfflineAgentError(.manifest, "manifest describes a different package for installed version \(version)")
             case .recordSameVersion(let updated):
@@ -431,7 +446,8 @@ public actor Agent {
         if let trial = options.maxTrialLaunches { configuration.maxTrialLaunches = trial }
         let updater = Updater(
             store: store, app: app, manifest: manifest, manifestURL: manifestURL, installed: installed,
-            fetcher: fetcher, configuration: configuration, logger: logger, progress: emit, pool: pool, counter: counter)
+            fetcher: fetcher, configuration: configuration, logger: logger, progress: emit, pool: pool, counter: counter,
+            allowedOrigins: options.allowedOrigins)
         // A failed sync reports what it downloaded too (a partial file, a patch and a full).
         defer { report.bytesDownloaded = counter.value }
         let outcome = try await updater.run()
@@ -552,6 +568,37 @@ public actor Agent {
     public func markBad(app: String, reason: String = "reported failing") async throws -> LifecycleTransition {
         let lifecycle = Lifecycle(store: store)
         return try await offPool { try lifecycle.markBad(app, reason: reason) }
+    }
+
+    /// Confirms `version` of `app`, only while it is the active version: the version-bound
+    /// confirmation a page, host or D-Bus client uses for the version it ran, so a version
+    /// a sync swapped in meanwhile is never confirmed by a page that never rendered it.
+    ///
+    /// - Returns: the confirmed version.
+    /// - Throws: `.versionMismatch` (nothing changed) when `version` is not the active
+    ///   version; `.stateInvalid` when nothing is active or it is marked bad.
+    @discardableResult
+    public func markGood(app: String, version: Version) async throws -> Version {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.markGood(app, version: version) }
+    }
+
+    /// Reports that `version` of `app` does not work, only while it is the active version
+    /// (as `markBad(app:reason:)` otherwise): an old page never marks a newer version bad.
+    ///
+    /// - Throws: `.versionMismatch` (nothing changed) when `version` is not the active
+    ///   version, or is marked bad already.
+    @discardableResult
+    public func markBad(app: String, version: Version, reason: String = "reported failing") async throws -> LifecycleTransition {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.markBad(app, version: version, reason: reason) }
+    }
+
+    /// Counts one launch of `version` of `app`, only while it is the active version
+    /// (`.versionChanged` otherwise, nothing counted); see `recordLaunch(app:)`.
+    public func recordLaunch(app: String, version: Version) async throws -> LaunchOutcome {
+        let lifecycle = Lifecycle(store: store)
+        return try await offPool { try lifecycle.recordLaunch(app, version: version) }
     }
 
     /// Counts one launch of `app` for hosts that resolve in-process (`serve` counts

@@ -42,6 +42,11 @@ public struct SyncOptions: Sendable {
     /// docs/PROTOCOL.md "Staged rollout"); nil: the root's stable `<root>/device-id`.
     /// Give the same id as to `resolve`/`serve` when the host app chooses it.
     public var deviceID: String?
+    /// The origins (`https://h5.example.com`, or any URL on one) this app's whitelist may
+    /// name on this device (`docs/PROTOCOL.md`, "Who claims an origin"); nil: the origins
+    /// of its installed whitelist, or any origin for its first install. Whatever this
+    /// says, an origin another installed app holds is refused (`origin-claimed`).
+    public var allowedOrigins: [String]?
 
     /// Options for one sync; the defaults check within the throttle, unsigned, on an unmetered network, with the default cookie profile.
     public init(

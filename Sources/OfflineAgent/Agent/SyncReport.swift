@@ -22,6 +22,9 @@ public struct SyncReport: Sendable {
     public var error: OfflineAgentError?
     /// For `throttled`: when the next check may happen; for `failed` after a check: the backoff's next check.
     public var nextCheck: Date?
+    /// For `throttled`: why the check waits (a failure backoff, the server's `Retry-After`,
+    /// the interval since the last check), for people.
+    public var throttleReason: String?
     /// Set when the patch could not be used and the full package was fetched instead.
     public var patchFallbackReason: String?
     /// For `notInStage`: the stage in force (0–100) and this device's bucket (1–100).
@@ -29,8 +32,9 @@ public struct SyncReport: Sendable {
 
     /// Makes this the report of a sync the throttle (or a backoff) held back until `next`,
     /// with `version` installed before and after.
-    mutating func throttled(until next: Date, version: Version?) {
+    mutating func throttled(until next: Date, version: Version?, reason: String? = nil) {
         result = .throttled
+        throttleReason = reason
         nextCheck = next
         self.version = version
         previousVersion = version

@@ -11,17 +11,22 @@ import FoundationEssentials
 /// (docs/PROTOCOL.md):
 /// 1. an offered version below the installed one is refused (`downgrade`);
 /// 2. a version the lifecycle refuses (marked bad, or a held app) is not downloaded;
-/// 3. the installed version offered again rewrites its record (rollout, whitelist,
+/// 3. a whitelist claiming an origin the device does not allow the app, or one another
+///    installed app holds, is refused (`origin-not-allowed`, `origin-claimed`), even for
+///    the installed version (its record would widen the claim);
+/// 4. the installed version offered again rewrites its record (rollout, whitelist,
 ///    miniVersion), when the package is the same one;
-/// 4. a staged rollout whose stage is below the device's bucket waits;
-/// 5. a `wifi` manifest on a metered network waits;
-/// 6. otherwise the version is installed.
-enum ManifestDecision: Sendable, Equatable {
+/// 5. a staged rollout whose stage is below the device's bucket waits;
+/// 6. a `wifi` manifest on a metered network waits;
+/// 7. otherwise the version is installed.
+enum ManifestDecision: Sendable {
     /// A fact the rules have reached and the caller has not filled in yet.
     enum Fact: Sendable, Equatable {
         /// `ManifestFacts.lifecycleRefusal`: asked once the manifest is no downgrade,
         /// when the caller also records what the manifest plans (it is trusted now).
         case lifecycleRefusal
+        /// `ManifestFacts.originRefusal`: asked once the lifecycle lets the version through.
+        case originClaim
         /// `ManifestFacts.bucket`: asked only when the stage in force can exclude a device.
         case bucket
         /// `ManifestFacts.network`: asked only for a `wifi` manifest.
@@ -34,6 +39,8 @@ enum ManifestDecision: Sendable, Equatable {
     case refuseDowngrade(offered: Version, installed: Version)
     /// The lifecycle refuses the offered version (`held`, `knownBad`): nothing downloaded.
     case refused(SyncResult)
+    /// The whitelist claims an origin this app may not have: a failure, nothing downloaded.
+    case originRefused(OfflineAgentError)
     /// The installed version's package under another hash: a failure (the manifest is wrong).
     case differentPackage(Version)
     /// The installed version again: its record, with the manifest's rollout, whitelist and miniVersion.
@@ -53,6 +60,8 @@ enum ManifestDecision: Sendable, Equatable {
         }
         guard let refusal = facts.lifecycleRefusal else { return .needs(.lifecycleRefusal) }
         if let refusal { return .refused(refusal) }
+        guard let originRefusal = facts.originRefusal else { return .needs(.originClaim) }
+        if let originRefusal { return .originRefused(originRefusal) }
         if var installed = facts.installed, manifest.version == installed.version {
             guard manifest.packageSha256 == installed.packageSha256 else { return .differentPackage(installed.version) }
             // Same package: the operator may have changed rollout, whitelist or miniVersion.

@@ -10,17 +10,20 @@ struct ManifestFacts: Sendable {
     var now: Date
     /// The lifecycle's refusal of the offered version (`held`, `knownBad`, or none: `.some(nil)`); nil while not learned.
     var lifecycleRefusal: SyncResult??
+    /// `OriginClaims.refusal` of the manifest's whitelist (`.some(nil)`: the claim is allowed); nil while not learned.
+    var originRefusal: OfflineAgentError??
     /// The device's rollout bucket for the app (1…100, `Resolver.rolloutBucket`); nil while not learned.
     var bucket: Int?
     /// The kind of network the device is on; nil while not learned.
     var network: NetworkKind?
 
     init(manifest: Manifest, installed: InstalledVersion?, now: Date,
-         lifecycleRefusal: SyncResult?? = nil, bucket: Int? = nil, network: NetworkKind? = nil) {
+         lifecycleRefusal: SyncResult?? = nil, originRefusal: OfflineAgentError?? = nil, bucket: Int? = nil, network: NetworkKind? = nil) {
         self.manifest = manifest
         self.installed = installed
         self.now = now
         self.lifecycleRefusal = lifecycleRefusal
+        self.originRefusal = originRefusal
         self.bucket = bucket
         self.network = network
     }

@@ -36,6 +36,16 @@ public struct Throttle: Sendable, Equatable {
     /// When the next check may happen, or nil when it may happen now. `force` always checks.
     ///
     /// A backoff wait longer than `backoff` can produce was written by a wrong clock and is ignored.
+    /// Why the check waits until `next` (`nextCheck`): the failure backoff, the server's
+    /// `Retry-After`, or the interval since the last check. One phrase, for people.
+    func reason(waitingUntil next: Date, state: CheckState, backoff: BackoffState?) -> String {
+        if let backoff, backoff.nextCheck == next {
+            return "\(backoff.failures) failed check\(backoff.failures == 1 ? "" : "s") in a row, backing off"
+        }
+        if state.notBefore == next { return "the server asked to wait (Retry-After)" }
+        return "checked less than \(Int(interval / 60)) minutes ago"
+    }
+
     func nextCheck(after state: CheckState, backoff: BackoffState? = nil, policy: Backoff = Backoff(), now: Date, force: Bool) -> Date? {
         guard !force else { return nil }
         let state = sanitized(state, now: now)

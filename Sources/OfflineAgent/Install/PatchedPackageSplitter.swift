@@ -415,9 +415,13 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     /// runs which entries the store lacks.
     private func ensureSpace(_ bytes: Int64) throws {
         guard let reserve, let available = FileSystem.availableBytes(at: objects.directory) else { return }
-        guard available - bytes >= reserve else {
-            throw OfflineAgentError(.install, "not enough disk space: a new object of \(bytes) bytes would leave \(available - bytes) free, under the reserve of \(reserve)",
-                                    cause: .diskFull, path: objects.directory)
+        let (needed, overflow) = bytes.addingReportingOverflow(reserve)
+        guard !overflow, available >= needed else {
+            // What is needed and what is free, both counts: never a negative "left".
+            throw OfflineAgentError(
+                .install,
+                "not enough disk space: a new object of \(bytes) bytes needs \(overflow ? "more" : "\(needed)") bytes free (with the reserve of \(reserve)), \(max(available, 0)) are free",
+                cause: .diskFull, path: objects.directory)
         }
     }
 }

@@ -18,6 +18,8 @@ struct Updater: Sendable {
     let pool: BlockingPool
     /// Counts every package byte received, also by a sync that then fails.
     var counter = ByteCounter()
+    /// `SyncOptions.allowedOrigins`, checked again under `OriginClaims.installing` as the version is installed.
+    var allowedOrigins: [String]? = nil
 
     struct Outcome {
         var installed: InstalledVersion
@@ -359,6 +361,8 @@ struct Updater: Sendable {
         // The disk check (central directories), extraction, syncfs, the swap and the collection of old versions: all blocking.
         let record = try await pool.run(.extract) {
             if case .file(let path) = package { try checkSpaceToInstall(path) }
+            // The claim is checked and made (the swap) in one step: a batch's other syncs wait.
+            return try OriginClaims.claim(app: app, whitelist: manifest.whitelist, allowed: allowedOrigins, store: store) {
             do {
                 let trial = configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0
                 switch package {
@@ -378,6 +382,7 @@ struct Updater: Sendable {
                 RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)
                 if case .streamed(_, _, let patch) = package { FileSystem.remove(patch) }
                 throw error
+            }
             }
         }
         progress(ProgressEvent(app: app, phase: .installing, completed: 1, total: 1))

@@ -9,4 +9,6 @@ public enum LaunchOutcome: Sendable, Equatable {
     case counted(launches: Int, limit: Int)
     /// The trial version had used up its launches: it was rolled back before this launch.
     case rolledBack(LifecycleTransition)
+    /// The launch was for a version that is no longer the active one: nothing was counted.
+    case versionChanged
 }

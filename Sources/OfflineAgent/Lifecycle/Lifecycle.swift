@@ -104,15 +104,31 @@ public struct Lifecycle: Sendable {
         return previous
     }
 
-    /// Confirms the active version of `app`; returns it.
+    /// Confirms the active version of `app`; returns it. Whoever confirms should name the
+    /// version it ran (`markGood(_:version:)`): a sync may have swapped another in since.
     ///
     /// - Throws: `.stateInvalid` when nothing is active or the active version is bad.
     @discardableResult
     public func markGood(_ app: String) throws -> Version {
+        try confirm(app, version: nil)
+    }
+
+    /// Confirms `version` of `app`, only while it is the active version: a page (or host)
+    /// speaks for the version it ran, never for one a sync swapped in since.
+    ///
+    /// - Throws: `.versionMismatch` (nothing changed) when `version` is not the active
+    ///   version; `.stateInvalid` when nothing is active or it is bad.
+    @discardableResult
+    public func markGood(_ app: String, version: Version) throws -> Version {
+        try confirm(app, version: version)
+    }
+
+    private func confirm(_ app: String, version expected: Version?) throws -> Version {
         try update(app) { record, active in
             guard let active else {
                 throw OfflineAgentError(.lifecycle, "no active version of '\(app)' to confirm", cause: .stateInvalid)
             }
+            if let expected, expected != active { throw Self.mismatch(app, expected, active: active, record: record) }
             guard !record.isBad(active) else {
                 throw OfflineAgentError(
                     .lifecycle,
@@ -132,6 +148,31 @@ public struct Lifecycle: Sendable {
             throw OfflineAgentError(.lifecycle, "no active version of '\(app)' to mark bad (it may be marked bad already: offline-agent history --app \(app))", cause: .stateInvalid)
         }
         return transition
+    }
+
+    /// Marks `version` of `app` bad, only while it is the active version (not bad): a page
+    /// (or host) reports the version it ran, never one a sync swapped in since.
+    ///
+    /// - Throws: `.versionMismatch` (nothing changed) when `version` is not the active
+    ///   version or is bad already.
+    public func markBad(_ app: String, version: Version, reason: String) throws -> LifecycleTransition {
+        guard let transition = try rollBack(app, reason: reason, event: .markBad, expecting: version) else {
+            let record = record(app) ?? VersionLifecycle(legacyActive: nil)
+            throw Self.mismatch(app, version, active: store.active(app)?.version, record: record)
+        }
+        return transition
+    }
+
+    /// Why a version-bound step changed nothing: `version` is not what is active.
+    static func mismatch(_ app: String, _ version: Version, active: Version?, record: VersionLifecycle) -> OfflineAgentError {
+        let now: String
+        if let active {
+            now = record.isBad(active) ? "\(active) is active and marked bad" : "\(active) is active"
+        } else {
+            now = "no version is active"
+        }
+        let what = active == version ? "\(app) \(version) is marked bad already" : "\(app) \(version) is not the active version (\(now))"
+        return OfflineAgentError(.lifecycle, "\(what): nothing changed; only the version a page runs may speak for itself", cause: .versionMismatch)
     }
 
     /// Marks the active version of `app` bad and switches to the previous good one
@@ -214,13 +255,18 @@ public struct Lifecycle: Sendable {
 
     /// Counts one launch of `app`; a trial version that already used `limit` launches
     /// (the installing sync's `maxTrialLaunches` when nil) is rolled back first.
-    public func recordLaunch(_ app: String, limit override: Int? = nil) throws -> LaunchOutcome {
+    ///
+    /// - Parameter version: count only while this is the active version (the version the
+    ///   launch loads); otherwise nothing is counted and the answer is `.versionChanged`.
+    public func recordLaunch(_ app: String, version: Version? = nil, limit override: Int? = nil) throws -> LaunchOutcome {
         guard AppName.isValid(app), FileSystem.isDirectory(store.appDirectory(app)) else { return .notInstalled }
-        let (decision, active, limit) = try update(app) { record, active -> (VersionLifecycle.LaunchDecision, Version?, Int) in
+        let (decision, active, limit) = try update(app) { record, active -> (VersionLifecycle.LaunchDecision?, Version?, Int) in
             guard let active else { return (.bad, nil, 0) }
+            if let version, version != active { return (nil, active, 0) }
             let limit = override ?? record.maxTrialLaunches ?? VersionLifecycle.defaultMaxTrialLaunches
             return (record.launch(active, limit: limit), active, limit)
         }
+        guard let decision else { return .versionChanged }
         switch decision {
         case .confirmed:
             return .confirmed

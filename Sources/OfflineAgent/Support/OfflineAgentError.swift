@@ -47,6 +47,11 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case expired
         /// The manifest is for another app.
         case wrongApp = "wrong-app"
+        /// The manifest's whitelist names an origin the device config does not allow the app
+        /// (`allowedOrigins`, by default the origins of its installed whitelist).
+        case originNotAllowed = "origin-not-allowed"
+        /// The manifest's whitelist names an origin another installed app holds.
+        case originClaimed = "origin-claimed"
         // Transfer
         /// The server could not be reached (refused, unreachable, name not resolved, reset).
         case network
@@ -75,6 +80,9 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case io
         /// Local state is missing, unreadable or inconsistent.
         case stateInvalid = "state-invalid"
+        /// A lifecycle step named a version that is not the active one (a page still
+        /// running a version a sync replaced): nothing changed.
+        case versionMismatch = "version-mismatch"
         /// Another process holds the root's lock.
         case busy
         /// Invalid arguments or configuration.

@@ -25,11 +25,18 @@ public struct Resolver: Sendable {
     }
 
     /// Resolves `url` against every app of the store; the longest matching whitelist prefix wins.
+    ///
+    /// An origin belongs to one app (`docs/PROTOCOL.md`, "Who claims an origin"): when the
+    /// active whitelists of two apps name the URL's origin (a root from before the rule),
+    /// neither answers for it and the URL goes to the network.
     public func resolve(_ url: URL) -> Resolution {
         guard let target = ParsedURL(url) else { return .network(.notWhitelisted, app: nil) }
+        let targetOrigin = OriginClaims.origin(of: url.absoluteString)
         var best: (app: String, installed: InstalledVersion, rest: String, length: Int)?
+        var claimants = 0
         for app in store.apps() {
             guard let installed = store.active(app) else { continue }
+            if let targetOrigin, OriginClaims.origins(of: installed.whitelist).contains(targetOrigin) { claimants += 1 }
             for entry in installed.whitelist {
                 guard let prefix = ParsedURL(string: entry), let rest = target.rest(after: prefix) else { continue }
                 if best == nil || prefix.path.count > best!.length {
@@ -37,7 +44,7 @@ public struct Resolver: Sendable {
                 }
             }
         }
-        guard let best else { return .network(.notWhitelisted, app: nil) }
+        guard let best, claimants <= 1 else { return .network(.notWhitelisted, app: nil) }
         let app = best.app, installed = best.installed
         guard !Lifecycle(store: store).isBad(app, installed.version) else { return .network(.badVersion, app: app) }
         if let reason = fallbackReason(app: app, installed: installed) { return .network(reason, app: app) }

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import NIOCore
 #if canImport(Glibc)
 import Glibc
 import OfflineAgent
@@ -8,6 +9,17 @@ import OfflineAgent
 /// (DNS-rebinding defence: a page on `http://evil.example:PORT/` resolved to
 /// 127.0.0.1 still sends `Host: evil.example:PORT`).
 enum LocalHost {
+    /// Whether a connection's peer is on this machine's loopback (`127.0.0.0/8`, `::1`,
+    /// `::ffff:127.x.x.x`, a Unix socket): the socket's own address, which no header can
+    /// change. Nil (unknown) is not loopback.
+    static func isLoopback(peer: SocketAddress?) -> Bool {
+        switch peer {
+        case .unixDomainSocket: return true
+        case .v4, .v6: return peer?.ipAddress.map { isLoopback(host: $0) } ?? false
+        case nil: return false
+        }
+    }
+
     /// Whether a bare host (no port; IPv6 with or without brackets) is a loopback
     /// name or address: `localhost` and `*.localhost` (RFC 6761, never sent to DNS by
     /// browsers), `127.0.0.0/8`, `::1` and `::ffff:127.x.x.x`.

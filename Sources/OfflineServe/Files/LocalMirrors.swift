@@ -80,6 +80,11 @@ final class LocalMirrors: Sendable {
                 snapshot.prefixes[origin, default: []].append(Prefix(app: entry.app, url: url))
             }
         }
+        // An origin belongs to one app: one that two active whitelists name (a root from
+        // before the rule) is forwarded to the network, never served from either package.
+        for (origin, prefixes) in snapshot.prefixes where Set(prefixes.map(\.app)).count > 1 {
+            snapshot.prefixes[origin] = []
+        }
         state.withLock {
             $0.key = key
             $0.snapshot = snapshot

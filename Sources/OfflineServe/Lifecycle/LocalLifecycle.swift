@@ -7,7 +7,7 @@ import Synchronization
 
 /// The loopback server's part of the version lifecycle (`Lifecycle`): launches counted
 /// on `/open` and `/session/restore`, bad versions kept from `/<app>/…`, and the page's
-/// own `POST /.offline-agent/mark-good|mark-bad?app=NAME`.
+/// own `POST /.offline-agent/mark-good|mark-bad?app=NAME&version=V` on its mirror origin.
 final class LocalLifecycle: Sendable {
     static let routePrefix = "/.offline-agent/"
 
@@ -62,17 +62,22 @@ final class LocalLifecycle: Sendable {
     /// resolves again when this returns true.
     func countLaunch(_ resolution: Resolution, logger: Logger) async -> Bool {
         let app: String
+        // The launch is of the version resolved: counted only while it is still the active one.
+        let version: Version?
         switch resolution {
         case .file(let file):
             // A confirmed version: nothing to count, no lock to take.
             if record(file.app)?.state(of: file.version) == .good { return false }
-            app = file.app
-        case .network(.badVersion, let name?): app = name
+            (app, version) = (file.app, file.version)
+        case .network(.badVersion, let name?): (app, version) = (name, nil)
         case .network: return false
         }
         do {
             let limit = maxTrialLaunches
-            switch try await run({ try $0.recordLaunch(app, limit: limit) }) {
+            switch try await run({ try $0.recordLaunch(app, version: version, limit: limit) }) {
+            case .versionChanged:
+                // A sync swapped versions since the resolve: resolve again, count nothing.
+                return true
             case .rolledBack(let transition):
                 logger.notice("\(app): \(transition.from) rolled back to \(transition.to?.description ?? "none") (not confirmed)")
                 return true

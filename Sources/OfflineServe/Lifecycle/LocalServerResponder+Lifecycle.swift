@@ -4,24 +4,30 @@ import Logging
 import OfflineAgent
 
 extension LocalServerResponder {
-    /// `POST /.offline-agent/mark-good?app=NAME` and `/.offline-agent/mark-bad?app=NAME[&reason=TEXT]`
-    /// from a page `LocalRouter.mayControl` allowed to speak for `app`: a JSON answer.
-    func mark(_ mark: LocalMark, app: String, request: Request) async -> Response {
+    /// `POST /.offline-agent/mark-good?app=NAME&version=V` and `/.offline-agent/mark-bad?app=NAME&version=V[&reason=TEXT]`
+    /// from a page `LocalRouter.mayControl` allowed to speak for `app`: a JSON answer. Only
+    /// the version the page runs (`version`) is confirmed or reported; while another is
+    /// active nothing changes and the answer is 409 `version-mismatch`.
+    func mark(_ mark: LocalMark, app: String, version: Version, request: Request) async -> Response {
         do {
             if mark == .good {
-                let (wasGood, version) = try await lifecycle.run { ($0.status(app).state == .good, try $0.markGood(app)) }
+                let (wasGood, version) = try await lifecycle.run { ($0.status(app).state == .good, try $0.markGood(app, version: version)) }
                 // Pages confirm on every load; only the first confirmation is news.
                 if !wasGood { logger.notice("\(app): \(version) confirmed good by the page") }
                 return Self.json(.ok, ControlAnswer(app: app, version: version.description, state: VersionState.good.rawValue))
             }
             let reason = request.uri.queryParameters[values: "reason"].last.map(String.init) ?? "reported failing by the page"
-            let transition = try await lifecycle.run { try $0.markBad(app, reason: String(reason)) }
+            let transition = try await lifecycle.run { try $0.markBad(app, version: version, reason: String(reason)) }
             logger.notice("\(app): \(transition.from) marked bad by the page")
             return Self.json(.ok, ControlAnswer(
                 app: app, version: transition.from.description, state: VersionState.bad.rawValue,
                 active: .some(transition.to?.description), switched: transition.switched))
         } catch let error as OfflineAgentError {
-            let status: HTTPResponse.Status = error.cause == .busy ? .serviceUnavailable : error.cause == .stateInvalid ? .conflict : .internalServerError
+            let status: HTTPResponse.Status = switch error.cause {
+            case .busy: .serviceUnavailable
+            case .stateInvalid, .versionMismatch: .conflict
+            default: .internalServerError
+            }
             return Self.json(status, ["error": error.reason, "errorCode": error.cause.rawValue])
         } catch {
             return Self.json(.internalServerError, ["error": "\(error)"])

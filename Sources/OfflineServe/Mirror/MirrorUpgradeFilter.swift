@@ -34,7 +34,8 @@ final class MirrorUpgradeFilter: ChannelInboundHandler, RemovableChannelHandler 
             context.fireChannelRead(data)
             return
         }
-        guard upgrades.origin(of: head) != nil else {
+        // A mirror reaches its origin: only for a peer on this machine (`--allow-remote`).
+        guard upgrades.origin(of: head) != nil, LocalHost.isLoopback(peer: context.channel.remoteAddress) else {
             head.headers.remove(name: "Upgrade")
             context.fireChannelRead(wrapInboundOut(.head(head)))
             return

@@ -43,8 +43,9 @@ enum LocalRoute {
         case sessionItem
         case metrics
         case index
-        /// `POST /.offline-agent/mark-good|mark-bad?app=NAME` from a page allowed to speak for `app`.
-        case mark(LocalMark, app: String)
+        /// `POST /.offline-agent/mark-good|mark-bad?app=NAME&version=V` from a page allowed
+        /// to speak for `app`, about the version it runs.
+        case mark(LocalMark, app: String, version: Version)
     }
 }
 

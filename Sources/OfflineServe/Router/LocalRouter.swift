@@ -12,8 +12,10 @@ import OfflineHTTP
 /// 1. `CONNECT` is never served or forwarded: 405.
 /// 2. The `Host`: two lines → 400; a name under `.localhost` that mirrors no whitelisted
 ///    origin → 403; with `checkHost`, any name that is not loopback → 403 (DNS rebinding).
-/// 3. `/.offline-agent/mark-good|mark-bad` on either kind of host: only a `POST`, from a
-///    page allowed to speak for the app it names (`markRoute`).
+/// 3. `/.offline-agent/mark-good|mark-bad` on a mirror host only: a `POST`, from a page
+///    of that origin allowed to speak for the app it names, about the version it runs
+///    (`markRoute`). The plain host is one origin for every app, so a path is no identity
+///    there: it offers no lifecycle control to pages (404).
 /// 4. The plain host: `GET`/`HEAD` only; the control routes; `/<app>/<path>` from the
 ///    app's active version, the kill switch and bad versions sent to the network.
 /// 5. A mirror host: whitelisted files from the package, single-page navigations to the
@@ -27,8 +29,14 @@ struct LocalRouter: Sendable {
     /// Refuse requests whose `Host` is not a loopback name (off with `--allow-remote`).
     let checkHost: Bool
 
-    /// The route of `request`.
-    func route(_ request: Request) -> LocalRoute {
+    /// The route of `request`; `peerIsLoopback`: the connection's peer (its socket
+    /// address, not its `Host`) is on this machine's loopback.
+    ///
+    /// A peer elsewhere (`--allow-remote`) may read packages only: `GET`/`HEAD` of
+    /// `/<app>/…`, `/open`, `/session/*` and `/` on the plain host, never counting a
+    /// launch. Mirror hosts (which reach the origins: a proxy into them), the lifecycle
+    /// control and `/metrics` answer loopback peers only (`403`).
+    func route(_ request: Request, peerIsLoopback: Bool = true) -> LocalRoute {
         if request.method == .connect {
             return .refuse(LocalRefusal(status: .methodNotAllowed, text: "CONNECT is not served\n", allow: "GET, HEAD"))
         }
@@ -38,6 +46,7 @@ struct LocalRouter: Sendable {
             return .refuse(LocalRefusal(status: .badRequest, text: "bad request: more than one Host header\n"))
         }
         let authority = LocalHostAuthority(request.head.authority)
+        if !peerIsLoopback, let refusal = Self.remoteRefusal(request, authority: authority) { return .refuse(refusal) }
         if let name = authority.mirrorName, let host = authority.host {
             // A mirror host names its origin in one spelling only (`MirrorOrigin(mirrorHost:)`).
             let snapshot = mirrors.snapshot()
@@ -50,18 +59,39 @@ struct LocalRouter: Sendable {
         if checkHost, !authority.isLoopback {
             return .refuse(LocalRefusal(status: .forbidden, text: "forbidden: Host is not a loopback name\n", counted: .forbiddenHost))
         }
-        return plain(request, authority: authority)
+        return plain(request, authority: authority, peerIsLoopback: peerIsLoopback)
+    }
+
+    /// Why a peer that is not on loopback may not have `request` (see `route`); nil when it may.
+    private static func remoteRefusal(_ request: Request, authority: LocalHostAuthority) -> LocalRefusal? {
+        let path = request.uri.path
+        if authority.mirrorName != nil {
+            return LocalRefusal(status: .forbidden, text: "forbidden: mirror hosts answer this machine's own clients only\n", counted: .forbiddenHost)
+        }
+        if path.hasPrefix(LocalLifecycle.routePrefix) {
+            return LocalRefusal(status: .forbidden, text: "lifecycle control answers this machine's own clients only", json: true)
+        }
+        if path == "/metrics" {
+            return LocalRefusal(status: .forbidden, text: "forbidden: /metrics answers this machine's own clients only\n")
+        }
+        return nil
     }
 
     // MARK: The plain host
 
-    private func plain(_ request: Request, authority: LocalHostAuthority) -> LocalRoute {
+    private func plain(_ request: Request, authority: LocalHostAuthority, peerIsLoopback: Bool) -> LocalRoute {
         let path = request.uri.path
-        if path.hasPrefix(LocalLifecycle.routePrefix) { return markRoute(request, authority: authority, mirror: nil) }
+        if path.hasPrefix(LocalLifecycle.routePrefix) {
+            return .refuse(LocalRefusal(
+                status: .notFound,
+                text: "the plain host offers no lifecycle control: a page confirms from its own mirror origin (http://<origin host>.localhost:PORT/.offline-agent/…), a host through offline-agent mark-good or the library",
+                json: true))
+        }
         guard request.method == .get || request.method == .head else {
             return .refuse(LocalRefusal(status: .methodNotAllowed, text: "only GET and HEAD\n", allow: "GET, HEAD"))
         }
-        let get = request.method == .get
+        // Launches are counted for the device's own host and web views only.
+        let get = request.method == .get && peerIsLoopback
         switch path {
         case "/open": return .control(.open(launch: get && Self.mayCountLaunch(request, authority: authority)))
         case "/session/restore": return .control(.sessionRestore(launch: get && Self.mayCountLaunch(request, authority: authority)))
@@ -145,11 +175,12 @@ struct LocalRouter: Sendable {
 
     // MARK: The page's lifecycle control
 
-    /// `POST /.offline-agent/mark-good|mark-bad?app=NAME`. Anything that changes an app's
-    /// lifecycle is reachable only by `POST`, with a loopback `Host`, from a page allowed to
-    /// speak for the app (`mayControl`); every other request is refused and changes nothing.
+    /// `POST /.offline-agent/mark-good|mark-bad?app=NAME&version=V` on a mirror host.
+    /// Anything that changes an app's lifecycle is reachable only by `POST`, with a loopback
+    /// `Host`, from a page of the mirrored origin allowed to speak for the app (`mayControl`),
+    /// naming the version it runs; every other request is refused and changes nothing.
     private func markRoute(
-        _ request: Request, authority: LocalHostAuthority, mirror: (origin: MirrorOrigin, snapshot: LocalMirrors.Snapshot)?
+        _ request: Request, authority: LocalHostAuthority, mirror: (origin: MirrorOrigin, snapshot: LocalMirrors.Snapshot)
     ) -> LocalRoute {
         let action = String(request.uri.path.dropFirst(LocalLifecycle.routePrefix.count))
         guard let mark = LocalMark(rawValue: action) else {
@@ -165,37 +196,39 @@ struct LocalRouter: Sendable {
         guard let app = request.uri.queryParameters[values: "app"].last.map(String.init), AppName.isValid(app) else {
             return .refuse(LocalRefusal(status: .badRequest, text: "missing or invalid query parameter 'app'", json: true))
         }
+        guard let text = request.uri.queryParameters[values: "version"].last, !text.isEmpty else {
+            return .refuse(LocalRefusal(
+                status: .badRequest,
+                text: "missing query parameter 'version': the version the page runs (its X-Offline-Version header); nothing changed",
+                json: true))
+        }
+        guard let version = Version(String(text)) else {
+            return .refuse(LocalRefusal(status: .badRequest, text: "invalid query parameter 'version'; nothing changed", json: true))
+        }
         if let refusal = Self.mayControl(request, app: app, authority: authority, mirror: mirror) {
             return .refuse(LocalRefusal(status: .forbidden, text: refusal, json: true))
         }
-        return .control(.mark(mark, app: app))
+        return .control(.mark(mark, app: app, version: version))
     }
 
     /// Nil when the page that sent `request` may confirm or report `app`; else why not.
     ///
     /// The request's own origin is `http://` and its `Host`. An `Origin` must be it, and a
-    /// `Referer` must be a URL on it. On a mirror host, `app`'s active whitelist must name
-    /// the mirrored origin, and the request must carry an `Origin` or `Referer` (a page
-    /// sent it). On the plain host, where every app shares one origin, the `Referer` must
-    /// be under `/<app>/`.
+    /// `Referer` must be a URL on it; the request must carry one of them (a page sent it).
+    /// The mirrored origin must be `app`'s: named by its active whitelist, which no other
+    /// app shares (`OriginClaims`).
     static func mayControl(
         _ request: Request, app: String, authority: LocalHostAuthority,
-        mirror: (origin: MirrorOrigin, snapshot: LocalMirrors.Snapshot)?
+        mirror: (origin: MirrorOrigin, snapshot: LocalMirrors.Snapshot)
     ) -> String? {
         let own = "http://" + (authority.value ?? "")
         let origin = request.headers[.origin], referer = request.headers[.referer]
         if let origin, origin != own { return "Origin \(origin) is not this server" }
         if let referer, !referer.hasPrefix(own + "/") { return "Referer \(referer) is not on this server" }
-        if let mirror {
-            guard mirror.snapshot.prefixes[mirror.origin]?.contains(where: { $0.app == app }) == true else {
-                return "\(mirror.origin.origin) is not named by the whitelist of '\(app)'"
-            }
-            return origin != nil || referer != nil ? nil : "no Origin or Referer: only a page of \(mirror.origin.origin) may"
+        guard mirror.snapshot.prefixes[mirror.origin]?.contains(where: { $0.app == app }) == true else {
+            return "\(mirror.origin.origin) is not named by the whitelist of '\(app)'"
         }
-        guard let referer, referer.hasPrefix("\(own)/\(app)/") else {
-            return "only a page under /\(app)/ on this server may (its Referer)"
-        }
-        return nil
+        return origin != nil || referer != nil ? nil : "no Origin or Referer: only a page of \(mirror.origin.origin) may"
     }
 
     // MARK: Launches

@@ -31,7 +31,8 @@ struct LocalServerResponder: HTTPResponder {
     static let allocator = ByteBufferAllocator()
 
     func respond(to request: Request, context: Context) async throws -> Response {
-        let response = await answer(router.route(request), to: request, page: context.page)
+        let peer = LocalHost.isLoopback(peer: context.page.remoteAddress)
+        let response = await answer(router.route(request, peerIsLoopback: peer), to: request, page: context.page)
         logger.debug("\(request.method) \(request.uri) \(response.status.code)")
         return response
     }
@@ -83,8 +84,8 @@ struct LocalServerResponder: HTTPResponder {
             return Self.text(
                 .notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /session/restore?history=JSON, /session/item?url=URL, /metrics\n",
                 head: head)
-        case .control(.mark(let mark, let app)):
-            return await self.mark(mark, app: app, request: request)
+        case .control(.mark(let mark, let app, let version)):
+            return await self.mark(mark, app: app, version: version, request: request)
         }
     }
 
@@ -236,6 +237,10 @@ struct LocalServerResponder: HTTPResponder {
             .cacheControl: "no-cache",
         ]
         headers[Self.versionHeader] = pinned.versionText
+        // The same version where a page's script reads its own document's headers without
+        // asking again (`performance.getEntriesByType("navigation")[0].serverTiming`): asked
+        // again, it could be a version a sync swapped in since (docs/HOST-APPS.md).
+        headers[Self.serverTiming] = "offline-agent-version;desc=\"\(pinned.versionText)\""
         return headers
     }
 
@@ -330,6 +335,7 @@ struct LocalServerResponder: HTTPResponder {
     }
 
     static let versionHeader = HTTPFields.Element.Name("X-Offline-Version")!
+    static let serverTiming = HTTPFields.Element.Name("Server-Timing")!
     /// On a response the kill switch sent to the network: why (a `FallbackReason`).
     static let fallbackHeader = HTTPFields.Element.Name("X-Offline-Fallback")!
     /// Which responses say where they came from: `package` or `origin`.
