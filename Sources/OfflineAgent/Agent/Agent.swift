@@ -80,9 +80,13 @@ public actor Agent {
     /// Never throws: a failure is reported with `result == .failed` and its error, and
     /// leaves the active version as it was. A busy root reports `.busy` as the error code;
     /// a cancelled task, the `cancelled` cause.
-    /// - Parameter progress: called with this sync's events only, in order, on the
-    ///   sync's task (keep it short); the last is `.done`, before `sync` returns. The
-    ///   same events also go to every `events` stream.
+    /// - Parameters:
+    ///   - app: The app to sync (a valid `AppName`).
+    ///   - manifestURL: Where its manifest is served.
+    ///   - options: Keys, profile, device id and network policy for this sync.
+    ///   - progress: called with this sync's events only, in order, on the
+    ///     sync's task (keep it short); the last is `.done`, before `sync` returns. The
+    ///     same events also go to every `events` stream.
     public nonisolated func sync(
         app: String, manifest manifestURL: URL, options: SyncOptions = SyncOptions(),
         progress: (@Sendable (ProgressEvent) -> Void)? = nil
@@ -96,9 +100,12 @@ public actor Agent {
     /// cost about N / `concurrency` deadlines instead of N. The root's lock is taken once,
     /// by the first app that gets past its throttle, and held until the batch ends.
     ///
-    /// - Parameter progress: called with the batch's events (`ProgressEvent.app` tells
-    ///   the apps apart; each app's last is `.done`), from the apps' tasks at once:
-    ///   it must be safe to call concurrently.
+    /// - Parameters:
+    ///   - requests: The apps to sync, each with its manifest and options.
+    ///   - concurrency: How many apps sync at once (at least 1).
+    ///   - progress: called with the batch's events (`ProgressEvent.app` tells
+    ///     the apps apart; each app's last is `.done`), from the apps' tasks at once:
+    ///     it must be safe to call concurrently.
     /// - Returns: one report per request, in the order of `requests`.
     public nonisolated func sync(
         _ requests: [SyncRequest], concurrency: Int = 4, progress: (@Sendable (ProgressEvent) -> Void)? = nil

@@ -14,6 +14,7 @@ public struct ManifestPatch: Sendable, Equatable, Codable {
     /// Lowercase hex SHA-256 of the patch file.
     public var sha256: String
 
+    /// A patch from `baseVersion`: its URL (relative to the manifest), size and SHA-256.
     public init(baseVersion: Version, url: String, size: Int64, sha256: String) {
         self.baseVersion = baseVersion
         self.url = url

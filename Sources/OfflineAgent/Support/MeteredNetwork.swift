@@ -27,6 +27,7 @@ public enum MeteredNetwork {
     public struct Unreadable: Error, Sendable, CustomStringConvertible {
         /// In words.
         public var reason: String
+        /// The reason, in words.
         public var description: String { reason }
     }
 

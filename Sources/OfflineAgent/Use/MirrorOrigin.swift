@@ -84,8 +84,10 @@ public struct MirrorOrigin: Sendable, Hashable, CustomStringConvertible {
     /// `host[:port]` as `origin` writes it: the `Host` a request to the origin carries.
     public var authority: Substring { origin.dropFirst(scheme.utf8.count + 3) }
 
+    /// Equal when the normalised origins are.
     public static func == (lhs: Self, rhs: Self) -> Bool { lhs.origin == rhs.origin }
 
+    /// Hashes the normalised origin.
     public func hash(into hasher: inout Hasher) { hasher.combine(origin) }
 
     /// `http://<mirror host>:<port>`: where `serve`, listening on `port`, answers for this origin.
@@ -105,6 +107,7 @@ public struct MirrorOrigin: Sendable, Hashable, CustomStringConvertible {
         return result
     }
 
+    /// The normalised origin, `scheme://host[:port]`.
     public var description: String { origin }
 
     /// A DNS-style label: 1 to 63 bytes of ASCII letters, digits, `-` and `_` (which

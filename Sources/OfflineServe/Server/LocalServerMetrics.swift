@@ -73,6 +73,7 @@ public final class LocalServerMetrics: Sendable {
     private let open: Meter
     private let timeouts: [LocalConnectionTimeout: CoreMetrics.Counter]
 
+    /// Metrics registered with the process's `MetricsSystem`.
     public init() {
         forbidden = registry.counter(Name.forbidden)
         refused = registry.counter(Name.refused)
