@@ -34,6 +34,7 @@ struct OfflineAgentCommand: AsyncParsableCommand {
     /// Whatever `sync` alone does not parse (help, a usage error, completion scripts,
     /// another command) goes through the full parser, so help and errors read exactly as before.
     static func main() async {
+        DryParse.exitIfAsked(Self.self)
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first == SyncCommand.configuration.commandName,
            let sync = try? SyncCommand.parse(Array(arguments.dropFirst())) {

@@ -21,6 +21,7 @@ struct OfflinePublishCommand: AsyncParsableCommand {
     /// A first word that names no command is a usage error whatever follows, so
     /// `offline-publish sync --version` does not print the version and exit 0.
     static func main() async {
+        DryParse.exitIfAsked(Self.self)
         let arguments = Array(CommandLine.arguments.dropFirst())
         if let first = arguments.first, !first.hasPrefix("-"), first != "help",
            !configuration.subcommands.contains(where: { $0.configuration.commandName == first }) {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandSupport
 import Foundation
 import Logging
 import OfflineAgent
@@ -44,6 +45,11 @@ struct OfflineServerCommand: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
     @Option(help: "Inject a fault, for testing clients (repeatable): FAULT[@SCOPE][*COUNT], e.g. latency=500ms, status=503:retry-after=60@manifest, truncate=0.5@package*1, corrupt=patch, reset-after=64k, stall=2s; see README.")
     var fault: [String] = []
+
+    static func main() async {
+        DryParse.exitIfAsked(Self.self)
+        await main(nil)
+    }
 
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level '\(logLevel)'") }

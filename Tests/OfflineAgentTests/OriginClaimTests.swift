@@ -17,6 +17,15 @@ struct OriginClaimTests {
         }
     }
 
+    /// `mall` (h5.example.com/mall/) and `shop` (h5.example.com/shop/) offered on one origin.
+    private func twoAppsOnOneOrigin() throws -> SyncHarness {
+        let h = try SyncHarness()
+        var shop = h.full("1.0.0", ["whitelist": ["https://h5.example.com/shop/"]])
+        shop["app"] = "shop"
+        serveManifests(h, ["mall": h.full("1.0.0"), "shop": shop])
+        return h
+    }
+
     private func sync(_ h: SyncHarness, _ app: String, allowed: [String]? = nil) async -> SyncReport {
         var options = SyncOptions(force: true)
         options.allowedOrigins = allowed
@@ -51,10 +60,7 @@ struct OriginClaimTests {
 
     @Test("the first app to install keeps its origin: a second app claiming it on its first install is refused, in either order")
     func firstComeFirstServed() async throws {
-        let h = try SyncHarness()
-        var shop = h.full("1.0.0", ["whitelist": ["https://h5.example.com/shop/"]])
-        shop["app"] = "shop"
-        serveManifests(h, ["mall": h.full("1.0.0"), "shop": shop])
+        let h = try twoAppsOnOneOrigin()
         #expect(await sync(h, "shop").result == .updated)
         let report = await sync(h, "mall")
         #expect(report.error?.cause == .originClaimed)
@@ -64,10 +70,7 @@ struct OriginClaimTests {
 
     @Test("two apps of one batch claiming one origin: exactly one installs")
     func batch() async throws {
-        let h = try SyncHarness()
-        var shop = h.full("1.0.0", ["whitelist": ["https://h5.example.com/shop/"]])
-        shop["app"] = "shop"
-        serveManifests(h, ["mall": h.full("1.0.0"), "shop": shop])
+        let h = try twoAppsOnOneOrigin()
         let reports = await h.agent().sync([
             SyncRequest(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)),
             SyncRequest(app: "shop", manifest: h.origin.manifestURL, options: SyncOptions(force: true)),

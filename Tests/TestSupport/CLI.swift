@@ -14,6 +14,9 @@ package enum CLI {
     /// The publisher toolkit.
     package static var publisher: String { built("offline-publish") }
 
+    /// The reference server.
+    package static var server: String { built("offline-server") }
+
     private static func built(_ name: String) -> String {
         for dir in [".build/debug", ".build/x86_64-unknown-linux-gnu/debug", ".build/release"] {
             let path = "\(Repo.root)/\(dir)/\(name)"
