@@ -25,6 +25,26 @@ struct ReportHostileInputTests {
         return stores
     }
 
+    /// `body` for each store, on a publish directory holding app `fleet`.
+    static func onEachStore(_ label: String, _ body: (_ dir: String, _ store: (name: String, url: String)) async throws -> Void) async throws {
+        let dir = try PublishFixtures.temporaryDirectory("hostile-\(label)")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        for store in try stores(label, in: dir) {
+            defer { store.drop() }
+            try await body(dir, (store.name, store.url))
+        }
+    }
+
+    /// `body` for each store with an `offline-server` process on it, stopped after.
+    static func onEachServer(_ label: String, _ body: (_ store: (name: String, url: String), _ server: OfflineServerProcess) async throws -> Void) async throws {
+        try await onEachStore(label) { dir, store in
+            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
+            defer { server.stopBlocking() }
+            try await body(store, server)
+        }
+    }
+
     /// The server still answers what it serves: `/stats`, a manifest and `/metrics`.
     static func expectServing(_ server: OfflineServerProcess, _ store: String) async throws {
         #expect(server.process.isRunning, "\(store): the server died")
@@ -35,13 +55,7 @@ struct ReportHostileInputTests {
 
     @Test("numbers past the bound or below 0 are refused with 400 naming the field; the server keeps serving")
     func numbersAtTheDoor() async throws {
-        let dir = try PublishFixtures.temporaryDirectory("hostile-numbers")
-        defer { PublishFixtures.cleanUp(dir) }
-        try C.publishFleet(dir)
-        for store in try Self.stores("numbers", in: dir) {
-            defer { store.drop() }
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
-            defer { server.stopBlocking() }
+        try await Self.onEachServer("numbers") { store, server in
             // The reproduction: two events of 2^63 − 1 bytes in one batch, then in two.
             let two = [C.event("updated", ["bytes": Self.huge]), C.event("updated", ["bytes": Self.huge])]
             var answer = try await C.post(server.baseURL, try C.body(two))
@@ -105,11 +119,7 @@ struct ReportHostileInputTests {
 
     @Test("a database an older server poisoned with 2^63 − 1 opens, serves, saturates and keeps taking real reports")
     func poisonedDatabase() async throws {
-        let dir = try PublishFixtures.temporaryDirectory("hostile-poison")
-        defer { PublishFixtures.cleanUp(dir) }
-        try C.publishFleet(dir)
-        for store in try Self.stores("poison", in: dir) {
-            defer { store.drop() }
+        try await Self.onEachStore("poison") { dir, store in
             let first = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
             let usage = C.event("usage", device: "d1", ["offlineHits": 5, "fallbacks": ["missing-file": 2]])
             #expect(try await C.post(first.baseURL, try C.body([usage])).receipt?.accepted == 1, "\(store.name)")
@@ -137,13 +147,7 @@ struct ReportHostileInputTests {
 
     @Test("a control character in any string is refused with 400 naming the field; a device's queue drops it and goes on")
     func controlCharacters() async throws {
-        let dir = try PublishFixtures.temporaryDirectory("hostile-control")
-        defer { PublishFixtures.cleanUp(dir) }
-        try C.publishFleet(dir)
-        for store in try Self.stores("control", in: dir) {
-            defer { store.drop() }
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
-            defer { server.stopBlocking() }
+        try await Self.onEachServer("control") { store, server in
             for bad in ["a\u{0}b", "\u{0}", "line\nforged", "tab\there", "\u{1b}[31mred", "del\u{7f}", "c1\u{85}"] {
                 let cases: [(field: String, event: [String: Any])] = [
                     ("device", C.event("marked-good", device: bad)),
@@ -259,13 +263,7 @@ struct ReportHostileInputTests {
     @Test("fuzz: random batches of huge, negative and control-character fields and resent ids; never a trap, each accepted event counted once, each refused batch a 400",
           arguments: [UInt64(38), 3838])
     func fuzz(seed: UInt64) async throws {
-        let dir = try PublishFixtures.temporaryDirectory("hostile-fuzz")
-        defer { PublishFixtures.cleanUp(dir) }
-        try C.publishFleet(dir)
-        for store in try Self.stores("fuzz", in: dir) {
-            defer { store.drop() }
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
-            defer { server.stopBlocking() }
+        try await Self.onEachServer("fuzz") { store, server in
             var random = SplitMix64(seed: seed)
             var stored = Set<String>(), sent: [String] = []
             for round in 0..<40 {
