@@ -342,8 +342,14 @@ public actor Agent {
         let etag = check.etagCurrent == (installed?.version.description ?? "") ? check.etag : nil
         let response: ManifestResponse
         do {
-            response = try await client.fetch(
-                base: manifestURL, app: app, current: installed?.version, etag: etag, now: now, appendQuery: options.manifestQuery)
+            if let trustedRoot = options.trustedRoot {
+                // A TUF repository: metadata refreshed, the manifest a verified target (no ETag: it is cached by hash).
+                response = try await TUFManifestSource(fetcher: fetcher, agentRoot: store.root, trustedRoot: Array(trustedRoot))
+                    .fetch(manifestURL: manifestURL, app: app, now: now)
+            } else {
+                response = try await client.fetch(
+                    base: manifestURL, app: app, current: installed?.version, etag: etag, now: now, appendQuery: options.manifestQuery)
+            }
         } catch {
             // The answer we cached an ETag for may be gone: ask afresh next time.
             check.etag = nil
