@@ -13,6 +13,7 @@ packages=(
     nginx-light                                                      # tests: a real static origin and caching proxy (StaticCDNTests)
     prometheus                                                       # tests: a real Prometheus scrapes offline-server (FleetReportPrometheusTests)
     postgresql                                                       # tests: offline-server's shared report store (scripts/postgres-test.sh starts it)
+    python3-venv                                                     # tests: scripts/tuf-venv.sh, python-tuf for the TUF interop tests
     wrk                                                              # bench/run.sh report, manifest, proxy; bench/serve.sh: the HTTP load generator
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
 )

@@ -14,6 +14,8 @@ struct ConfigFile: Decodable {
         var publicKey: String?
         var publicKeys: [String]?
         var allowUnsigned: Bool?
+        /// The path of this app's TUF root file; wins over the top-level one.
+        var trustedRoot: String?
         var profile: String?
         var manifestQuery: Bool?
         var report: String?
@@ -29,6 +31,8 @@ struct ConfigFile: Decodable {
     var publicKey: String?
     var publicKeys: [String]?
     var allowUnsigned: Bool?
+    /// The path of a TUF root file for apps that name none (`sync --trusted-root`).
+    var trustedRoot: String?
     var network: NetworkPolicy?
     var profile: String?
     /// The fleet-report collector (`--report`); an app's own wins.
@@ -42,8 +46,8 @@ struct ConfigFile: Decodable {
     var manifestQuery: Bool?
     var apps: [App]
 
-    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "reportToken", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches", "allowedOrigins"]
+    static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "trustedRoot", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "reportToken", "apps"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "trustedRoot", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches", "allowedOrigins"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -63,12 +67,15 @@ struct ConfigFile: Decodable {
         var maxTrialLaunches: Int?
         /// The origins the app's whitelist may name; nil: those of its installed whitelist.
         var allowedOrigins: [String]?
+        /// The TUF root file's bytes (`trustedRoot`), which replace the keys.
+        var trustedRoot: Data?
     }
 
     /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s, `fallbackReport` and
     /// `fallbackReportToken` those of `--report` and `--report-token-file`.
     static func load(
-        _ path: String, fallbackKeys: [String], allowUnsigned: Bool = false, fallbackReport: URL? = nil, fallbackReportToken: String? = nil
+        _ path: String, fallbackKeys: [String], allowUnsigned: Bool = false, fallbackReport: URL? = nil, fallbackReportToken: String? = nil,
+        fallbackTrustedRoot: Data? = nil
     ) throws -> (file: ConfigFile, entries: [Entry]) {
         let data = try read(path)
         let keys: KeyProbe
@@ -98,6 +105,7 @@ struct ConfigFile: Decodable {
             throw OfflineAgentError(.usage, "maxTrialLaunches must be 0 or more", path: path)
         }
         let fileKeys = (file.publicKey.map { [$0] } ?? []) + (file.publicKeys ?? [])
+        let fileRoot = try file.trustedRoot.map { try SyncCommand.trustedRoot(file: $0, key: "trustedRoot") } ?? fallbackTrustedRoot
         let fileReport = try file.report.map { try reportURL($0, key: "report", path: path) } ?? fallbackReport
         // A token goes with the URL it was given for: the top-level one with the top-level
         // report, `--report-token-file` with `--report` (else with the file's report).
@@ -131,7 +139,9 @@ struct ConfigFile: Decodable {
             if let limit = entry.maxTrialLaunches, limit < 0 {
                 throw OfflineAgentError(.usage, "apps[\(index)].maxTrialLaunches must be 0 or more", path: path)
             }
-            if keys.isEmpty, (entry.allowUnsigned ?? file.allowUnsigned ?? (allowUnsigned ? true : nil)) != true {
+            // A TUF root replaces keys and allowUnsigned for the app (the app's own first).
+            let trustedRoot = try entry.trustedRoot.map { try SyncCommand.trustedRoot(file: $0, key: "apps[\(index)].trustedRoot") } ?? fileRoot
+            if keys.isEmpty, trustedRoot == nil, (entry.allowUnsigned ?? file.allowUnsigned ?? (allowUnsigned ? true : nil)) != true {
                 throw OfflineAgentError(
                     .usage, "app '\(entry.app)' has no trusted key: give publicKey or publicKeys, or say \"allowUnsigned\": true", path: path)
             }
@@ -143,7 +153,7 @@ struct ConfigFile: Decodable {
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
                          manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report,
                          reportToken: token ?? (report == fileReport ? fileToken : nil), maxTrialLaunches: entry.maxTrialLaunches,
-                         allowedOrigins: entry.allowedOrigins)
+                         allowedOrigins: entry.allowedOrigins, trustedRoot: trustedRoot)
         }
         // A token given for no URL any app reports to is a mistake worth naming.
         if file.reportToken != nil || fallbackReportToken != nil, fileToken == nil || !entries.contains(where: { $0.report != nil && $0.report == fileReport }) {

@@ -81,6 +81,8 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "The cookie profile whose jar the requests use (default: \(CookieProfile.defaultName)).") var profile: String?
     @Option(help: "Put every new version on trial for N launches, rolled back unless confirmed (for a host that confirms); 0: no trials. Default: as the manifest asks.")
     var maxTrialLaunches: Int?
+    @Option(help: "Trust the TUF repository the manifest URL (<base>/APP/manifest.json) is in from this root file (its metadata/1.root.json); replaces --public-key and --allow-unsigned (docs/PROTOCOL.md, \"TUF repository\").")
+    var trustedRoot: String?
     @Flag(help: "Accept unsigned manifests when no --public-key is given (the config file's \"allowUnsigned\": true).")
     var allowUnsigned = false
     @Flag(help: "Request the manifest URL as written, without the app and current query parameters (a static manifest behind a CDN).")
@@ -173,6 +175,8 @@ struct SyncCommand: AsyncParsableCommand {
         var report: URL?
         var reportToken: String?
         var allowedOrigins: [String]?
+        /// The TUF root file's bytes; when set, the keys are not read.
+        var trustedRoot: Data?
 
         func options(force: Bool, deviceID: String? = nil) -> SyncOptions {
             var options = SyncOptions(
@@ -183,6 +187,7 @@ struct SyncCommand: AsyncParsableCommand {
             options.reportToken = reportToken
             options.allowedOrigins = allowedOrigins
             options.deviceID = deviceID
+            options.trustedRoot = trustedRoot
             return options
         }
     }
@@ -214,6 +219,19 @@ struct SyncCommand: AsyncParsableCommand {
         guard let token = try reportToken(file: file) else { return nil }
         guard report != nil else { throw OfflineAgentError(.usage, "--report-token-file needs --report: the token goes to that collector only") }
         return token
+    }
+
+    /// A TUF root file (`--trusted-root`, `trustedRoot`): its bytes, once they parse as root metadata.
+    static func trustedRoot(file: String, key: String) throws -> Data {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw OfflineAgentError(.usage, "\(key) cannot be read", path: file)
+        }
+        do {
+            _ = try TUFRoot(data)
+        } catch let error as OfflineAgentError {
+            throw OfflineAgentError(.usage, "\(key) is not TUF root metadata: \(error.reason)", path: file)
+        }
+        return data
     }
 
     /// `--public-key`: base64, or the path of a file holding it (a key file from `keygen` is base64 text).
@@ -250,8 +268,9 @@ struct SyncCommand: AsyncParsableCommand {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")
             }
             let keys = try commandLineKeys()
+            let trusted = try trustedRoot.map { try Self.trustedRoot(file: $0, key: "--trusted-root") }
             // The same rule as the config file: no key at all must be asked for by name.
-            if keys.isEmpty, !allowUnsigned {
+            if keys.isEmpty, !allowUnsigned, trusted == nil {
                 throw OfflineAgentError(
                     .usage,
                     "no trusted key: give --public-key KEY (base64, or the file offline-publish keygen wrote beside the private key) to verify signed manifests, or --allow-unsigned to accept unsigned ones")
@@ -260,17 +279,18 @@ struct SyncCommand: AsyncParsableCommand {
             let token = try Self.reportToken(file: reportTokenFile, report: report)
             return [Job(root: root!, app: app!, manifest: url, publicKeys: keys, network: network ?? .auto, profile: profileName,
                         maxTrialLaunches: maxTrialLaunches, manifestQuery: !noManifestQuery,
-                        report: report, reportToken: token)]
+                        report: report, reportToken: token, trustedRoot: trusted)]
         }
         let (file, entries) = try ConfigFile.load(
             config, fallbackKeys: try commandLineKeys(), allowUnsigned: allowUnsigned, fallbackReport: try Self.reportURL(report),
-            fallbackReportToken: try Self.reportToken(file: reportTokenFile))
+            fallbackReportToken: try Self.reportToken(file: reportTokenFile),
+            fallbackTrustedRoot: try trustedRoot.map { try Self.trustedRoot(file: $0, key: "--trusted-root") })
         return entries.map { entry in
             Job(root: root ?? file.root, app: entry.app, manifest: entry.manifest, publicKeys: entry.publicKeys,
                 network: entry.network ?? network ?? .auto, profile: entry.profile ?? profileName,
                 maxTrialLaunches: entry.maxTrialLaunches ?? file.maxTrialLaunches ?? maxTrialLaunches,
                 manifestQuery: entry.manifestQuery ?? !noManifestQuery, report: entry.report, reportToken: entry.reportToken,
-                allowedOrigins: entry.allowedOrigins)
+                allowedOrigins: entry.allowedOrigins, trustedRoot: entry.trustedRoot)
         }
     }
 }

@@ -116,7 +116,13 @@ struct PublishTests {
         try F.publishSample(to: first, key: key)
         try F.publishSample(to: second, key: key)
         let a = F.tree(first), b = F.tree(second)
-        #expect(a.count == 4 * 2 + 6 + 3)  // zips + gzips, patches 1+2+3, manifest + sig + state
+        // zips + gzips, patches 1+2+3, manifest + sig + state; then the TUF repository: a
+        // hash-prefixed link for each package and patch and each of the 4 manifests, and
+        // metadata/ (1.root.json, N.targets.json and N.snapshot.json per publish, timestamp.json).
+        func hashPrefixed(_ path: String) -> Bool { (path as NSString).lastPathComponent.split(separator: ".").first?.count == 64 }
+        #expect(a.keys.filter { !$0.hasPrefix("metadata/") && !hashPrefixed($0) }.count == 4 * 2 + 6 + 3)
+        #expect(a.keys.filter(hashPrefixed).count == 4 * 2 + 6 + 4)
+        #expect(a.keys.filter { $0.hasPrefix("metadata/") }.count == 1 + 4 * 2 + 1)
         #expect(a == b)
     }
 
@@ -227,7 +233,9 @@ struct PublishTests {
     func rollsBackPartialMove() throws {
         let out = try F.temporaryDirectory()
         defer { F.cleanUp(out) }
-        try F.publishSample(["1.0.0", "1.1.0"], to: out, key: .generate())
+        // One key throughout: another would be refused before anything moves (the TUF root names this one).
+        let key = SigningKey.generate()
+        try F.publishSample(["1.0.0", "1.1.0"], to: out, key: key)
         // Sabotage: manifest.json replaced by a directory, so it can be neither kept
         // for rollback nor renamed over — after the packages and patches moved in.
         let manifest = "\(out)/sample/manifest.json"
@@ -237,7 +245,7 @@ struct PublishTests {
         let before = F.tree(out)
         let names = try FileManager.default.contentsOfDirectory(atPath: "\(out)/sample").sorted()
 
-        let error = try #require(throws: OfflineAgentError.self) { try F.publishSample(["1.2.0"], to: out, key: .generate()) }
+        let error = try #require(throws: OfflineAgentError.self) { try F.publishSample(["1.2.0"], to: out, key: key) }
         #expect(error.path?.hasSuffix("sample/manifest.json") == true, "failed at \(error)")
         #expect(F.tree(out) == before)
         #expect(try FileManager.default.contentsOfDirectory(atPath: "\(out)/sample").sorted() == names)

@@ -354,8 +354,14 @@ public actor Agent {
         let etag = ManifestDecision.requestETag(check, installed: installed?.version)
         let response: ManifestResponse
         do {
-            response = try await client.fetch(
-                base: manifestURL, app: app, current: installed?.version, etag: etag, now: now, appendQuery: options.manifestQuery)
+            if let trustedRoot = options.trustedRoot {
+                // A TUF repository: metadata refreshed, the manifest a verified target (no ETag: it is cached by hash).
+                response = try await TUFManifestSource(fetcher: fetcher, agentRoot: store.root, trustedRoot: Array(trustedRoot))
+                    .fetch(manifestURL: manifestURL, app: app, now: now)
+            } else {
+                response = try await client.fetch(
+                    base: manifestURL, app: app, current: installed?.version, etag: etag, now: now, appendQuery: options.manifestQuery)
+            }
         } catch {
             // The answer we cached an ETag for may be gone: ask afresh next time.
             check.etag = nil

@@ -9,6 +9,12 @@ public struct SyncOptions: Sendable {
     public var publicKey: String?
     /// More trusted keys (rotation): a manifest signed by any of `publicKey` and these verifies.
     public var publicKeys: [String] = []
+    /// The bytes of a TUF root (`metadata/1.root.json` of the publish directory) the
+    /// app's repository is bootstrapped from; when set, the manifest URL must be
+    /// `<base>/APP/manifest.json`, the sync follows the TUF client workflow
+    /// (`docs/PROTOCOL.md`, "TUF repository") and `publicKey`/`publicKeys` are not read.
+    /// The root persisted under the agent's root wins once it is newer.
+    public var trustedRoot: Data?
     /// The device's network; `wifi` manifests are deferred on `.metered`.
     public var network: NetworkKind = .unmetered
     /// How `network` is decided; nil: `network` as given. `.auto` asks NetworkManager

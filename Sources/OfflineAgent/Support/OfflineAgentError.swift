@@ -52,6 +52,28 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case originNotAllowed = "origin-not-allowed"
         /// The manifest's whitelist names an origin another installed app holds.
         case originClaimed = "origin-claimed"
+        // TUF metadata (docs/PROTOCOL.md, "TUF repository")
+        /// TUF metadata is malformed: not its role's fields, an unknown key type, a
+        /// float, an unsupported `spec_version`.
+        case metadataInvalid = "metadata-invalid"
+        /// TUF metadata is older than metadata this device already trusts (a replay or rollback).
+        case metadataReplay = "metadata-replay"
+        /// TUF metadata (root, timestamp, snapshot or targets) has expired.
+        case metadataExpired = "metadata-expired"
+        /// Fewer distinct trusted keys signed TUF metadata than its role's threshold.
+        case thresholdNotMet = "threshold-not-met"
+        /// A new root is not the next version, or is not signed by the thresholds of
+        /// both the trusted root and itself, or more than 32 rotations were offered.
+        case rootChainBroken = "root-chain-broken"
+        /// TUF metadata disagrees with what the metadata naming it says (a version or a
+        /// hash in timestamp or snapshot): files of different releases mixed.
+        case metadataMismatch = "metadata-mismatch"
+        /// A file is longer than the length its metadata gives, or than the fixed cap
+        /// for metadata without one.
+        case lengthExceeded = "length-exceeded"
+        /// The manifest, a package or a patch is not a target of the trusted targets
+        /// metadata, or is listed with another length or hash.
+        case targetUnlisted = "target-unlisted"
         // Transfer
         /// The server could not be reached (refused, unreachable, name not resolved, reset).
         case network

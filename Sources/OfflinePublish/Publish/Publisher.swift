@@ -20,6 +20,8 @@ public enum Publisher {
     public static func publish(_ options: PublishOptions) throws -> PublishResult {
         try checkArguments(options)
         let out = FileSystem.absolute(options.publishDirectory)
+        // TUF: a key the repository's root does not name is refused before anything is written.
+        if let key = options.signingKey { try TUFRepository.checkKeys(publishDirectory: out, keys: TUFKeys(all: key)) }
         let source = FileSystem.absolute(options.sourceDirectory)
         let appDirectory = "\(out)/\(options.app)"
 
@@ -63,6 +65,8 @@ public enum Publisher {
                 guard chmod(staging, 0o755) == 0 else { throw POSIXFailure("chmod \(staging)") }
                 try FileSystem.renameDurably(staging, to: appDirectory)
             }
+            // TUF: the new files become targets; timestamp.json, written last, publishes them.
+            if let key = options.signingKey { try TUFRepository.refresh(publishDirectory: out, keys: TUFKeys(all: key), now: options.now) }
             return PublishResult(
                 appDirectory: appDirectory, state: built.state, release: built.release, patches: built.state.patches,
                 manifestPath: "\(appDirectory)/\(manifestFile)",

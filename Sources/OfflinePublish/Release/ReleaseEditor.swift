@@ -259,6 +259,8 @@ public enum ReleaseEditor {
             }
             throw failure
         }
+        // TUF: the changed manifest is a new target, so targets, snapshot and timestamp get new versions.
+        if let key { try TUFRepository.refresh(publishDirectory: publishDirectory, keys: TUFKeys(all: key), now: now) }
         return state
     }
 
@@ -267,6 +269,7 @@ public enum ReleaseEditor {
     /// A signed release stays signed, by the key it was signed with: devices trusting
     /// that key refuse an unsigned manifest or another key's signature.
     static func checkSigning(appDirectory: String, key: SigningKey?) throws {
+        if let key { try TUFRepository.checkKeys(publishDirectory: FileSystem.parent(of: appDirectory), keys: TUFKeys(all: key)) }
         let path = "\(appDirectory)/\(Publisher.manifestFile)"
         guard let body = FileManager.default.contents(atPath: path) else { return }
         let envelope = try? ManifestEnvelope.open(body)
