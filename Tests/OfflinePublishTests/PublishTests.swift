@@ -38,7 +38,9 @@ struct PublishTests {
         }
         // No staging leftovers.
         #expect(try FileManager.default.contentsOfDirectory(atPath: app).filter { $0.hasPrefix(".") }.isEmpty)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: out) == ["sample"])
+        // The app directory and its empty lock file (PublishLock), nothing else.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: out).sorted() == [".sample.lock", "sample"])
+        #expect(FileManager.default.contents(atPath: "\(out)/.sample.lock") == Data())
     }
 
     @Test("the zip holds exactly the source files, stored, sorted, with fixed timestamps")
@@ -116,7 +118,7 @@ struct PublishTests {
         try F.publishSample(to: first, key: key)
         try F.publishSample(to: second, key: key)
         let a = F.tree(first), b = F.tree(second)
-        #expect(a.count == 4 * 2 + 6 + 3)  // zips + gzips, patches 1+2+3, manifest + sig + state
+        #expect(a.count == 4 * 2 + 6 + 3 + 1)  // zips + gzips, patches 1+2+3, manifest + sig + state, the lock file
         #expect(a == b)
     }
 

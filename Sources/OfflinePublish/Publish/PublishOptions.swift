@@ -70,6 +70,9 @@ public struct PublishOptions: Sendable {
     package var existingPackage: (path: String, sha256: String)?
     /// The verb recorded in the revision.
     package var verb = "publish"
+    /// How long to wait for another verb holding the app's `PublishLock` before failing
+    /// with `.busy` naming it.
+    public var lockWait: Duration = PublishLock.defaultWait
 
     public init(
         app: String, version: Version, sourceDirectory: String, publishDirectory: String,

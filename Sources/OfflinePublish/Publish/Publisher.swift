@@ -22,8 +22,33 @@ public enum Publisher {
         let out = FileSystem.absolute(options.publishDirectory)
         let source = FileSystem.absolute(options.sourceDirectory)
         let appDirectory = "\(out)/\(options.app)"
+        // Before anything is written: a tree devices would refuse changes nothing.
+        let entries = options.existingPackage == nil ? try PublishZip.collect(source: source, limits: options.limits) : []
 
+        // Stage on the publish directory's filesystem so moving in is a rename.
+        let createdOut = try makeDirectories(out)
+        do {
+            let lock = try PublishLock(app: options.app, publishDirectory: out, wait: options.lockWait)
+            return try withExtendedLifetime(lock) {
+                try PublishRecovery.recover(app: options.app, publishDirectory: out)
+                return try publishLocked(options, entries: entries, out: out, appDirectory: appDirectory)
+            }
+        } catch {
+            if !createdOut.isEmpty {
+                // Nothing was published into the directories made above: they go again.
+                unlink(PublishLock.path(app: options.app, publishDirectory: out))
+                removeCreated(createdOut)
+            }
+            throw error
+        }
+    }
+
+    /// The read-modify-write of a publish, under the app's lock.
+    private static func publishLocked(
+        _ options: PublishOptions, entries: [PublishZip.Entry], out: String, appDirectory: String
+    ) throws -> PublishResult {
         let previous = try FileSystem.isDirectory(appDirectory) ? PublishState.load(appDirectory: appDirectory) : nil
+        PublishStep.afterRead.reached()
         if let previous {
             guard previous.app == options.app else {
                 throw OfflineAgentError(.publish, "state.json belongs to app '\(previous.app)'", path: appDirectory)
@@ -37,61 +62,37 @@ public enum Publisher {
                     .usage, "the kept expires \(kept) has already passed: no device would accept the manifest; give --expires with a later time or 'never'")
             }
         }
-        // Before anything is written: a tree devices would refuse changes nothing.
-        let entries = options.existingPackage == nil ? try PublishZip.collect(source: source, limits: options.limits) : []
-
-        // Stage on the publish directory's filesystem so moving in is a rename.
-        let createdOut = try makeDirectories(out)
-        let appExisted = FileSystem.isDirectory(appDirectory)
         let staging: String
         do {
-            staging = appExisted
+            staging = FileSystem.isDirectory(appDirectory)
                 ? try FileSystem.makeTemporaryDirectory(in: appDirectory, prefix: ".publish-")
                 : try FileSystem.makeTemporaryDirectory(in: out, prefix: ".publish-\(options.app)-")
         } catch {
-            removeCreated(createdOut)
             throw OfflineAgentError(.publish, "cannot write to the publish directory", path: out, underlying: error)
         }
-        defer { FileSystem.remove(staging) }
-
+        let commit: PublishCommit
         do {
-            let built = try build(options, entries: entries, previous: previous, appDirectory: appDirectory, staging: staging)
-            if appExisted {
-                try moveIn(built, staging: staging, appDirectory: appDirectory, signed: options.signingKey != nil)
-            } else {
-                // A first publish: the whole app directory appears in one rename.
-                guard chmod(staging, 0o755) == 0 else { throw POSIXFailure("chmod \(staging)") }
-                try FileSystem.renameDurably(staging, to: appDirectory)
-            }
-            return PublishResult(
-                appDirectory: appDirectory, state: built.state, release: built.release, patches: built.state.patches,
-                manifestPath: "\(appDirectory)/\(manifestFile)",
-                signaturePath: options.signingKey == nil ? nil : "\(appDirectory)/\(signatureFile)")
+            commit = try build(options, entries: entries, previous: previous, appDirectory: appDirectory, staging: staging)
         } catch {
-            if !appExisted {
-                // The staging directory sits in the directories made above: it goes first.
-                FileSystem.remove(staging)
-                removeCreated(createdOut)
-            }
+            FileSystem.remove(staging)
             if let error = error as? OfflineAgentError { throw error }
             throw OfflineAgentError(.publish, "cannot write to the publish directory", path: appDirectory, underlying: error)
         }
+        let state = try commit.commit()
+        return PublishResult(
+            appDirectory: appDirectory, state: state, release: state.latestRelease!, patches: state.patches,
+            manifestPath: "\(appDirectory)/\(manifestFile)",
+            signaturePath: options.signingKey == nil ? nil : "\(appDirectory)/\(signatureFile)")
     }
 
     // MARK: Steps
 
-    private struct Built {
-        var state: PublishState
-        var release: PublishState.Release
-        /// File names written into staging, in the order they must be moved in.
-        var files: [String]
-    }
-
-    /// Writes every new file into `staging` and returns the new state.
+    /// Writes every new immutable file into `staging` and returns the commit of the new
+    /// state with its static manifest.
     private static func build(
         _ options: PublishOptions, entries: [PublishZip.Entry], previous: PublishState?,
         appDirectory: String, staging: String
-    ) throws -> Built {
+    ) throws -> PublishCommit {
         let version = options.version
         let package: PublishedFile
         if let existing = options.existingPackage {
@@ -162,16 +163,10 @@ public enum Publisher {
             // A manifest devices would refuse (a bad schedule, stage): the operator's input.
             throw OfflineAgentError(.usage, error.reason)
         }
-        let written = try PublishManifest.staticFiles(manifest, key: options.signingKey)
-        try writeNew(written.manifest, to: "\(staging)/\(manifestFile)")
-        files.append(manifestFile)
-        if let signature = written.signature {
-            try writeNew(signature, to: "\(staging)/\(signatureFile)")
-            files.append(signatureFile)
-        }
-        try writeNew(try state.encoded(), to: "\(staging)/\(PublishState.fileName)")
-        files.append(PublishState.fileName)
-        return Built(state: state, release: release, files: files)
+        var commit = PublishCommit(appDirectory: appDirectory, staging: staging, state: state)
+        commit.files = files
+        commit.deriveStaticManifest(try PublishManifest.staticFiles(manifest, key: options.signingKey))
+        return commit
     }
 
     /// Diffs the kept package of `base` against the new one, then proves the patch
@@ -199,28 +194,6 @@ public enum Publisher {
         }
         let digest = try PublishFileWriter.digest(of: path)
         return PublishState.Patch(from: base.version, to: release.version, size: digest.size, sha256: digest.sha256)
-    }
-
-    /// Moves the staged files into an existing app directory, undoing the moves on failure.
-    private static func moveIn(_ built: Built, staging: String, appDirectory: String, signed: Bool) throws {
-        var transaction = PublishTransaction(staging: staging, target: appDirectory)
-        do {
-            for file in built.files where file != PublishState.fileName {
-                try transaction.install(file)
-            }
-            // An old signature would not match the new manifest.
-            if !signed { try transaction.remove(signatureFile) }
-            try transaction.install(PublishState.fileName)
-            try transaction.commit()
-        } catch {
-            let leftovers = transaction.rollBack()
-            if !leftovers.isEmpty, let error = error as? OfflineAgentError {
-                throw OfflineAgentError(
-                    error.code, error.reason + "; could not undo: " + leftovers.joined(separator: "; "),
-                    path: error.path, underlying: error.underlying)
-            }
-            throw error
-        }
     }
 
     // MARK: Helpers
@@ -275,12 +248,6 @@ public enum Publisher {
             throw OfflineAgentError(.publish, "the package does not match its state.json (sha256 \(copied.sha256), expected \(existing.sha256))", path: existing.path)
         }
         return copied
-    }
-
-    private static func writeNew(_ data: Data, to path: String) throws {
-        let writer = try PublishFileWriter(creating: path)
-        try writer.write(data)
-        _ = try writer.finish()
     }
 
     /// `mkdir -p`, returning the directories it created (outermost first) so a
