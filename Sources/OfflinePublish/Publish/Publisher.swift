@@ -8,20 +8,25 @@ import OfflineAgent
 /// its gzip, BSDIFF40 patches from the last few versions, the static
 /// `manifest.json` (+ `.sig`) and `state.json`.
 ///
-/// Everything is made in a staging directory first; the publish directory changes
-/// only once everything is built and checked, and a failure while moving files in
-/// undoes the moves. `state.json` is written last: it is what servers read.
+/// Under the app's `PublishLock`, everything is made in a staging directory first;
+/// the publish directory changes only once everything is built and checked, and then
+/// through `PublishCommit`, whose one commit point is the rename of `state.json` (what
+/// servers read): a failure or a crash before it leaves the old revision, after it the
+/// new one (`PublishRecovery` finishes or undoes what a crash cut short).
 public enum Publisher {
     /// The static manifest's file name inside the app directory.
     public static let manifestFile = "manifest.json"
     /// Its detached signature (base64), for hosts that cannot set headers.
     public static let signatureFile = "manifest.json.sig"
 
+    /// Publishes `options.version`; waits at most `options.lockWait` for another verb on
+    /// the app (`.busy` naming it after that).
     public static func publish(_ options: PublishOptions) throws -> PublishResult {
         try checkArguments(options)
         let out = FileSystem.absolute(options.publishDirectory)
         let source = FileSystem.absolute(options.sourceDirectory)
         let appDirectory = "\(out)/\(options.app)"
+        try checkNotAppDirectory(out, option: "--out")
         // Before anything is written: a tree devices would refuse changes nothing.
         let entries = options.existingPackage == nil ? try PublishZip.collect(source: source, limits: options.limits) : []
 
@@ -147,6 +152,9 @@ public enum Publisher {
         if options.existingPackage == nil, let fallback = state.fallback, !entries.contains(where: { $0.name == fallback }) {
             throw OfflineAgentError(.usage, "fallback '\(fallback)' is not a file of the package")
         }
+        if options.requireEntryPage, options.existingPackage == nil, state.fallback == nil, !entries.contains(where: { $0.name == "index.html" }) {
+            throw missingEntryPage(options, entries: entries)
+        }
         guard state.miniVersion <= version else {
             throw OfflineAgentError(.usage, "miniVersion \(state.miniVersion) is above version \(version)")
         }
@@ -197,6 +205,32 @@ public enum Publisher {
     }
 
     // MARK: Helpers
+
+    /// Refuses a publish directory that is itself an app's directory (it holds
+    /// `state.json`): `--out pub/mall` where `--out pub` was meant would start a second,
+    /// nested publish directory that no device's manifest URL points at.
+    package static func checkNotAppDirectory(_ directory: String, option: String) throws {
+        let path = FileSystem.absolute(directory)
+        guard FileSystem.exists("\(path)/\(PublishState.fileName)") else { return }
+        let app = (try? PublishState.load(appDirectory: path))?.map(\.app) ?? FileSystem.name(of: path)
+        throw OfflineAgentError(
+            .usage,
+            "\(option) \(directory) is the directory of app '\(app)' (it holds \(PublishState.fileName)), not a publish directory: give the directory above it (\(option) \(FileSystem.parent(of: path)))")
+    }
+
+    /// The refusal of a source without an entry page: it names what the source's top
+    /// level holds, which is usually the sign of the wrong directory (a wheel's root, a
+    /// project's root instead of its build output).
+    private static func missingEntryPage(_ options: PublishOptions, entries: [PublishZip.Entry]) -> OfflineAgentError {
+        let top = Set(entries.map { name in
+            name.name.split(separator: "/", maxSplits: 1).count > 1 ? "\(name.name.split(separator: "/")[0])/" : name.name
+        }).sorted()
+        let shown = top.prefix(5).joined(separator: ", ") + (top.count > 5 ? ", … (\(top.count) in all)" : "")
+        return OfflineAgentError(
+            .usage,
+            "\(options.sourceDirectory) has no index.html at its root (it holds \(top.isEmpty ? "nothing" : shown)): is --source the built site's root? Give --fallback FILE when the entry page has another name, or --no-entry-page to publish it without one",
+            path: options.sourceDirectory)
+    }
 
     private static func checkArguments(_ options: PublishOptions) throws {
         func usage(_ reason: String, path: String? = nil) -> OfflineAgentError { OfflineAgentError(.usage, reason, path: path) }

@@ -8,10 +8,11 @@ import OfflineAgent
 /// Changes a live release without building a new version (`stage`, `set`), or
 /// publishes existing bytes as one (`revert`, `promote`).
 ///
-/// Each verb re-signs `manifest.json` from the changed `state.json`, records a
-/// `PublishRevision`, and writes through the same staging directory and undoable
-/// renames as `publish`: on any failure the publish directory is byte for byte as
-/// it was. Each refuses, before writing anything, what devices would refuse (an
+/// Each verb holds the app's `PublishLock` from its read of `state.json` to its
+/// commit (waiting at most `lockWait` for another verb, then `.busy` naming it),
+/// re-signs `manifest.json` from the changed `state.json`, records a
+/// `PublishRevision`, and commits through `PublishCommit` as `publish` does: on any
+/// failure before the commit the publish directory is byte for byte as it was. Each refuses, before writing anything, what devices would refuse (an
 /// expired manifest, a mini version above the version, a stage outside 0…100, an
 /// unsigned or wrongly signed manifest where a signed one was), naming the value.
 public enum ReleaseEditor {
@@ -307,6 +308,7 @@ public enum ReleaseEditor {
 
     private static func appDirectory(_ app: String, _ publishDirectory: String) throws -> String {
         guard AppName.isValid(app) else { throw usage("invalid app name '\(app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
+        try Publisher.checkNotAppDirectory(publishDirectory, option: "--out")
         return "\(FileSystem.absolute(publishDirectory))/\(app)"
     }
 
