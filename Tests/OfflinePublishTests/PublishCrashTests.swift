@@ -79,6 +79,34 @@ struct PublishCrashTests {
         }
     }
 
+    @Test("a first publish killed at any step leaves no app or a whole one; a server start removes its staging directory")
+    func firstPublishKilled() throws {
+        let publisher = try #require(F.builtExecutable("offline-publish"), "offline-publish is not built")
+        let server = try #require(F.builtExecutable("offline-server"), "offline-server is not built")
+        for step in [PublishStep.afterRead, .afterStaging, .beforeCommit, .afterCommit] {
+            let out = try F.temporaryDirectory("first")
+            defer { F.cleanUp(out) }
+            let crashed = try PublishProcess(
+                publisher,
+                ["publish", "--app", "sample", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--out", out, "--unsigned",
+                 "--whitelist", "https://h5.example.com/sample/"],
+                environment: ["OFFLINE_PUBLISH_CRASH_AT": step.rawValue], logs: out)
+            let result = crashed.wait()
+            #expect(result.signaled, "\(step.rawValue) never reached: \(crashed.stderr)")
+            let committed = FileManager.default.fileExists(atPath: "\(out)/sample")
+            #expect(committed == (step == .afterCommit), "\(step.rawValue)")
+            if committed { #expect(try PublishState.load(appDirectory: "\(out)/sample")?.latest == Version("1.0.0")) }
+
+            let started = try PublishProcess(server, ["--dir", out, "--port", "0", "--no-reports"], logs: out)
+            defer { started.stop() }
+            #expect(PublishProcess.poll { started.stdout.contains("listening on") || !started.process.isRunning }, "\(started.stderr)")
+            kill(started.pid, SIGTERM)
+            _ = started.wait()
+            let left = try FileManager.default.contentsOfDirectory(atPath: out).filter { $0.hasPrefix(".publish-") }
+            #expect(left.isEmpty, "\(step.rawValue): \(left)")
+        }
+    }
+
     /// The app directory is exactly its committed revision: a signed `manifest.json` (and
     /// `.sig`) describing `state.json`, every file it names, no file of an undone version,
     /// no staging directory.

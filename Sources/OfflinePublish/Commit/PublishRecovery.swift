@@ -22,7 +22,13 @@ public enum PublishRecovery {
         let out = FileSystem.absolute(publishDirectory)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: out)) ?? []
         var lines: [String] = []
-        for app in names.sorted() where AppName.isValid(app) && FileSystem.isDirectory("\(out)/\(app)") {
+        // Apps with a directory, and apps whose first publish left only its staging directory.
+        var apps = Set(names.filter { AppName.isValid($0) && FileSystem.isDirectory("\(out)/\($0)") })
+        for name in names where name.hasPrefix(".publish-") && name.count > ".publish-".count + 7 {
+            let app = String(name.dropFirst(".publish-".count).dropLast(7))
+            if AppName.isValid(app), isFirstPublishStaging(name, app: app) { apps.insert(app) }
+        }
+        for app in apps.sorted() {
             do {
                 guard let lock = try PublishLock.tryTaking(app: app, publishDirectory: out) else {
                     lines.append("\(app): a verb holds the publish lock; it repairs the directory itself")

@@ -3,7 +3,7 @@ import OfflineAgent
 
 /// What a publish directory knows about one app: `<publish dir>/<app>/state.json`.
 ///
-/// It is the commit point of `publish` (written last, atomically) and the only
+/// Its rename is the commit point of every verb (`PublishCommit`) and it is the only
 /// thing a server reads to answer manifest requests; the files it names live
 /// beside it. Its only times are `publishedAt` and the revisions' (both
 /// `PublishOptions.now`), so publishing the same input at the same time gives the
