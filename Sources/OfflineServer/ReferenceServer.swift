@@ -98,6 +98,7 @@ public struct ReferenceServer: Sendable {
         stopOnSignals: Bool = false,
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
+        await repairPublishDirectory()
         let catalog = makeCatalog()
         let reports = try await openReports(catalog: catalog)
         do {
@@ -114,6 +115,7 @@ public struct ReferenceServer: Sendable {
     /// Starts the server in the background and returns once it listens: the
     /// in-process form for tests (use port 0 and read `port`).
     public func start() async throws -> RunningReferenceServer {
+        await repairPublishDirectory()
         let catalog = makeCatalog()
         let reports = try await openReports(catalog: catalog)
         let service = try await ServiceRunner.start(logger: logger) {
@@ -148,6 +150,17 @@ public struct ReferenceServer: Sendable {
             await store.close()
             throw error
         }
+    }
+
+    /// Finishes or undoes what a publisher verb a crash cut short left in the publish
+    /// directory (`PublishRecovery`), before anything is served; on a thread of its own,
+    /// as it renames and fsyncs. Never fails the start: problems are logged.
+    private func repairPublishDirectory() async {
+        let directory = configuration.directory
+        let lines = await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: PublishRecovery.recoverAll(publishDirectory: directory)) }
+        }
+        for line in lines { logger.warning("publish directory: \(line)") }
     }
 
     private func makeCatalog() -> ReferenceServerCatalog {

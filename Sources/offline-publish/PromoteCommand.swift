@@ -24,7 +24,7 @@ struct PromoteCommand: AsyncParsableCommand {
         try await reportingFailures {
             guard let parsed = Version(version) else { throw OfflineAgentError(.usage, "invalid version '\(version)'") }
             let result = try ReleaseEditor.promote(
-                app: app, version: parsed, from: from, to: to, key: try revision.signingKey(), reason: revision.reason)
+                app: app, version: parsed, from: from, to: to, key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("promoted \(app) \(parsed) to \(result.appDirectory)")
             print("  \(result.release.packageFile)  \(result.release.size) bytes  sha256 \(result.release.sha256)")
         }

@@ -57,6 +57,9 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Staged rollout: share of devices (0-100) that may take this version (default 100).") var stage: Int?
     @Option(help: "Staged rollout in time after publishing: PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h; units s m h d).")
     var stageSchedule: String?
+    @Flag(help: "Publish a source with no entry page at its root (no index.html, no --fallback file): files other pages load, not a site.")
+    var noEntryPage = false
+    @OptionGroup var lock: LockOptions
 
     func run() async throws {
         try await reportingFailures {
@@ -83,7 +86,9 @@ struct PublishCommand: AsyncParsableCommand {
             app: app, version: version, sourceDirectory: source, publishDirectory: out,
             whitelist: whitelist.isEmpty ? nil : whitelist, rollout: rollout, baseURL: baseUrl, fallback: fallback)
         options.trialLaunches = trialLaunches
+        options.lockWait = try lock.wait()
         options.requireWhitelist = true
+        options.requireEntryPage = !noEntryPage
         if let miniVersion {
             guard let parsed = Version(miniVersion) else { throw usage("invalid mini version '\(miniVersion)': \(Version.format)") }
             options.miniVersion = parsed

@@ -31,7 +31,7 @@ struct RevertCommand: AsyncParsableCommand {
             }
             let result = try ReleaseEditor.revert(
                 app: app, publishDirectory: out, to: target, newVersion: newVersion,
-                key: try revision.signingKey(), reason: revision.reason)
+                key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("reverted \(app) to the package of \(target) as \(result.release.version)")
             for patch in result.patches { print("  \(patch.file)  \(patch.size) bytes") }
         }

@@ -6,6 +6,7 @@ import OfflinePublish
 struct RevisionOptions: ParsableArguments {
     @Option(help: "Ed25519 private key file to sign the new manifest.json with (needed when it was signed).") var key: String?
     @Option(help: "Why, recorded in the revision (history).") var reason: String?
+    @OptionGroup var lock: LockOptions
 
     /// The key read from `--key`, if given.
     func signingKey() throws -> SigningKey? { try key.map(SigningKey.init(contentsOfFile:)) }

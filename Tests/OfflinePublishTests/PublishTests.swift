@@ -38,7 +38,9 @@ struct PublishTests {
         }
         // No staging leftovers.
         #expect(try FileManager.default.contentsOfDirectory(atPath: app).filter { $0.hasPrefix(".") }.isEmpty)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: out) == ["sample"])
+        // The app directory and its empty lock file (PublishLock), nothing else.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: out).sorted() == [".sample.lock", "sample"])
+        #expect(FileManager.default.contents(atPath: "\(out)/.sample.lock") == Data())
     }
 
     @Test("the zip holds exactly the source files, stored, sorted, with fixed timestamps")
@@ -116,11 +118,12 @@ struct PublishTests {
         try F.publishSample(to: first, key: key)
         try F.publishSample(to: second, key: key)
         let a = F.tree(first), b = F.tree(second)
-        // zips + gzips, patches 1+2+3, manifest + sig + state; then the TUF repository: a
+        // zips + gzips, patches 1+2+3, manifest + sig + state, the app's and the repository's
+        // lock files; then the TUF repository: a
         // hash-prefixed link for each package and patch and each of the 4 manifests, and
         // metadata/ (1.root.json, N.targets.json and N.snapshot.json per publish, timestamp.json).
         func hashPrefixed(_ path: String) -> Bool { (path as NSString).lastPathComponent.split(separator: ".").first?.count == 64 }
-        #expect(a.keys.filter { !$0.hasPrefix("metadata/") && !hashPrefixed($0) }.count == 4 * 2 + 6 + 3)
+        #expect(a.keys.filter { !$0.hasPrefix("metadata/") && !hashPrefixed($0) }.count == 4 * 2 + 6 + 3 + 2)
         #expect(a.keys.filter(hashPrefixed).count == 4 * 2 + 6 + 4)
         #expect(a.keys.filter { $0.hasPrefix("metadata/") }.count == 1 + 4 * 2 + 1)
         #expect(a == b)

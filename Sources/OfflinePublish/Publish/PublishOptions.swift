@@ -70,6 +70,12 @@ public struct PublishOptions: Sendable {
     package var existingPackage: (path: String, sha256: String)?
     /// The verb recorded in the revision.
     package var verb = "publish"
+    /// How long to wait for another verb holding the app's `PublishLock` before failing
+    /// with `.busy` naming it.
+    public var lockWait: Duration = PublishLock.defaultWait
+    /// Refuse a source without an entry page at its root: `index.html`, or the
+    /// `fallback` when one is given (the CLI sets it; `publish --no-entry-page` clears it).
+    public var requireEntryPage = false
 
     public init(
         app: String, version: Version, sourceDirectory: String, publishDirectory: String,

@@ -3,7 +3,7 @@ import OfflineAgent
 
 /// What a publish directory knows about one app: `<publish dir>/<app>/state.json`.
 ///
-/// It is the commit point of `publish` (written last, atomically) and the only
+/// Its rename is the commit point of every verb (`PublishCommit`) and it is the only
 /// thing a server reads to answer manifest requests; the files it names live
 /// beside it. Its only times are `publishedAt` and the revisions' (both
 /// `PublishOptions.now`), so publishing the same input at the same time gives the
@@ -56,6 +56,20 @@ public struct PublishState: Sendable, Equatable, Codable {
         public var file: String { "\(from)-\(to).bsdiff" }
     }
 
+    /// A file derived from the state and put in place after its commit
+    /// (`PublishCommit`): `manifest.json`, `manifest.json.sig`.
+    public struct DerivedFile: Sendable, Equatable, Codable {
+        /// Its name in the app directory.
+        public var name: String
+        /// SHA-256 of the bytes it must have; nil: it must not exist.
+        public var sha256: String?
+
+        public init(name: String, sha256: String?) {
+            self.name = name
+            self.sha256 = sha256
+        }
+    }
+
     public var app: String
     public var latest: Version
     public var miniVersion: Version
@@ -79,6 +93,9 @@ public struct PublishState: Sendable, Equatable, Codable {
     public var stageSchedule: [ManifestStageStep]?
     /// Changes to the live release, oldest first (`PublishRevision`); nil when none.
     public var revisions: [PublishRevision]?
+    /// The files derived from this state and what they must hold, sorted by name: what
+    /// `PublishRecovery` checks and finishes after a crash. nil in states written before it.
+    public var derivedFiles: [DerivedFile]?
 
     public init(
         app: String, latest: Version, miniVersion: Version, whitelist: [String], rollout: Int,
@@ -136,6 +153,15 @@ public struct PublishState: Sendable, Equatable, Codable {
         return try encoder.encode(self) + Data("\n".utf8)
     }
 
+    /// A name a derived file may have: one plain component of letters, digits, `.`, `_`,
+    /// `-`, not hidden, not `state.json`, and not a package's or patch's name.
+    static func isDerivedName(_ name: String) -> Bool {
+        guard (1...255).contains(name.utf8.count), name != fileName, !name.hasPrefix("."),
+              name.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) })
+        else { return false }
+        return !name.hasSuffix(".zip") && !name.hasSuffix(".zip.gz") && !name.hasSuffix(".bsdiff")
+    }
+
     /// The invariants a server relies on; a state breaking them is refused whole.
     func check(path: String?) throws {
         func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.publish, "invalid publish state: \(reason)", path: path) }
@@ -162,6 +188,14 @@ public struct PublishState: Sendable, Equatable, Codable {
             }
             if let trial = release.trialLaunches, !(0...Manifest.maxTrialLaunches).contains(trial) {
                 throw fail("trialLaunches \(trial) of \(release.version) is outside 0…\(Manifest.maxTrialLaunches)")
+            }
+        }
+        var derivedNames: Set<String> = []
+        for file in derivedFiles ?? [] {
+            // Names recovery renames into the app directory: plain names of this directory only.
+            guard Self.isDerivedName(file.name), derivedNames.insert(file.name).inserted,
+                  file.sha256.map(SHA256Hex.isValid) ?? true else {
+                throw fail("bad derived file '\(file.name)'")
             }
         }
         for patch in patches {

@@ -8,15 +8,19 @@ import OfflineAgent
 /// its gzip, BSDIFF40 patches from the last few versions, the static
 /// `manifest.json` (+ `.sig`) and `state.json`.
 ///
-/// Everything is made in a staging directory first; the publish directory changes
-/// only once everything is built and checked, and a failure while moving files in
-/// undoes the moves. `state.json` is written last: it is what servers read.
+/// Under the app's `PublishLock`, everything is made in a staging directory first;
+/// the publish directory changes only once everything is built and checked, and then
+/// through `PublishCommit`, whose one commit point is the rename of `state.json` (what
+/// servers read): a failure or a crash before it leaves the old revision, after it the
+/// new one (`PublishRecovery` finishes or undoes what a crash cut short).
 public enum Publisher {
     /// The static manifest's file name inside the app directory.
     public static let manifestFile = "manifest.json"
     /// Its detached signature (base64), for hosts that cannot set headers.
     public static let signatureFile = "manifest.json.sig"
 
+    /// Publishes `options.version`; waits at most `options.lockWait` for another verb on
+    /// the app (`.busy` naming it after that).
     public static func publish(_ options: PublishOptions) throws -> PublishResult {
         try checkArguments(options)
         let out = FileSystem.absolute(options.publishDirectory)
@@ -24,8 +28,34 @@ public enum Publisher {
         if let key = options.signingKey { try TUFRepository.checkKeys(publishDirectory: out, keys: TUFKeys(all: key)) }
         let source = FileSystem.absolute(options.sourceDirectory)
         let appDirectory = "\(out)/\(options.app)"
+        try checkNotAppDirectory(out, option: "--out")
+        // Before anything is written: a tree devices would refuse changes nothing.
+        let entries = options.existingPackage == nil ? try PublishZip.collect(source: source, limits: options.limits) : []
 
+        // Stage on the publish directory's filesystem so moving in is a rename.
+        let createdOut = try makeDirectories(out)
+        do {
+            let lock = try PublishLock(app: options.app, publishDirectory: out, wait: options.lockWait)
+            return try withExtendedLifetime(lock) {
+                try PublishRecovery.recover(app: options.app, publishDirectory: out)
+                return try publishLocked(options, entries: entries, out: out, appDirectory: appDirectory)
+            }
+        } catch {
+            if !createdOut.isEmpty {
+                // Nothing was published into the directories made above: they go again.
+                unlink(PublishLock.path(app: options.app, publishDirectory: out))
+                removeCreated(createdOut)
+            }
+            throw error
+        }
+    }
+
+    /// The read-modify-write of a publish, under the app's lock.
+    private static func publishLocked(
+        _ options: PublishOptions, entries: [PublishZip.Entry], out: String, appDirectory: String
+    ) throws -> PublishResult {
         let previous = try FileSystem.isDirectory(appDirectory) ? PublishState.load(appDirectory: appDirectory) : nil
+        PublishStep.afterRead.reached()
         if let previous {
             guard previous.app == options.app else {
                 throw OfflineAgentError(.publish, "state.json belongs to app '\(previous.app)'", path: appDirectory)
@@ -39,63 +69,41 @@ public enum Publisher {
                     .usage, "the kept expires \(kept) has already passed: no device would accept the manifest; give --expires with a later time or 'never'")
             }
         }
-        // Before anything is written: a tree devices would refuse changes nothing.
-        let entries = options.existingPackage == nil ? try PublishZip.collect(source: source, limits: options.limits) : []
-
-        // Stage on the publish directory's filesystem so moving in is a rename.
-        let createdOut = try makeDirectories(out)
-        let appExisted = FileSystem.isDirectory(appDirectory)
         let staging: String
         do {
-            staging = appExisted
+            staging = FileSystem.isDirectory(appDirectory)
                 ? try FileSystem.makeTemporaryDirectory(in: appDirectory, prefix: ".publish-")
                 : try FileSystem.makeTemporaryDirectory(in: out, prefix: ".publish-\(options.app)-")
         } catch {
-            removeCreated(createdOut)
             throw OfflineAgentError(.publish, "cannot write to the publish directory", path: out, underlying: error)
         }
-        defer { FileSystem.remove(staging) }
-
+        let commit: PublishCommit
         do {
-            let built = try build(options, entries: entries, previous: previous, appDirectory: appDirectory, staging: staging)
-            if appExisted {
-                try moveIn(built, staging: staging, appDirectory: appDirectory, signed: options.signingKey != nil)
-            } else {
-                // A first publish: the whole app directory appears in one rename.
-                guard chmod(staging, 0o755) == 0 else { throw POSIXFailure("chmod \(staging)") }
-                try FileSystem.renameDurably(staging, to: appDirectory)
-            }
-            // TUF: the new files become targets; timestamp.json, written last, publishes them.
-            if let key = options.signingKey { try TUFRepository.refresh(publishDirectory: out, keys: TUFKeys(all: key), now: options.now) }
-            return PublishResult(
-                appDirectory: appDirectory, state: built.state, release: built.release, patches: built.state.patches,
-                manifestPath: "\(appDirectory)/\(manifestFile)",
-                signaturePath: options.signingKey == nil ? nil : "\(appDirectory)/\(signatureFile)")
+            commit = try build(options, entries: entries, previous: previous, appDirectory: appDirectory, staging: staging)
         } catch {
-            if !appExisted {
-                // The staging directory sits in the directories made above: it goes first.
-                FileSystem.remove(staging)
-                removeCreated(createdOut)
-            }
+            FileSystem.remove(staging)
             if let error = error as? OfflineAgentError { throw error }
             throw OfflineAgentError(.publish, "cannot write to the publish directory", path: appDirectory, underlying: error)
         }
+        let state = try commit.commit()
+        // TUF: the new files become targets; timestamp.json, written last, publishes them.
+        // After the commit point: a crash before it ends leaves metadata a refresh behind,
+        // which the next verb (or `offline-publish timestamp`) brings up to date.
+        if let key = options.signingKey { try TUFRepository.refresh(publishDirectory: out, keys: TUFKeys(all: key), now: options.now) }
+        return PublishResult(
+            appDirectory: appDirectory, state: state, release: state.latestRelease!, patches: state.patches,
+            manifestPath: "\(appDirectory)/\(manifestFile)",
+            signaturePath: options.signingKey == nil ? nil : "\(appDirectory)/\(signatureFile)")
     }
 
     // MARK: Steps
 
-    private struct Built {
-        var state: PublishState
-        var release: PublishState.Release
-        /// File names written into staging, in the order they must be moved in.
-        var files: [String]
-    }
-
-    /// Writes every new file into `staging` and returns the new state.
+    /// Writes every new immutable file into `staging` and returns the commit of the new
+    /// state with its static manifest.
     private static func build(
         _ options: PublishOptions, entries: [PublishZip.Entry], previous: PublishState?,
         appDirectory: String, staging: String
-    ) throws -> Built {
+    ) throws -> PublishCommit {
         let version = options.version
         let package: PublishedFile
         if let existing = options.existingPackage {
@@ -150,6 +158,9 @@ public enum Publisher {
         if options.existingPackage == nil, let fallback = state.fallback, !entries.contains(where: { $0.name == fallback }) {
             throw OfflineAgentError(.usage, "fallback '\(fallback)' is not a file of the package")
         }
+        if options.requireEntryPage, options.existingPackage == nil, state.fallback == nil, !entries.contains(where: { $0.name == "index.html" }) {
+            throw missingEntryPage(options, entries: entries)
+        }
         guard state.miniVersion <= version else {
             throw OfflineAgentError(.usage, "miniVersion \(state.miniVersion) is above version \(version)")
         }
@@ -166,16 +177,10 @@ public enum Publisher {
             // A manifest devices would refuse (a bad schedule, stage): the operator's input.
             throw OfflineAgentError(.usage, error.reason)
         }
-        let written = try PublishManifest.staticFiles(manifest, key: options.signingKey)
-        try writeNew(written.manifest, to: "\(staging)/\(manifestFile)")
-        files.append(manifestFile)
-        if let signature = written.signature {
-            try writeNew(signature, to: "\(staging)/\(signatureFile)")
-            files.append(signatureFile)
-        }
-        try writeNew(try state.encoded(), to: "\(staging)/\(PublishState.fileName)")
-        files.append(PublishState.fileName)
-        return Built(state: state, release: release, files: files)
+        var commit = PublishCommit(appDirectory: appDirectory, staging: staging, state: state)
+        commit.files = files
+        commit.deriveStaticManifest(try PublishManifest.staticFiles(manifest, key: options.signingKey))
+        return commit
     }
 
     /// Diffs the kept package of `base` against the new one, then proves the patch
@@ -205,29 +210,33 @@ public enum Publisher {
         return PublishState.Patch(from: base.version, to: release.version, size: digest.size, sha256: digest.sha256)
     }
 
-    /// Moves the staged files into an existing app directory, undoing the moves on failure.
-    private static func moveIn(_ built: Built, staging: String, appDirectory: String, signed: Bool) throws {
-        var transaction = PublishTransaction(staging: staging, target: appDirectory)
-        do {
-            for file in built.files where file != PublishState.fileName {
-                try transaction.install(file)
-            }
-            // An old signature would not match the new manifest.
-            if !signed { try transaction.remove(signatureFile) }
-            try transaction.install(PublishState.fileName)
-            try transaction.commit()
-        } catch {
-            let leftovers = transaction.rollBack()
-            if !leftovers.isEmpty, let error = error as? OfflineAgentError {
-                throw OfflineAgentError(
-                    error.code, error.reason + "; could not undo: " + leftovers.joined(separator: "; "),
-                    path: error.path, underlying: error.underlying)
-            }
-            throw error
-        }
+    // MARK: Helpers
+
+    /// Refuses a publish directory that is itself an app's directory (it holds
+    /// `state.json`): `--out pub/mall` where `--out pub` was meant would start a second,
+    /// nested publish directory that no device's manifest URL points at.
+    package static func checkNotAppDirectory(_ directory: String, option: String) throws {
+        let path = FileSystem.absolute(directory)
+        guard FileSystem.exists("\(path)/\(PublishState.fileName)") else { return }
+        let app = (try? PublishState.load(appDirectory: path))?.map(\.app) ?? FileSystem.name(of: path)
+        throw OfflineAgentError(
+            .usage,
+            "\(option) \(directory) is the directory of app '\(app)' (it holds \(PublishState.fileName)), not a publish directory: give the directory above it (\(option) \(FileSystem.parent(of: path)))")
     }
 
-    // MARK: Helpers
+    /// The refusal of a source without an entry page: it names what the source's top
+    /// level holds, which is usually the sign of the wrong directory (a wheel's root, a
+    /// project's root instead of its build output).
+    private static func missingEntryPage(_ options: PublishOptions, entries: [PublishZip.Entry]) -> OfflineAgentError {
+        let top = Set(entries.map { name in
+            name.name.split(separator: "/", maxSplits: 1).count > 1 ? "\(name.name.split(separator: "/")[0])/" : name.name
+        }).sorted()
+        let shown = top.prefix(5).joined(separator: ", ") + (top.count > 5 ? ", … (\(top.count) in all)" : "")
+        return OfflineAgentError(
+            .usage,
+            "\(options.sourceDirectory) has no index.html at its root (it holds \(top.isEmpty ? "nothing" : shown)): is --source the built site's root? Give --fallback FILE when the entry page has another name, or --no-entry-page to publish it without one",
+            path: options.sourceDirectory)
+    }
 
     private static func checkArguments(_ options: PublishOptions) throws {
         func usage(_ reason: String, path: String? = nil) -> OfflineAgentError { OfflineAgentError(.usage, reason, path: path) }
@@ -279,12 +288,6 @@ public enum Publisher {
             throw OfflineAgentError(.publish, "the package does not match its state.json (sha256 \(copied.sha256), expected \(existing.sha256))", path: existing.path)
         }
         return copied
-    }
-
-    private static func writeNew(_ data: Data, to path: String) throws {
-        let writer = try PublishFileWriter(creating: path)
-        try writer.write(data)
-        _ = try writer.finish()
     }
 
     /// `mkdir -p`, returning the directories it created (outermost first) so a

@@ -8,10 +8,11 @@ import OfflineAgent
 /// Changes a live release without building a new version (`stage`, `set`), or
 /// publishes existing bytes as one (`revert`, `promote`).
 ///
-/// Each verb re-signs `manifest.json` from the changed `state.json`, records a
-/// `PublishRevision`, and writes through the same staging directory and undoable
-/// renames as `publish`: on any failure the publish directory is byte for byte as
-/// it was. Each refuses, before writing anything, what devices would refuse (an
+/// Each verb holds the app's `PublishLock` from its read of `state.json` to its
+/// commit (waiting at most `lockWait` for another verb, then `.busy` naming it),
+/// re-signs `manifest.json` from the changed `state.json`, records a
+/// `PublishRevision`, and commits through `PublishCommit` as `publish` does: on any
+/// failure before the commit the publish directory is byte for byte as it was. Each refuses, before writing anything, what devices would refuse (an
 /// expired manifest, a mini version above the version, a stage outside 0…100, an
 /// unsigned or wrongly signed manifest where a signed one was), naming the value.
 public enum ReleaseEditor {
@@ -19,10 +20,11 @@ public enum ReleaseEditor {
     /// device takes the version; devices on it keep it), replacing any schedule.
     @discardableResult
     public static func stage(
-        app: String, publishDirectory: String, percent: Int, key: SigningKey?, reason: String? = nil, now: Date = Date()
+        app: String, publishDirectory: String, percent: Int, key: SigningKey?, reason: String? = nil, now: Date = Date(),
+        lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishState {
         guard (0...100).contains(percent) else { throw usage("stage \(percent) is outside 0…100") }
-        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "stage", reason: reason) { state in
+        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "stage", reason: reason, lockWait: lockWait) { state in
             let before = describeStage(state)
             state.stage = percent
             state.stageSchedule = nil
@@ -43,9 +45,10 @@ public enum ReleaseEditor {
     /// so a late halt never stops a newer version or undoes a resume.
     @discardableResult
     public static func halt(
-        app: String, version: Version, publishDirectory: String, key: SigningKey?, reason: String, now: Date = Date()
+        app: String, version: Version, publishDirectory: String, key: SigningKey?, reason: String, now: Date = Date(),
+        lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishState {
-        try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: haltVerb, reason: reason) { state in
+        try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: haltVerb, reason: reason, lockWait: lockWait) { state in
             guard state.latest == version else {
                 throw usage("version \(version) is no longer the latest (\(state.latest)): nothing halted")
             }
@@ -62,7 +65,8 @@ public enum ReleaseEditor {
     /// Changes the app-wide settings of the live release.
     @discardableResult
     public static func set(
-        app: String, publishDirectory: String, settings: ReleaseSettings, key: SigningKey?, reason: String? = nil, now: Date = Date()
+        app: String, publishDirectory: String, settings: ReleaseSettings, key: SigningKey?, reason: String? = nil, now: Date = Date(),
+        lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishState {
         guard !settings.isEmpty else {
             throw usage("nothing to set: give --rollout, --mini-version, --expires, --network-type, --whitelist or --fallback")
@@ -78,7 +82,7 @@ public enum ReleaseEditor {
         if let fallback = settings.fallback, !ManifestFields.isPackagePath(fallback) {
             throw usage("fallback '\(fallback)' must be a normalised relative path of a file in the package (like index.html)")
         }
-        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "set", reason: reason) { state in
+        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "set", reason: reason, lockWait: lockWait) { state in
             var changes: [String] = []
             if let rollout = settings.rollout {
                 changes.append("rollout \(state.rollout) -> \(rollout)")
@@ -124,7 +128,7 @@ public enum ReleaseEditor {
     @discardableResult
     public static func revert(
         app: String, publishDirectory: String, to target: Version, newVersion: Version? = nil, key: SigningKey?,
-        reason: String? = nil, now: Date = Date()
+        reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishResult {
         let directory = try appDirectory(app, publishDirectory)
         let state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
@@ -145,6 +149,7 @@ public enum ReleaseEditor {
         options.verb = "revert"
         options.reason = PublishRevision.reason("the package of \(target)", reason)
         options.now = now
+        options.lockWait = lockWait
         return try Publisher.publish(options)
     }
 
@@ -155,7 +160,7 @@ public enum ReleaseEditor {
     @discardableResult
     public static func promote(
         app: String, version: Version, from beta: String, to publishDirectory: String, key: SigningKey?,
-        reason: String? = nil, now: Date = Date()
+        reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishResult {
         let betaDirectory = try appDirectory(app, beta)
         let directory = try appDirectory(app, publishDirectory)
@@ -184,6 +189,7 @@ public enum ReleaseEditor {
         options.verb = "promote"
         options.reason = PublishRevision.reason("from \(beta)", reason)
         options.now = now
+        options.lockWait = lockWait
         return try Publisher.publish(options)
     }
 
@@ -196,72 +202,56 @@ public enum ReleaseEditor {
 
     // MARK: The shared rewrite
 
-    /// Loads the state, applies `change` (which returns what changed), checks the
-    /// result as a device would, then writes manifest, signature and state through
-    /// staging with undoable renames.
+    /// Under the app's lock, from the read of the state to its commit: repairs what a
+    /// crash left, loads the state, applies `change` (which returns what changed), checks
+    /// the result as a device would, then commits it with its re-signed manifest
+    /// (`PublishCommit`).
     private static func rewrite(
         app: String, publishDirectory: String, key: SigningKey?, now: Date, verb: String, reason: String?,
-        change: (inout PublishState) throws -> String
+        lockWait: Duration, change: (inout PublishState) throws -> String
     ) throws -> PublishState {
         let directory = try appDirectory(app, publishDirectory)
-        var state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
-        try checkSigning(appDirectory: directory, key: key)
-        let prefix = try fileURLPrefix(appDirectory: directory, state: state)
-        let detail = try change(&state)
-        try checkKeptExpiry(state, now: now)
-        state.revisions = PublishRevision.appending(
-            PublishRevision(time: now, verb: verb, version: state.latest, reason: PublishRevision.reason(detail, reason)),
-            to: state.revisions)
-        do {
-            try state.check(path: nil)
-        } catch let error as OfflineAgentError {
-            throw usage(error.reason)
-        }
-        guard let manifest = PublishManifest.manifest(from: state, current: nil, fileURLPrefix: prefix, fullCompression: .gzip, offerPatch: false) else {
-            throw OfflineAgentError(.publish, "no release for \(state.latest)", path: directory)
-        }
-        do {
-            try manifest.checkFields()
-        } catch let error as OfflineAgentError {
-            throw usage(error.reason)
-        }
-        let written = try PublishManifest.staticFiles(manifest, key: key)
-
-        let staging: String
-        do {
-            staging = try FileSystem.makeTemporaryDirectory(in: directory, prefix: ".publish-")
-        } catch {
-            throw OfflineAgentError(.publish, "cannot write to the publish directory", path: directory, underlying: error)
-        }
-        defer { FileSystem.remove(staging) }
-        var transaction = PublishTransaction(staging: staging, target: directory)
-        do {
-            try writeNew(written.manifest, to: "\(staging)/\(Publisher.manifestFile)")
-            if let signature = written.signature { try writeNew(signature, to: "\(staging)/\(Publisher.signatureFile)") }
-            try writeNew(try state.encoded(), to: "\(staging)/\(PublishState.fileName)")
-            try transaction.install(Publisher.manifestFile)
-            if written.signature != nil {
-                try transaction.install(Publisher.signatureFile)
-            } else {
-                try transaction.remove(Publisher.signatureFile)
+        // Never creates a lock file for an app that does not exist.
+        _ = try loadState(app, directory: directory, publishDirectory: publishDirectory)
+        let lock = try PublishLock(app: app, publishDirectory: publishDirectory, wait: lockWait)
+        return try withExtendedLifetime(lock) {
+            try PublishRecovery.recover(app: app, publishDirectory: publishDirectory)
+            var state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
+            PublishStep.afterRead.reached()
+            try checkSigning(appDirectory: directory, key: key)
+            let prefix = try fileURLPrefix(appDirectory: directory, state: state)
+            let detail = try change(&state)
+            try checkKeptExpiry(state, now: now)
+            state.revisions = PublishRevision.appending(
+                PublishRevision(time: now, verb: verb, version: state.latest, reason: PublishRevision.reason(detail, reason)),
+                to: state.revisions)
+            do {
+                try state.check(path: nil)
+            } catch let error as OfflineAgentError {
+                throw usage(error.reason)
             }
-            // Last, as in publish: servers read state.json.
-            try transaction.install(PublishState.fileName)
-            try transaction.commit()
-        } catch {
-            let leftovers = transaction.rollBack()
-            let failure = error as? OfflineAgentError
-                ?? OfflineAgentError(.publish, "cannot write to the publish directory", path: directory, underlying: error)
-            guard leftovers.isEmpty else {
-                throw OfflineAgentError(
-                    failure.code, failure.reason + "; could not undo: " + leftovers.joined(separator: "; "),
-                    path: failure.path, underlying: failure.underlying)
+            guard let manifest = PublishManifest.manifest(from: state, current: nil, fileURLPrefix: prefix, fullCompression: .gzip, offerPatch: false) else {
+                throw OfflineAgentError(.publish, "no release for \(state.latest)", path: directory)
             }
-            throw failure
+            do {
+                try manifest.checkFields()
+            } catch let error as OfflineAgentError {
+                throw usage(error.reason)
+            }
+            let written = try PublishManifest.staticFiles(manifest, key: key)
+            let staging: String
+            do {
+                staging = try FileSystem.makeTemporaryDirectory(in: directory, prefix: ".publish-")
+            } catch {
+                throw OfflineAgentError(.publish, "cannot write to the publish directory", path: directory, underlying: error)
+            }
+            var commit = PublishCommit(appDirectory: directory, staging: staging, state: state)
+            commit.deriveStaticManifest(written)
+            let committed = try commit.commit()
+            // TUF: the changed manifest is a new target, so targets, snapshot and timestamp get new versions.
+            if let key { try TUFRepository.refresh(publishDirectory: publishDirectory, keys: TUFKeys(all: key), now: now) }
+            return committed
         }
-        // TUF: the changed manifest is a new target, so targets, snapshot and timestamp get new versions.
-        if let key { try TUFRepository.refresh(publishDirectory: publishDirectory, keys: TUFKeys(all: key), now: now) }
-        return state
     }
 
     // MARK: Checks
@@ -322,6 +312,7 @@ public enum ReleaseEditor {
 
     private static func appDirectory(_ app: String, _ publishDirectory: String) throws -> String {
         guard AppName.isValid(app) else { throw usage("invalid app name '\(app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
+        try Publisher.checkNotAppDirectory(publishDirectory, option: "--out")
         return "\(FileSystem.absolute(publishDirectory))/\(app)"
     }
 
@@ -361,11 +352,5 @@ public enum ReleaseEditor {
     static func describeStage(_ state: PublishState) -> String {
         if let schedule = state.stageSchedule, !schedule.isEmpty { return "schedule " + ManifestStageStep.describe(schedule) }
         return "\(state.stage ?? 100)%"
-    }
-
-    private static func writeNew(_ data: Data, to path: String) throws {
-        let writer = try PublishFileWriter(creating: path)
-        try writer.write(data)
-        _ = try writer.finish()
     }
 }

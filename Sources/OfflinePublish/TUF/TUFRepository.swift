@@ -57,6 +57,14 @@ public enum TUFRepository {
     @discardableResult
     public static func refresh(publishDirectory: String, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()) throws -> Versions {
         let out = FileSystem.absolute(publishDirectory)
+        // Metadata covers every app: verbs on two apps hold two app locks, so the
+        // repository has its own (`.metadata.lock`; no app can be named `metadata`, the
+        // metadata directory's name).
+        let lock = try PublishLock(app: directoryName, publishDirectory: out)
+        return try withExtendedLifetime(lock) { try refreshLocked(out: out, keys: keys, now: now, expiry: expiry) }
+    }
+
+    private static func refreshLocked(out: String, keys: TUFKeys, now: Date, expiry: TUFExpiry) throws -> Versions {
         let directory = metadataDirectory(out)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try checkKeys(publishDirectory: out, keys: keys)
@@ -114,6 +122,11 @@ public enum TUFRepository {
     /// - Returns: the new timestamp version.
     @discardableResult
     public static func refreshTimestamp(publishDirectory: String, key: SigningKey, expires: Date) throws -> Int64 {
+        let lock = try PublishLock(app: directoryName, publishDirectory: FileSystem.absolute(publishDirectory))
+        return try withExtendedLifetime(lock) { try refreshTimestampLocked(publishDirectory: publishDirectory, key: key, expires: expires) }
+    }
+
+    private static func refreshTimestampLocked(publishDirectory: String, key: SigningKey, expires: Date) throws -> Int64 {
         let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
         let keys = TUFKeys(timestamp: [key])
         try checkKeys(publishDirectory: publishDirectory, keys: keys, roles: ["timestamp"])
