@@ -21,6 +21,10 @@ struct ConfigFile: Decodable {
         var reportToken: String?
         /// This app's trial setting (see `AgentConfiguration.maxTrialLaunches`).
         var maxTrialLaunches: Int?
+        /// Users and groups (names or ids) that may confirm, report bad and sync the app
+        /// over D-Bus (`serve --dbus`, docs/DBUS.md).
+        var dbusUsers: [String]?
+        var dbusGroups: [String]?
     }
 
     var root: String
@@ -41,7 +45,7 @@ struct ConfigFile: Decodable {
     var apps: [App]
 
     static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "reportToken", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches", "dbusUsers", "dbusGroups"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -59,6 +63,9 @@ struct ConfigFile: Decodable {
         var reportToken: String?
         /// The app's own trial setting; nil: the file's, then `--max-trial-launches`.
         var maxTrialLaunches: Int?
+        /// Who may change the app over D-Bus, as the file names them.
+        var dbusUsers: [String] = []
+        var dbusGroups: [String] = []
     }
 
     /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s, `fallbackReport` and
@@ -124,7 +131,8 @@ struct ConfigFile: Decodable {
             }
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
                          manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report,
-                         reportToken: token ?? (report == fileReport ? fileToken : nil), maxTrialLaunches: entry.maxTrialLaunches)
+                         reportToken: token ?? (report == fileReport ? fileToken : nil), maxTrialLaunches: entry.maxTrialLaunches,
+                         dbusUsers: entry.dbusUsers ?? [], dbusGroups: entry.dbusGroups ?? [])
         }
         // A token given for no URL any app reports to is a mistake worth naming.
         if file.reportToken != nil || fallbackReportToken != nil, fileToken == nil || !entries.contains(where: { $0.report != nil && $0.report == fileReport }) {
