@@ -40,28 +40,34 @@ package final class PrivateBus: @unchecked Sendable {
         try config.write(toFile: directory.file("bus.conf"), atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(directory.file("bus.conf"))", "--nofork", "--nopidfile", "--print-address=1"]
+        process.arguments = ["--config-file=\(directory.file("bus.conf"))", "--nofork", "--nopidfile", "--print-address"]
         let out = Pipe()
         process.standardOutput = out
         try process.run()
         self.process = process
         // The address line comes once the socket listens; EOF if the daemon refused its config.
         var bytes: [UInt8] = []
-        while bytes.last != UInt8(ascii: "\n") {
+        // The address ends with its 32-hex-digit guid (a newline follows, or not, by version).
+        func complete() -> Bool {
+            guard let guid = String(decoding: bytes, as: UTF8.self).range(of: "guid=") else { return false }
+            return String(decoding: bytes, as: UTF8.self)[guid.upperBound...].prefix(while: \.isHexDigit).count >= 32
+        }
+        while bytes.last != UInt8(ascii: "\n"), !complete() {
             let chunk = out.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
             if chunk.isEmpty { break }
             bytes += chunk
         }
         address = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard address.hasPrefix("unix:") else {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
             throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "dbus-daemon did not start"])
         }
     }
 
     deinit {
-        if process.isRunning { process.terminate() }
+        // SIGKILL: a session dbus-daemon may outlive SIGTERM, and nothing of it is kept.
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
 }
