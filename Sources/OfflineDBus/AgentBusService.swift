@@ -178,9 +178,22 @@ public final class AgentBusService: Sendable {
         let lifecycle = Lifecycle(store: store)
         var fresh: [String: AppSnapshot] = [:]
         for status in statuses where AppName.isValid(status.app) {
-            fresh[status.app] = AppSnapshot(status, lifecycle.status(status.app))
+            var snapshot = AppSnapshot(status, lifecycle.status(status.app))
+            var info = stat()
+            if stat("\(store.root)/apps/\(status.app)/check.json", &info) == 0 {
+                snapshot.checkStamp = "\(info.st_ino):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+            }
+            fresh[status.app] = snapshot
         }
+        // A sync of another process holds the root's lock from its check to its install:
+        // its end is announced once the lock is free (the check record is replaced at its start).
+        let busy = Self.rootLocked(store.root)
         let (old, syncing, finished, unwatched) = state.withLock { state in
+            if busy {
+                for app in fresh.keys where state.syncing[app] == nil {
+                    fresh[app]?.checkStamp = state.snapshots[app]?.checkStamp ?? ""
+                }
+            }
             defer {
                 state.snapshots = fresh
                 state.watched.formUnion(fresh.keys)
@@ -203,21 +216,33 @@ public final class AgentBusService: Sendable {
         return changes
     }
 
+    /// Whether a process holds the root's lock (`<root>/.lock`, a sync or a rollback), read
+    /// from /proc/locks: taking the lock to find out would make that sync fail as busy.
+    static func rootLocked(_ root: String) -> Bool {
+        var info = stat()
+        guard stat("\(root)/.lock", &info) == 0,
+              let locks = FileManager.default.contents(atPath: "/proc/locks") else { return false }
+        let inode = ":\(info.st_ino) "
+        return String(decoding: locks, as: UTF8.self).split(separator: "\n").contains { line in
+            line.contains("FLOCK") && line.contains(inode)
+        }
+    }
+
     /// The signals that tell the change from `before` to `now`: an install (the active
     /// version went up), a rollback (the active version was marked bad), another
-    /// process's sync (the check time moved while no sync of this service ran).
+    /// process's sync (the check record was replaced while no sync of this service ran).
     static func signals(app: String, before: AppSnapshot, now: AppSnapshot, syncedHere: Bool) -> [BusSignal] {
         var signals: [BusSignal] = []
         if let from = before.activeVersion,
            let bad = now.badVersions.first(where: { $0.version == from }),
            !before.badVersions.contains(where: { $0.version == from }) {
-            let to = now.activeVersion.flatMap { $0 == from ? nil : $0.description } ?? ""
+            let to = now.rolledBackTo[from.description] ?? now.activeVersion.flatMap { $0 == from ? nil : $0.description } ?? ""
             signals.append(.rolledBack(app: app, from: from.description, to: to, reason: bad.reason))
         } else if let version = now.activeVersion, version != before.activeVersion,
                   before.activeVersion.map({ version > $0 }) ?? true {
             signals.append(.versionInstalled(app: app, version: version.description, previous: before.activeVersion?.description ?? ""))
         }
-        if !syncedHere, now.lastCheck != before.lastCheck, now.lastCheck != 0 {
+        if !syncedHere, now.checkStamp != before.checkStamp, now.lastCheck != 0 {
             let installed = signals.contains { $0.member == "VersionInstalled" }
             let outcome = installed ? "updated" : now.lastCheckOutcome == "failed" ? "failed" : "checked"
             signals.append(.syncFinished(app: app, outcome: outcome, errorCode: "", job: "/"))

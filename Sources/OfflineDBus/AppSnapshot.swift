@@ -17,6 +17,12 @@ struct AppSnapshot: Sendable, Equatable {
     var lastCheckOutcome: String
     var bytesOnDisk: UInt64
     var badVersions: [BadVersion]
+    /// The identity of the app's check record (inode and nanosecond mtime): every check
+    /// replaces it, also two in the same second (`lastCheck` has whole seconds).
+    var checkStamp = ""
+    /// Where each rollback recorded in the history went, by the version left: the
+    /// version `RolledBack` names even before `current` is switched to it.
+    var rolledBackTo: [String: String] = [:]
 
     init(_ status: AppStatus, _ lifecycle: LifecycleStatus) {
         name = status.app
@@ -30,6 +36,9 @@ struct AppSnapshot: Sendable, Equatable {
         lastCheckOutcome = status.lastCheck == nil ? "never" : status.failures > 0 ? "failed" : "ok"
         bytesOnDisk = UInt64(clamping: status.diskUsage.total)
         badVersions = lifecycle.badVersions
+        for event in lifecycle.history {
+            if let from = event.from { rolledBackTo[from.description] = event.to?.description ?? "" }
+        }
     }
 
     /// The value of property `name`, nil for a name the App interface does not have.

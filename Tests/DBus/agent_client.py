@@ -142,8 +142,9 @@ def main(argv):
     elif command == "loop":
         n, app, url = int(argv[2]), argv[3], argv[4]
         path = app_path(connection, app)
-        pid = call(connection, "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s", [NAME])
-        pid = pid["ok"][0]
+        pid = connection.call_sync("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                   "GetConnectionUnixProcessID", GLib.Variant("(s)", (NAME,)), None,
+                                   Gio.DBusCallFlags.NONE, TIMEOUT_MS, None).unpack()[0]
 
         def rss():
             with open("/proc/%d/status" % pid) as status:
