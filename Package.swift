@@ -61,6 +61,10 @@ let package = Package(
         .target(name: "COfflineLibzip", path: "Sources/COfflineLibzip"),
         // GNU libc calls that Swift's Glibc module doesn't expose (syncfs, mkostemp).
         .target(name: "COfflineShims", path: "Sources/COfflineShims"),
+        // sd-bus (libsystemd) for the D-Bus service, loaded with dlopen by `serve --dbus`
+        // only (why: include/cofflinesdbus.h): not a .systemLibrary, whose pkg-config libs
+        // would link libsystemd into every run of the throttled `sync`.
+        .target(name: "COfflineSDBus", path: "Sources/COfflineSDBus"),
         .systemLibrary(
             name: "COfflineZlib",
             path: "Sources/COfflineZlib",
@@ -118,6 +122,17 @@ let package = Package(
             ]
         ),
 
+        // The D-Bus service `serve --dbus` hosts (docs/DBUS.md).
+        .target(
+            name: "OfflineDBus",
+            dependencies: [
+                "OfflineAgent", "COfflineSDBus",
+                .product(name: "Logging", package: "swift-log"),
+                // NIOThreadPool: lifecycle marks wait for the app's lock off the cooperative pool.
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+
         // MARK: Publisher and reference server
 
         .target(
@@ -156,7 +171,7 @@ let package = Package(
         .executableTarget(
             name: "offline-agent",
             dependencies: [
-                "OfflineAgent", "OfflineServe", "CommandSupport",
+                "OfflineAgent", "OfflineServe", "OfflineDBus", "CommandSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 // serve: NIOSingletons, to size the event loop group for one loopback client.

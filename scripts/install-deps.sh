@@ -16,6 +16,8 @@ packages=(
     python3-venv                                                     # tests: scripts/tuf-venv.sh, python-tuf for the TUF interop tests
     wrk                                                              # bench/run.sh report, manifest, proxy; bench/serve.sh: the HTTP load generator
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
+    libsystemd-dev dbus dbus-daemon                                  # build: sd-bus headers (serve --dbus); tests: a private dbus-daemon, busctl
+    python3-gi gir1.2-webkit2-4.1 xvfb libglib2.0-bin                # tests: D-Bus hosts in Python (Gio, WebKitGTK under xvfb-run), gdbus
 )
 if [[ "${OFFLINE_AGENT_BROWSER_TESTS:-1}" == 1 ]]; then
     packages+=(chromium)                                             # tests: real browser

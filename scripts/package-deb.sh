@@ -285,6 +285,12 @@ for unit in examples/systemd/*.service examples/systemd/*.timer; do
     sed 's#/usr/local/bin/offline-agent#/usr/bin/offline-agent#g' "$unit" >"$units/$(basename "$unit")"
     chmod 644 "$units/$(basename "$unit")"
 done
+# The D-Bus service (docs/DBUS.md): the bus policy, the activation file, the interfaces,
+# and the static user the policy names (created by postinst with systemd-sysusers).
+install -D -m 644 packaging/offline-agent/dbus/org.offlineagent.Agent1.conf "$root/usr/share/dbus-1/system.d/org.offlineagent.Agent1.conf"
+install -D -m 644 packaging/offline-agent/dbus/org.offlineagent.Agent1.service "$root/usr/share/dbus-1/system-services/org.offlineagent.Agent1.service"
+install -D -m 644 docs/dbus/org.offlineagent.Agent1.xml "$root/usr/share/dbus-1/interfaces/org.offlineagent.Agent1.xml"
+install -D -m 644 packaging/offline-agent/dbus/offline-agent.sysusers "$root/usr/lib/sysusers.d/offline-agent.conf"
 sed 's#/usr/local/bin/offline-agent#/usr/bin/offline-agent#g' examples/crontab >"$root/usr/share/doc/$package_name/examples/crontab"
 if grep -n '/usr/local/' "$units"/* "$root/usr/share/doc/$package_name/examples/crontab"; then
     fail "a unit or the crontab still names /usr/local (above): the package installs to /usr"

@@ -85,9 +85,29 @@ for file in /usr/bin/offline-agent /usr/bin/offline-publish /usr/bin/offline-ser
     /usr/lib/systemd/system/offline-agent-sync.service /usr/lib/systemd/system/offline-agent-sync.timer \
     /usr/lib/systemd/system/offline-agent-serve.service /etc/offline-agent/agent.json \
     /etc/logrotate.d/offline-agent /usr/share/doc/offline-agent/copyright /usr/share/man/man1/offline-agent.1.gz \
-    /usr/share/doc/offline-publish/copyright /usr/share/man/man1/offline-server.1.gz; do
+    /usr/share/doc/offline-publish/copyright /usr/share/man/man1/offline-server.1.gz \
+    /usr/share/dbus-1/system.d/org.offlineagent.Agent1.conf /usr/share/dbus-1/system-services/org.offlineagent.Agent1.service \
+    /usr/share/dbus-1/interfaces/org.offlineagent.Agent1.xml /usr/lib/sysusers.d/offline-agent.conf; do
     [[ -e $root$file ]] || fail "$file is not installed"
 done
+# The D-Bus files parse: the policy as a bus configuration (a private dbus-daemon includes
+# it and checks it), the interfaces as XML, the activation file names the name and the unit,
+# the sysusers file as systemd-sysusers reads it.
+python3 -c 'import sys, xml.etree.ElementTree as E; [E.parse(f) for f in sys.argv[1:]]' \
+    "$root/usr/share/dbus-1/system.d/org.offlineagent.Agent1.conf" "$root/usr/share/dbus-1/interfaces/org.offlineagent.Agent1.xml" ||
+    fail "the D-Bus policy or the interfaces are not well-formed XML"
+cat >"$work/bus.conf" <<BUS
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN" "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><type>system</type><listen>unix:path=$work/bus.socket</listen>
+<include>$root/usr/share/dbus-1/system.d/org.offlineagent.Agent1.conf</include></busconfig>
+BUS
+bus_check=$(timeout 20 dbus-daemon --config-file="$work/bus.conf" --nofork --nopidfile --print-address 2>&1 | head -1) || true
+[[ $bus_check == unix:* ]] || fail "dbus-daemon refuses the shipped policy: $bus_check"
+grep -qx 'Name=org.offlineagent.Agent1' "$root/usr/share/dbus-1/system-services/org.offlineagent.Agent1.service" &&
+    grep -qx 'SystemdService=offline-agent-serve.service' "$root/usr/share/dbus-1/system-services/org.offlineagent.Agent1.service" ||
+    fail "the D-Bus activation file does not name org.offlineagent.Agent1 and offline-agent-serve.service"
+timeout 20 systemd-sysusers --root="$root" --dry-run "$root/usr/lib/sysusers.d/offline-agent.conf" >/dev/null 2>&1 ||
+    fail "systemd-sysusers cannot read the shipped sysusers file"
 [[ $(dpkg-query --admindir="$root/var/lib/dpkg" -W -f '${Conffiles}' offline-agent | awk '{print $1}' | sort | paste -sd' ') == \
     "/etc/logrotate.d/offline-agent /etc/offline-agent/agent.json" ]] || fail "the conffiles are not exactly agent.json and the logrotate file"
 

@@ -22,6 +22,8 @@ if (($# == 0)); then
     # The library works as a dependency: examples/host-app built by version from a
     # tagged clone, and run against the fixture.
     scripts/test-host-app.sh
+    # Host apps in C and Python over D-Bus (examples/dbus-host-*) against serve --dbus.
+    scripts/test-dbus-hosts.sh
     # The Debian packages (release build, lintian, install, purge);
     # OFFLINE_AGENT_DEB_TESTS=0 skips them.
     if [[ ${OFFLINE_AGENT_DEB_TESTS:-1} == 1 ]]; then

@@ -25,6 +25,10 @@ struct ConfigFile: Decodable {
         var maxTrialLaunches: Int?
         /// The origins this app's whitelist may name (`SyncOptions.allowedOrigins`).
         var allowedOrigins: [String]?
+        /// Users and groups (names or ids) that may confirm, report bad and sync the app
+        /// over D-Bus (`serve --dbus`, docs/DBUS.md).
+        var dbusUsers: [String]?
+        var dbusGroups: [String]?
     }
 
     var root: String
@@ -47,7 +51,7 @@ struct ConfigFile: Decodable {
     var apps: [App]
 
     static let topKeys = ["root", "publicKey", "publicKeys", "allowUnsigned", "trustedRoot", "network", "profile", "maxTrialLaunches", "manifestQuery", "report", "reportToken", "apps"]
-    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "trustedRoot", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches", "allowedOrigins"]
+    static let appKeys = ["app", "manifest", "publicKey", "publicKeys", "allowUnsigned", "trustedRoot", "profile", "manifestQuery", "report", "reportToken", "maxTrialLaunches", "allowedOrigins", "dbusUsers", "dbusGroups"]
 
     /// One app as the file (and the command line) configures it.
     struct Entry {
@@ -69,6 +73,9 @@ struct ConfigFile: Decodable {
         var allowedOrigins: [String]?
         /// The TUF root file's bytes (`trustedRoot`), which replace the keys.
         var trustedRoot: Data?
+        /// Who may change the app over D-Bus, as the file names them.
+        var dbusUsers: [String] = []
+        var dbusGroups: [String] = []
     }
 
     /// Reads and checks `path`; `fallbackKeys` are `--public-key`'s, `fallbackReport` and
@@ -153,7 +160,8 @@ struct ConfigFile: Decodable {
             return Entry(app: entry.app, manifest: url, publicKeys: keys, network: file.network, profile: entry.profile ?? file.profile,
                          manifestQuery: entry.manifestQuery ?? file.manifestQuery, report: report,
                          reportToken: token ?? (report == fileReport ? fileToken : nil), maxTrialLaunches: entry.maxTrialLaunches,
-                         allowedOrigins: entry.allowedOrigins, trustedRoot: trustedRoot)
+                         allowedOrigins: entry.allowedOrigins, trustedRoot: trustedRoot,
+                         dbusUsers: entry.dbusUsers ?? [], dbusGroups: entry.dbusGroups ?? [])
         }
         // A token given for no URL any app reports to is a mistake worth naming.
         if file.reportToken != nil || fallbackReportToken != nil, fileToken == nil || !entries.contains(where: { $0.report != nil && $0.report == fileReport }) {

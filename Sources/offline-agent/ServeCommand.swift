@@ -3,6 +3,7 @@ import FoundationEssentials
 import Logging
 import NIOCore
 import OfflineAgent
+import OfflineDBus
 import OfflineServe
 #if canImport(Glibc)
 @preconcurrency import Glibc
@@ -48,12 +49,17 @@ struct ServeCommand: AsyncParsableCommand {
     var report: String?
     @Option(help: "A file holding the bearer token the --report collector requires (offline-server --report-token); default: the token a sync recorded for that collector.")
     var reportTokenFile: String?
+    @Option(help: "Also export the agent on D-Bus, as org.offlineagent.Agent1 on this bus: system or session (docs/DBUS.md). Prints \"dbus: NAME on the BUS bus\" once the name is owned.")
+    var dbus: AgentBusConfiguration.Bus?
+    @Option(help: "With --dbus: the sync config file (sync --config) naming the apps the D-Bus Sync method syncs, and per app the dbusUsers and dbusGroups that may confirm, report bad and sync it.")
+    var config: String?
     @Option(help: "Minutes between usage reports (default 15).") var reportInterval: Double = 15
     @Option(help: "Seconds one fleet report request may take (default 3); past it, its events stay queued and the collector is backed off.")
     var reportDeadline: Double = 3
 
     func validate() throws {
         if let maxTrialLaunches, maxTrialLaunches < 0 { throw ValidationError("--max-trial-launches must be 0 or more") }
+        if config != nil, dbus == nil { throw ValidationError("--config is read for --dbus only: give --dbus system or --dbus session") }
     }
 
     func run() async throws {
@@ -100,6 +106,12 @@ struct ServeCommand: AsyncParsableCommand {
             let reporter = try LocalUsageReporter(
                 metrics: server.metrics, root: server.configuration.root, report: reportURL,
                 interval: .milliseconds(Int64(reportInterval * 60_000)), settings: reportSettings, logger: logger)
+            // Read before the server starts: a config that does not load is a usage error.
+            let busSettings = try dbus.map { bus in
+                try DBusHost.configuration(bus: bus, root: server.configuration.root, port: port, deviceID: deviceId, config: config)
+            }
+            let busHost = DBusHost()
+            let busLogger = logger
             let reporting = Task { await reporter.run() }
             do {
                 defer { reporting.cancel() }
@@ -107,12 +119,19 @@ struct ServeCommand: AsyncParsableCommand {
                     // Flushed: a parent reading the pipe sees the line at once.
                     fputs("listening on http://\(WebAddress.authority(host: host, port: port))\n", stdout)
                     fflush(stdout)
+                    if var busSettings {
+                        busSettings.servePort = port
+                        busHost.start(busSettings, logger: busLogger)
+                    }
                 }
             } catch let error as OfflineAgentError {
+                await busHost.stop()
                 throw error
             } catch {
+                await busHost.stop()
                 throw OfflineAgentError(.serve, "cannot serve on \(host):\(port): \(error)", cause: .unexpected)
             }
+            await busHost.stop()
             // The last period's counts go out when the server stops (the reporter's final flush).
             await reporting.value
         }

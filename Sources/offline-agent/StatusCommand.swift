@@ -13,26 +13,33 @@ struct StatusCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON: an object for one app, {\"apps\": [...]} for all.") var json = false
     @Option(help: "The device id for rollout (the root's stable id when absent).") var deviceId: String?
 
-    /// The app's fleet-report queue, when its syncs report.
-    private func reports(_ app: String) -> ReportQueueStatus? {
-        ReportQueueStatus(root: root, app: app)
+    /// `status --json`'s output: an object for `app`, `{"apps": [...]}` for all when nil
+    /// (also the D-Bus `Status()` method's answer).
+    static func json(_ agent: Agent, app: String?, deviceID: String?) async throws -> String {
+        let statuses = try await agent.status(app: app, deviceID: deviceID)
+        var lifecycles: [String: LifecycleStatus] = [:]
+        for status in statuses { lifecycles[status.app] = await agent.lifecycle(app: status.app) }
+        // The app's fleet-report queue, when its syncs report.
+        let root = agent.store.root
+        func reports(_ app: String) -> ReportQueueStatus? { ReportQueueStatus(root: root, app: app) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = app == nil
+            ? try encoder.encode(["apps": statuses.map { StatusJSON($0, lifecycles[$0.app], report: reports($0.app)) }])
+            : try encoder.encode(StatusJSON(statuses[0], lifecycles[statuses[0].app], report: reports(statuses[0].app)))
+        return String(decoding: data, as: UTF8.self)
     }
 
     func run() async throws {
         try await reportingFailures {
             let agent = Agent(root: try ExistingRoot.url(root))
+            if json {
+                print(try await Self.json(agent, app: app, deviceID: deviceId))
+                return
+            }
             let statuses = try await agent.status(app: app, deviceID: deviceId)
             var lifecycles: [String: LifecycleStatus] = [:]
             for status in statuses { lifecycles[status.app] = await agent.lifecycle(app: status.app) }
-            if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                let data = app == nil
-                    ? try encoder.encode(["apps": statuses.map { StatusJSON($0, lifecycles[$0.app], report: reports($0.app)) }])
-                    : try encoder.encode(StatusJSON(statuses[0], lifecycles[statuses[0].app], report: reports(statuses[0].app)))
-                print(String(decoding: data, as: UTF8.self))
-                return
-            }
             if statuses.isEmpty { print("no apps in \(root)") }
             for status in statuses {
                 let version = status.installed?.version.description ?? "none"

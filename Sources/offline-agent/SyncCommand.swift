@@ -262,7 +262,8 @@ struct SyncCommand: AsyncParsableCommand {
         return [text]
     }
 
-    private func loadJobs() throws -> [Job] {
+    /// The apps to sync, from the options or the config file (`serve --config` reads them too).
+    func loadJobs() throws -> [Job] {
         guard let config else {
             guard let url = URL(string: manifest!), url.scheme != nil else {
                 throw OfflineAgentError(.usage, "invalid manifest URL '\(manifest!)'")

@@ -1,0 +1,4 @@
+import ArgumentParser
+import OfflineDBus
+
+extension AgentBusConfiguration.Bus: ExpressibleByArgument {}
