@@ -326,7 +326,7 @@ public final class AgentBusService: Sendable {
         case .confirm(let app, let text):
             guard let version = Version(text) else { return .now(.failure(.usage("'\(text)' is not a version"))) }
             return later { lifecycle in
-                try lifecycle.markGood(app, ifActive: version)
+                try lifecycle.markGood(app, version: version)
                 return []
             }
         case .reportBad(let app, let text, let reason):
@@ -335,7 +335,7 @@ public final class AgentBusService: Sendable {
                 return .now(.failure(.usage("the reason holds control characters")))
             }
             return later { lifecycle in
-                let transition = try lifecycle.markBad(app, ifActive: version, reason: reason.isEmpty ? "reported failing" : reason)
+                let transition = try lifecycle.markBad(app, version: version, reason: reason.isEmpty ? "reported failing" : reason)
                 return [.string(transition.to?.description ?? "")]
             }
         case .sync(let app, let force):

@@ -9,6 +9,7 @@ import TestSupport
 struct DBusMethodTests {
     typealias Setup = DBusServiceTests.Setup
     static let stateInvalid = "org.offlineagent.Agent1.Error.StateInvalid"
+    static let versionMismatch = "org.offlineagent.Agent1.Error.VersionMismatch"
     static let usage = "org.offlineagent.Agent1.Error.Usage"
 
     /// mall 1.0.0 confirmed, then 1.1.0 installed on trial for 3 launches.
@@ -38,10 +39,10 @@ struct DBusMethodTests {
         // The version the host showed before the swap confirms nothing, reports nothing.
         let before = try await s.status()
         let stale = try await s.call("Confirm", "s", ["1.0.0"])
-        #expect(stale["error"] as? String == Self.stateInvalid, "\(stale)")
-        #expect((stale["message"] as? String)?.hasPrefix("state-invalid: mall 1.0.0 is not the active version") == true, "\(stale)")
+        #expect(stale["error"] as? String == Self.versionMismatch, "\(stale)")
+        #expect((stale["message"] as? String)?.hasPrefix("version-mismatch: mall 1.0.0 is not the active version") == true, "\(stale)")
         let staleBad = try await s.call("ReportBad", "ss", ["1.0.0", "blank"])
-        #expect(staleBad["error"] as? String == Self.stateInvalid, "\(staleBad)")
+        #expect(staleBad["error"] as? String == Self.versionMismatch, "\(staleBad)")
         #expect(try await s.status()["history"] as? [[String: String]] == before["history"] as? [[String: String]])
         #expect(try await s.status()["state"] as? String == "trial")
 

@@ -22,7 +22,7 @@ struct DBusWebKitTests {
         #expect(loads.map { $0["version"] as? String } == ["1.0.0", "1.1.0"], "\(loads)")
         #expect(loads.allSatisfy { ($0["uri"] as? String)?.hasPrefix("http://h5.example.com.localhost:\(s.port)/mall/") == true }, "\(loads)")
         #expect(loads.allSatisfy { !($0["title"] as? String ?? "").isEmpty }, "\(loads)")
-        #expect(report["wrong"] as? String == "org.offlineagent.Agent1.Error.StateInvalid", "\(report)")
+        #expect(report["wrong"] as? String == "org.offlineagent.Agent1.Error.VersionMismatch", "\(report)")
         #expect(report["stateAfterWrong"] as? String == "trial", "\(report)")
         #expect(report["confirmed"] as? String == "1.1.0" && report["state"] as? String == "good", "\(report)")
         #expect(try await s.status()["state"] as? String == "good")
