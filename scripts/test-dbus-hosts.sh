@@ -15,7 +15,7 @@ step() { echo "== test-dbus-hosts: $*"; }
 
 work="$(mktemp -d /tmp/offline-agent-dbus-hosts.XXXXXX)"
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
+cleanup() { for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
 step "build examples/dbus-host-c with pkg-config"
@@ -47,7 +47,8 @@ for host in c python; do
     grep -q '^dbus: ' "$work/serve.out" || fail "serve --dbus did not own the name: $(cat "$work/serve.log")"
 
     step "$host host: show, then reload and confirm what a sync by the CLI installs"
-    if [[ $host == c ]]; then command=("$work/host-c"); else command=(/usr/bin/python3 examples/dbus-host-python/host.py); fi
+    # Bounded: a host that never hears VersionInstalled fails the run, never hangs it.
+    if [[ $host == c ]]; then command=(timeout -k 5 120 "$work/host-c"); else command=(timeout -k 5 120 /usr/bin/python3 examples/dbus-host-python/host.py); fi
     "${command[@]}" mall "${whitelist}index.html" >"$work/host.out" 2>"$work/host.err" &
     host_pid=$!
     for _ in $(seq 300); do grep -q '^waiting' "$work/host.out" 2>/dev/null && break; sleep 0.1; done

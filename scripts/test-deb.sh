@@ -101,7 +101,7 @@ cat >"$work/bus.conf" <<BUS
 <busconfig><type>system</type><listen>unix:path=$work/bus.socket</listen>
 <include>$root/usr/share/dbus-1/system.d/org.offlineagent.Agent1.conf</include></busconfig>
 BUS
-bus_check=$(timeout 20 dbus-daemon --config-file="$work/bus.conf" --nofork --nopidfile --print-address 2>&1 | head -1) || true
+bus_check=$(timeout -k 2 10 dbus-daemon --config-file="$work/bus.conf" --nofork --nopidfile --print-address 2>&1 | head -1) || true
 [[ $bus_check == unix:* ]] || fail "dbus-daemon refuses the shipped policy: $bus_check"
 grep -qx 'Name=org.offlineagent.Agent1' "$root/usr/share/dbus-1/system-services/org.offlineagent.Agent1.service" &&
     grep -qx 'SystemdService=offline-agent-serve.service' "$root/usr/share/dbus-1/system-services/org.offlineagent.Agent1.service" ||

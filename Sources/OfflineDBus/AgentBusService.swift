@@ -174,6 +174,12 @@ public final class AgentBusService: Sendable {
     /// Reads every app of the root again and returns what changed. Only the watcher task
     /// calls it once the service runs, so readings never overtake one another.
     private func refresh() async -> Changes {
+        // Read before the root: a sync of this service that ended before this reading is
+        // announced by it; one ending during it, by the next (its last writes may come
+        // after what this reads). The root's lock likewise, before and after: a sync of
+        // another process that was running at either point is not over in this reading.
+        let busyBefore = Self.rootLocked(store.root)
+        let endedBefore = state.withLock { Set($0.finishing.keys) }
         let statuses = (try? await agent.status(deviceID: configuration.deviceID)) ?? []
         let lifecycle = Lifecycle(store: store)
         var fresh: [String: AppSnapshot] = [:]
@@ -187,8 +193,9 @@ public final class AgentBusService: Sendable {
         }
         // A sync of another process holds the root's lock from its check to its install:
         // its end is announced once the lock is free (the check record is replaced at its start).
-        let busy = Self.rootLocked(store.root)
+        let busy = busyBefore || Self.rootLocked(store.root)
         let (old, syncing, finished, unwatched) = state.withLock { state in
+            let ended = state.finishing.filter { endedBefore.contains($0.key) }
             if busy {
                 for app in fresh.keys where state.syncing[app] == nil {
                     fresh[app]?.checkStamp = state.snapshots[app]?.checkStamp ?? ""
@@ -197,10 +204,12 @@ public final class AgentBusService: Sendable {
             defer {
                 state.snapshots = fresh
                 state.watched.formUnion(fresh.keys)
-                for app in state.finishing.keys { state.syncing[app] = nil }
-                state.finishing = [:]
+                for app in ended.keys {
+                    state.syncing[app] = nil
+                    state.finishing[app] = nil
+                }
             }
-            return (state.snapshots, state.syncing, state.finishing.values.sorted().compactMap { state.jobs[$0] },
+            return (state.snapshots, state.syncing, ended.values.sorted().compactMap { state.jobs[$0] },
                     fresh.keys.filter { !state.watched.contains($0) })
         }
         for app in unwatched { loop.watch("\(store.root)/apps/\(app)") }

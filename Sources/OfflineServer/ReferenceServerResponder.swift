@@ -107,7 +107,8 @@ struct ReferenceServerResponder: HTTPResponder {
     // MARK: Files
 
     private func file(_ request: Request, app: String, name: String, context: Context) async throws -> Response {
-        guard AppName.isValid(app), let contentType = Self.contentType(ofServableFile: name) else {
+        let contentType = app == TUFRepository.directoryName ? Self.contentType(ofMetadataFile: name) : Self.contentType(ofServableFile: name)
+        guard AppName.isValid(app), let contentType else {
             return Self.text(.notFound, "not found\n")
         }
         let path = "\(catalog.directory)/\(app)/\(name)"
@@ -152,6 +153,11 @@ struct ReferenceServerResponder: HTTPResponder {
     /// The content type of a file name the server hands out, nil for anything else
     /// (`state.json`, staging leftovers, names that are not versions).
     static func contentType(ofServableFile name: String) -> String? {
+        // A TUF target's hash-prefixed copy (`<sha256>.NAME`, docs/PROTOCOL.md "TUF repository").
+        let parts = name.split(separator: ".", maxSplits: 1)
+        if parts.count == 2, parts[0].count == 64, parts[0].allSatisfy({ $0.isHexDigit && !$0.isUppercase }) {
+            return contentType(ofServableFile: String(parts[1]))
+        }
         if name == Publisher.manifestFile { return "application/json" }
         if name == Publisher.signatureFile { return "text/plain" }
         if name.hasSuffix(".zip.gz"), Version(String(name.dropLast(7))) != nil { return "application/gzip" }
@@ -163,6 +169,16 @@ struct ReferenceServerResponder: HTTPResponder {
         return nil
     }
 
+    /// The TUF metadata files of `<dir>/metadata/`: `timestamp.json` and the
+    /// version-prefixed `N.root.json`, `N.snapshot.json`, `N.targets.json`.
+    static func contentType(ofMetadataFile name: String) -> String? {
+        if name == "timestamp.json" { return "application/json" }
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[2] == "json", ["root", "snapshot", "targets"].contains(parts[1]),
+              let version = Int64(parts[0]), version > 0, String(version) == parts[0] else { return nil }
+        return "application/json"
+    }
+
     // MARK: Caching
 
     /// Changes with every publish: cached briefly, then revalidated by ETag.
@@ -172,7 +188,8 @@ struct ReferenceServerResponder: HTTPResponder {
 
     /// Packages and patches, whose names fix their bytes (not `manifest.json`, `.sig`).
     static func isVersioned(_ name: String) -> Bool {
-        name != Publisher.manifestFile && name != Publisher.signatureFile && contentType(ofServableFile: name) != nil
+        if contentType(ofMetadataFile: name) != nil { return name != "timestamp.json" }
+        return name != Publisher.manifestFile && name != Publisher.signatureFile && contentType(ofServableFile: name) != nil
     }
 
     // MARK: Responses

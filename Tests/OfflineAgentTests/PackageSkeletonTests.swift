@@ -103,7 +103,7 @@ struct PackageSkeletonTests {
         let scratch = TemporaryDirectory("skel")
         func view(_ bytes: [UInt8]) -> PackageView? {
             let path = scratch.file("s-\(UInt32.random(in: 0...UInt32.max)).skel")
-            FileManager.default.createFile(atPath: path, contents: Data(bytes))
+            guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else { return nil }
             return PackageView(skeletonPath: path, objectsDirectory: scratch.path)
         }
         func header(size: UInt64, count: UInt64) -> [UInt8] {

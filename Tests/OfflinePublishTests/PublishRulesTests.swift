@@ -88,7 +88,7 @@ struct PublishRulesTests {
         let before = try snapshot(out)
 
         do {
-            try Publisher.publish(PublishOptions(
+            _ = try Publisher.publish(PublishOptions(
                 app: "app", version: Version("1.1.0")!, sourceDirectory: source, publishDirectory: out, limits: c.limits))
             #expect(c.refusal == nil, "published, expected a refusal containing '\(c.refusal ?? "")'")
         } catch let error as OfflineAgentError {
