@@ -42,6 +42,9 @@ public final class AgentBusService: Sendable {
         /// Syncs of this service that ended: the next reading of the root (which sees what
         /// they did) announces them after the changes they made.
         var finishing: [String: UInt64] = [:]
+        /// Apps another process's sync installed a version of, in a reading before the one
+        /// that sees that sync end: its `SyncFinished` then says `updated`.
+        var installedBySync: Set<String> = []
         var watched: Set<String> = []
         /// Readings asked for and done: a caller waiting for a reading that started after
         /// it asked (`refreshed()`) waits until `done` reaches its ticket.
@@ -217,7 +220,17 @@ public final class AgentBusService: Sendable {
         if Set(old.keys) != Set(fresh.keys) { changes.properties.append((DBusNames.managerPath, ["Apps"])) }
         for (app, now) in fresh.sorted(by: { $0.key < $1.key }) {
             guard let before = old[app] else { continue }
-            changes.signals += Self.signals(app: app, before: before, now: now, syncedHere: syncing[app] != nil)
+            let syncedHere = syncing[app] != nil
+            let installedEarlier = state.withLock { $0.installedBySync.contains(app) }
+            let signals = Self.signals(app: app, before: before, now: now, syncedHere: syncedHere, installedEarlier: installedEarlier)
+            changes.signals += signals
+            let installed = signals.contains { $0.member == "VersionInstalled" }
+            let ended = signals.contains { $0.member == "SyncFinished" }
+            if !syncedHere, ended || installed {
+                state.withLock { state in
+                    if ended { state.installedBySync.remove(app) } else { state.installedBySync.insert(app) }
+                }
+            }
             let names = now.changedProperties(from: before)
             if !names.isEmpty { changes.properties.append((DBusNames.appPath(app), names)) }
         }
@@ -230,9 +243,9 @@ public final class AgentBusService: Sendable {
     static func rootLocked(_ root: String) -> Bool {
         var info = stat()
         guard stat("\(root)/.lock", &info) == 0,
-              let locks = FileManager.default.contents(atPath: "/proc/locks") else { return false }
+              let locks = FileSystem.readKernelFile("/proc/locks") else { return false }
         let inode = ":\(info.st_ino) "
-        return String(decoding: locks, as: UTF8.self).split(separator: "\n").contains { line in
+        return locks.split(separator: "\n").contains { line in
             line.contains("FLOCK") && line.contains(inode)
         }
     }
@@ -240,7 +253,7 @@ public final class AgentBusService: Sendable {
     /// The signals that tell the change from `before` to `now`: an install (the active
     /// version went up), a rollback (the active version was marked bad), another
     /// process's sync (the check record was replaced while no sync of this service ran).
-    static func signals(app: String, before: AppSnapshot, now: AppSnapshot, syncedHere: Bool) -> [BusSignal] {
+    static func signals(app: String, before: AppSnapshot, now: AppSnapshot, syncedHere: Bool, installedEarlier: Bool = false) -> [BusSignal] {
         var signals: [BusSignal] = []
         if let from = before.activeVersion,
            let bad = now.badVersions.first(where: { $0.version == from }),
@@ -252,7 +265,7 @@ public final class AgentBusService: Sendable {
             signals.append(.versionInstalled(app: app, version: version.description, previous: before.activeVersion?.description ?? ""))
         }
         if !syncedHere, now.checkStamp != before.checkStamp, now.lastCheck != 0 {
-            let installed = signals.contains { $0.member == "VersionInstalled" }
+            let installed = installedEarlier || signals.contains { $0.member == "VersionInstalled" }
             let outcome = installed ? "updated" : now.lastCheckOutcome == "failed" ? "failed" : "checked"
             signals.append(.syncFinished(app: app, outcome: outcome, errorCode: "", job: "/"))
         }

@@ -58,12 +58,28 @@ package final class TrickleServer: @unchecked Sendable {
         try LoopbackSocket.listen(backlog: backlog)
     }
 
-    /// A port on 127.0.0.1 where nothing listens (bound, then closed): connecting is refused.
+    /// A port on 127.0.0.1 where nothing listens: connecting is refused. The port stays
+    /// bound (never listening) for the life of the test process, so no server another
+    /// test starts meanwhile can take it and answer instead (a freed port can be reused
+    /// at once on a busy machine).
     package static func deadPort() throws -> Int {
-        let (fd, port) = try listen(backlog: 1)
-        close(fd)
-        return port
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EMFILE) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { close(fd); throw POSIXError(.EADDRINUSE) }
+        reservedPorts.withLock { $0.append(fd) }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
+
+    /// The descriptors holding `deadPort`s, open until the process exits.
+    private static let reservedPorts = Mutex<[Int32]>([])
 
     /// Non-blocking connections to `port`, for filling a listener's accept queue.
     package static func connectAsync(to port: Int) -> Int32 {

@@ -211,6 +211,26 @@ package enum FileSystem {
         return Int64(st.st_size)
     }
 
+    /// A kernel-generated file's text (`/proc/locks`), read until its end: such files
+    /// report size 0, and a reader that trusts the size (or reads one page) sees a
+    /// prefix of them once they outgrow a page. Nil when it cannot be opened or read;
+    /// at most `limit` bytes.
+    package static func readKernelFile(_ path: String, limit: Int = 16 << 20) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while bytes.count < limit {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0, errno == EINTR { continue }
+            guard n >= 0 else { return nil }
+            if n == 0 { break }
+            bytes += chunk[..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// Bytes available to an unprivileged writer on the filesystem holding `path`.
     package static func availableBytes(at path: String) -> Int64? {
         var st = statvfs()

@@ -82,7 +82,7 @@ public final class PublishLock: Sendable {
     /// from `/proc/locks`; nil where that is not available.
     private static func holder(of fd: Int32) -> String? {
         var st = stat()
-        guard fstat(fd, &st) == 0, let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return nil }
+        guard fstat(fd, &st) == 0, let locks = FileSystem.readKernelFile("/proc/locks") else { return nil }
         // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters' lines carry "->".
         for line in locks.split(separator: "\n") where !line.contains("->") {
             let fields = line.split(separator: " ")
