@@ -101,8 +101,10 @@ cat >"$work/bus.conf" <<BUS
 <busconfig><type>system</type><listen>unix:path=$work/bus.socket</listen>
 <include>$root/usr/share/dbus-1/system.d/org.offlineagent.Agent1.conf</include></busconfig>
 BUS
-bus_check=$(timeout -k 2 10 dbus-daemon --config-file="$work/bus.conf" --nofork --nopidfile --print-address 2>&1 | head -1) || true
-[[ $bus_check == unix:* ]] || fail "dbus-daemon refuses the shipped policy: $bus_check"
+# (Its warnings about the user and group, which postinst creates, go to stderr; the
+# address on stdout says it accepted the file.)
+bus_check=$(timeout -k 2 10 dbus-daemon --config-file="$work/bus.conf" --nofork --nopidfile --print-address 2>"$work/bus.err" | head -1) || true
+[[ $bus_check == unix:* ]] || fail "dbus-daemon refuses the shipped policy: $(cat "$work/bus.err")"
 grep -qx 'Name=org.offlineagent.Agent1' "$root/usr/share/dbus-1/system-services/org.offlineagent.Agent1.service" &&
     grep -qx 'SystemdService=offline-agent-serve.service' "$root/usr/share/dbus-1/system-services/org.offlineagent.Agent1.service" ||
     fail "the D-Bus activation file does not name org.offlineagent.Agent1 and offline-agent-serve.service"
@@ -118,7 +120,7 @@ for tool in offline-agent offline-publish; do
 done
 # The stripped binaries do real work: a key pair, and the installed example config with it.
 public_key=$(timeout 60 "$root/usr/bin/offline-publish" keygen --out "$work/signing.key") || fail "the installed offline-publish keygen failed"
-sed "s#REPLACE-WITH-THE-BASE64-PUBLIC-KEY-FROM-offline-agent-keygen#$public_key#" \
+sed "s#REPLACE-WITH-THE-BASE64-PUBLIC-KEY-FROM-offline-publish-keygen#$public_key#" \
     "$root/etc/offline-agent/agent.json" >"$work/agent.json"
 timeout 60 "$root/usr/bin/offline-agent" check-config "$work/agent.json" >/dev/null ||
     fail "the installed offline-agent check-config rejects the installed example config (with a real key)"
