@@ -192,9 +192,11 @@ struct FleetReportTests {
 
     @Test("a collector that refuses connections: the sync succeeds, the event waits")
     func down() async throws {
-        let collector = try ReportCollector()
-        collector.stop()
-        let h = try harness(collector)
+        // A port that stays bound and never listens: a stopped collector's freed port could
+        // be taken by another test's server meanwhile, which would answer.
+        let h = try SyncHarness()
+        h.configuration.report = URL(string: "http://127.0.0.1:\(try TrickleServer.deadPort())/report")!
+        h.configuration.reporting.deadline = .seconds(60)
         try await h.install("1.0.0")
         let queue = try #require(ReportQueue.all(root: h.root.path, maxEvents: 1000).first)
         #expect(queue.pending() == 1 && queue.loadState().failures == 1)
