@@ -121,33 +121,17 @@ struct ReferenceServerResponder: HTTPResponder {
         let etag = (try? catalog.entry(app: app))?.fileTags[name]
             ?? "\"\(String(st.st_ino, radix: 16))-\(String(size, radix: 16))-\(String(st.st_mtim.tv_sec, radix: 16))\""
 
-        var headers: HTTPFields = [
+        let fileHeaders: HTTPFields = [
             .eTag: etag, .lastModified: lastModified, .acceptRanges: "bytes", .contentType: contentType,
             .cacheControl: Self.isVersioned(name) ? Self.immutableCacheControl : manifestCacheControl,
         ]
-        if HTTPValidators.noneMatchHits(request.headers[.ifNoneMatch], etag: etag) {
-            return Response(status: .notModified, headers: headers)
-        }
-        var range = HTTPRange(header: request.headers[.range], size: size)
-        if range != .full, !HTTPValidators.ifRangeHolds(request.headers[.ifRange], etag: etag, lastModified: lastModified) {
-            range = .full
-        }
-        let isHead = request.method == .head
-        switch range {
-        case .unsatisfiable:
-            headers[.contentRange] = "bytes */\(size)"
-            return Self.text(.rangeNotSatisfiable, "range not satisfiable\n", headers: headers)
-        case .partial(let bytes):
-            headers[.contentRange] = "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(size)"
-            headers[.contentLength] = String(bytes.count)
-            let body = isHead ? ResponseBody() : try await fileIO.loadFile(
-                path: path, range: Int(bytes.lowerBound)...Int(bytes.upperBound), context: context)
-            return Response(status: .partialContent, headers: headers, body: body)
-        case .full:
-            headers[.contentLength] = String(size)
-            let body = isHead || size == 0 ? ResponseBody() : try await fileIO.loadFile(path: path, context: context)
-            return Response(status: .ok, headers: headers, body: body)
-        }
+        // 304, 416, 206 or 200, decided as `serve` decides it.
+        let reply = HTTPFileReply(request.headers, size: size, etag: etag, lastModified: lastModified, modifiedSeconds: st.st_mtim.tv_sec)
+        let headers = reply.headers(over: fileHeaders)
+        if let text = reply.text { return Self.text(reply.status, text, headers: headers) }
+        guard request.method != .head, let bytes = reply.bytes else { return Response(status: reply.status, headers: headers) }
+        let body = try await fileIO.loadFile(path: path, range: Int(bytes.lowerBound)...Int(bytes.upperBound), context: context)
+        return Response(status: reply.status, headers: headers, body: body)
     }
 
     /// The content type of a file name the server hands out, nil for anything else

@@ -191,6 +191,22 @@ struct ReferenceServerTests {
         }
     }
 
+    @Test("a published file answers If-Modified-Since as serve does: 304 when not newer, If-None-Match wins")
+    func ifModifiedSince() async throws {
+        try await withServer { served in
+            let url = served.url("/sample/1.3.0.zip")
+            let whole = try await PublishHTTP.fetch(url)
+            let lastModified = try #require(whole.header("Last-Modified"))
+            let notModified = try await PublishHTTP.fetch(url, headers: [("If-Modified-Since", lastModified)])
+            #expect(notModified.status == 304 && notModified.body.isEmpty && notModified.header("ETag") == whole.header("ETag"))
+            #expect(try await PublishHTTP.fetch(url, headers: [("If-Modified-Since", "Thu, 01 Jan 1970 00:00:00 GMT")]).status == 200)
+            // If-None-Match that misses: the date is not looked at (RFC 9110 §13.2.2).
+            let missed = try await PublishHTTP.fetch(url, headers: [("If-None-Match", "\"other\""), ("If-Modified-Since", lastModified)])
+            #expect(missed.status == 200)
+            #expect(try await PublishHTTP.fetch(url, headers: [("If-Modified-Since", "not a date")]).status == 200)
+        }
+    }
+
     @Test("signature: verifies with the public key, fails on a flipped byte; the static .sig matches")
     func signatures() async throws {
         try await withServer { served in
