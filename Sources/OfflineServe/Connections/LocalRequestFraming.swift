@@ -12,6 +12,11 @@ import NIOHTTP1
 ///   `Connection` has the `close` token (any case), or an answer that has it (every
 ///   refusal), the connection closes at once; the answer to an HTTP/1.0 request without
 ///   keep-alive is HTTP/1.0, so it is never chunked;
+/// - a request whose body the decoder refuses (a chunk size that is not hex or overflows, a
+///   chunk without its CRLF, a malformed extension or trailer) or that the client cuts off
+///   (its side ends before the body's end) makes the body's stream fail with
+///   `BrokenBody`, never end: whoever reads it sees no complete request (a forward aborts
+///   its origin connection without the last chunk, `OriginExchange.pageBodyBroken`);
 /// - the connection guard learns where each request ends (its body is not a head), and the
 ///   connection limiter which connections are idle: no request read and not yet answered.
 final class LocalRequestFraming: ChannelDuplexHandler, RemovableChannelHandler {
@@ -26,8 +31,16 @@ final class LocalRequestFraming: ChannelDuplexHandler, RemovableChannelHandler {
     /// ends with its answer.
     private var owed: [HTTPVersion?] = []
     /// A refusal waiting for the answers owed before it.
-    private var refusal: HTTPResponseStatus?
+    private var refusal: LocalErrorAnswer?
     private var closing = false
+    /// A request's head was read and its end not yet.
+    private var readingBody = false
+
+    /// The request body being read could not be framed to its end (`HTTPParserError`
+    /// `cause`, an end of input before the body's end included).
+    struct BrokenBody: Error {
+        let cause: HTTPParserError
+    }
 
     init(limiter: LocalConnectionLimiter) {
         self.limiter = limiter
@@ -53,9 +66,11 @@ final class LocalRequestFraming: ChannelDuplexHandler, RemovableChannelHandler {
         case .head(let head):
             if owed.isEmpty { limiter.setIdle(context.channel, false) }
             owed.append(Self.closes(head) ? head.version : nil)
+            readingBody = true
         case .body:
             break
         case .end:
+            readingBody = false
             connectionGuard?.requestRead()
         }
         context.fireChannelRead(data)
@@ -94,26 +109,22 @@ final class LocalRequestFraming: ChannelDuplexHandler, RemovableChannelHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         guard let error = error as? HTTPParserError else { return context.fireErrorCaught(error) }
         guard !closing else { return }
+        if readingBody {
+            // The body's reader learns it has no end (an end of input is also a parser error
+            // here: `invalidEOFState`); passed on, the error ends the body's stream.
+            readingBody = false
+            context.fireErrorCaught(BrokenBody(cause: error))
+        }
         // Nothing more is read from a connection whose bytes could not be framed.
         closing = true
-        let status: HTTPResponseStatus = error == .headerOverflow ? .requestHeaderFieldsTooLarge : .badRequest
-        if owed.isEmpty { refuse(status, context: context) } else { refusal = status }
+        let answer = LocalErrorAnswer.undecodable(headerOverflow: error == .headerOverflow)
+        if owed.isEmpty { refuse(answer, context: context) } else { refusal = answer }
     }
 
-    /// Writes `status` and closes, after `pending` (the end of the last answer owed).
-    private func refuse(
-        _ status: HTTPResponseStatus, context: ChannelHandlerContext, after pending: (NIOAny, EventLoopPromise<Void>?)? = nil
-    ) {
+    /// Gives `answer` and closes, after `pending` (the end of the last answer owed).
+    private func refuse(_ answer: LocalErrorAnswer, context: ChannelHandlerContext, after pending: (NIOAny, EventLoopPromise<Void>?)? = nil) {
         if let (data, promise) = pending { context.write(data, promise: promise) }
-        let text = status == .requestHeaderFieldsTooLarge ? "request header fields too large\n" : "bad request: not valid HTTP/1.1\n"
-        let body = context.channel.allocator.buffer(string: text)
-        let head = HTTPResponseHead(version: .http1_1, status: status, headers: [
-            "Content-Type": "text/plain; charset=utf-8", "Content-Length": String(body.readableBytes),
-            "Cache-Control": "no-store", "Connection": "close",
-        ])
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
-        closeAfter(context.writeAndFlush(wrapOutboundOut(.end(nil))), context: context, promise: nil)
+        answer.writeThenClose(on: context)
     }
 
     /// Closes the connection once `written` (the end of its last answer) has gone out: a

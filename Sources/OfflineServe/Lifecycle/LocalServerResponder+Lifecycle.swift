@@ -28,9 +28,9 @@ extension LocalServerResponder {
             case .stateInvalid, .versionMismatch: .conflict
             default: .internalServerError
             }
-            return Self.json(status, ["error": error.reason, "errorCode": error.cause.rawValue])
+            return LocalErrorAnswer(status, .json(["error": error.reason, "errorCode": error.cause.rawValue])).response()
         } catch {
-            return Self.json(.internalServerError, ["error": "\(error)"])
+            return LocalErrorAnswer(.internalServerError, .json(["error": "\(error)"])).response()
         }
     }
 

@@ -1,26 +1,34 @@
-import OfflineAgent
+import Hummingbird
 import NIOCore
 import NIOHTTP1
+import NIOHTTPTypesHTTP1
+import OfflineAgent
 
-/// Lets only a mirror's WebSocket upgrade (`MirrorWebSocketUpgrade.origin(of:)`) reach
-/// NIO's upgrade handler: from any other first request it removes `Upgrade`, so the
-/// request goes on as plain HTTP and gets the answer it gets without one (the plain
-/// host's route, 403 for an unknown `.localhost` name). NIO's handler loses a request
-/// whose upgrade it declines, so every upgrade that reaches it is either relayed or
-/// answered with a `502` by `LocalServerChannel`. A mirror's upgrade that is not a valid
-/// WebSocket handshake (RFC 6455 §4.2.1: one `Sec-WebSocket-Key` of 16 bytes in base64,
-/// `Sec-WebSocket-Version: 13`) gets a `400` from the filter and the connection closes.
+/// Lets only a request `LocalRouter` routes to a mirror's WebSocket reach NIO's upgrade
+/// handler: the router decides a connection's first request that asks for an upgrade,
+/// as it decides every request. A valid WebSocket handshake on a mirror host
+/// (`LocalRoute.webSocket` without a refusal) goes on to the upgrade
+/// (`MirrorWebSocketUpgrade` opens the origin's); an invalid one gets its refusal here
+/// (`400`) and the connection closes; from any other request the filter removes `Upgrade`,
+/// so it goes on as plain HTTP and gets the answer it gets without one (its route does not
+/// depend on the upgrade). NIO's handler loses a request whose upgrade it declines, so
+/// every upgrade that reaches it is either relayed or answered with a `502` by
+/// `LocalServerChannel`.
 ///
 /// Only the connection's first request can upgrade: the filter steps out after it.
 final class MirrorUpgradeFilter: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
-    typealias OutboundOut = HTTPServerResponsePart
 
-    private let upgrades: MirrorWebSocketUpgrade
+    private let router: LocalRouter
+    private let metrics: LocalServerMetrics
+    /// Told the origin whose WebSocket the upgrade that goes on asks for.
+    private let onWebSocket: (MirrorOrigin) -> Void
 
-    init(upgrades: MirrorWebSocketUpgrade) {
-        self.upgrades = upgrades
+    init(router: LocalRouter, metrics: LocalServerMetrics, onWebSocket: @escaping (MirrorOrigin) -> Void) {
+        self.router = router
+        self.metrics = metrics
+        self.onWebSocket = onWebSocket
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -34,32 +42,22 @@ final class MirrorUpgradeFilter: ChannelInboundHandler, RemovableChannelHandler 
             context.fireChannelRead(data)
             return
         }
-        // A mirror reaches its origin: only for a peer on this machine (`--allow-remote`).
-        guard upgrades.origin(of: head) != nil, LocalHost.isLoopback(peer: context.channel.remoteAddress) else {
+        // The head as the responder would get it (Hummingbird's own conversion); one that
+        // does not convert is no upgrade, and the responder's codec refuses it.
+        let route = (try? HTTPRequest(head, secure: false, splitCookie: false)).map { request in
+            router.route(Request(head: request, body: RequestBody(buffer: ByteBuffer())),
+                         peerIsLoopback: LocalHost.isLoopback(peer: context.channel.remoteAddress))
+        }
+        switch route {
+        case .webSocket(let origin, nil):
+            onWebSocket(origin)
+            context.fireChannelRead(data)
+        case .webSocket(_, let refusal?):
+            refusal.count(in: metrics)
+            LocalErrorAnswer(refusal).writeThenClose(on: context)
+        default:
             head.headers.remove(name: "Upgrade")
             context.fireChannelRead(wrapInboundOut(.head(head)))
-            return
         }
-        guard Self.isValidHandshake(head.headers) else {
-            let body = ByteBuffer(string: "bad request: not a valid WebSocket upgrade (one Sec-WebSocket-Key, Sec-WebSocket-Version: 13)\n")
-            let answer = HTTPResponseHead(version: .http1_1, status: .badRequest, headers: [
-                "Content-Type": "text/plain; charset=utf-8", "Content-Length": String(body.readableBytes),
-                "Cache-Control": "no-store", "Connection": "close",
-            ])
-            context.write(wrapOutboundOut(.head(answer)), promise: nil)
-            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
-            return
-        }
-        context.fireChannelRead(data)
-    }
-
-    /// The key and version RFC 6455 requires of the client's handshake.
-    static func isValidHandshake(_ headers: HTTPHeaders) -> Bool {
-        let keys = headers["Sec-WebSocket-Key"], versions = headers["Sec-WebSocket-Version"]
-        guard keys.count == 1, versions.count == 1, versions[0].trimmingWhitespace() == "13" else { return false }
-        let key = keys[0].trimmingWhitespace()
-        // 16 bytes in base64: 22 characters and `==`.
-        return key.utf8.count == 24 && key.hasSuffix("==")
     }
 }

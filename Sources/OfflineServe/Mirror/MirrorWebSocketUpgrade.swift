@@ -6,45 +6,26 @@ import NIOHTTP1
 import OfflineAgent
 import OfflineHTTP
 
-/// Which WebSocket upgrades `serve` passes through (`docs/PROTOCOL.md`, "Mirrored
-/// origins", "WebSockets"): only a `GET` upgrade on the mirror host of an origin an
-/// active whitelist names, never on the plain host or another name (those requests go
-/// on as HTTP and get their usual answers). The origin's WebSocket is opened before the
-/// page gets its `101`, so the origin's subprotocol choice reaches the page and a
-/// refusal or an unreachable origin reaches it as a `502`.
+/// Opens the origin's WebSocket for a page's upgrade on a mirror host (`docs/PROTOCOL.md`,
+/// "Mirrored origins", "WebSockets"), which `LocalRouter` routed there (`LocalRoute.webSocket`,
+/// `MirrorUpgradeFilter`): only a valid `GET` handshake on the mirror host of an origin an
+/// active whitelist names. The origin's WebSocket is opened before the page gets its
+/// `101`, so the origin's subprotocol choice reaches the page and a refusal or an
+/// unreachable origin reaches it as a `502`.
 struct MirrorWebSocketUpgrade: Sendable {
-    let mirrors: LocalMirrors
     let metrics: LocalServerMetrics
     let limits: WebSocketRelay.Limits
 
-    /// What becomes of an upgrade request that `origin(of:)` let through.
+    /// What becomes of an upgrade the router sent here.
     enum Decision: Sendable {
         /// The origin's WebSocket is open: the page gets `101` with `headers`.
         case relay(OriginWebSocket, headers: HTTPHeaders)
-        /// The origin gave none: the page gets `502` with this one-line body.
-        case failed(String)
+        /// The origin gave none: the page gets this answer (a `502`).
+        case failed(LocalErrorAnswer)
     }
 
-    /// The mirrored origin whose WebSocket `head` asks for: a `GET` upgrade to
-    /// `websocket`, one `Host` naming the mirror host of an origin an active whitelist
-    /// names, a path other than the page's own `/.offline-agent/` control. Nil for
-    /// anything else, which then goes on as HTTP (`MirrorUpgradeFilter`).
-    func origin(of head: HTTPRequestHead) -> MirrorOrigin? {
-        let hosts = head.headers["Host"]
-        guard head.method == .GET, hosts.count == 1, head.uri.hasPrefix("/"), !head.uri.hasPrefix(LocalLifecycle.routePrefix),
-              head.headers[canonicalForm: "upgrade"].contains(where: { $0.lowercased() == "websocket" }),
-              let authority = WebAddress.split(authority: hosts[0]), let name = LocalRouter.mirrorName(authority.host),
-              let origin = mirrors.snapshot().byMirrorHost[name]
-        else { return nil }
-        return origin
-    }
-
-    /// Opens the origin's WebSocket for `head` (on the page's event loop).
-    func decide(_ head: HTTPRequestHead, eventLoop: any EventLoop) async -> Decision {
-        guard let origin = origin(of: head) else {
-            // The whitelist changed since the filter looked.
-            return .failed("offline-agent: \(head.headers["Host"].first ?? "") is no longer the mirror of a whitelisted origin\n")
-        }
+    /// Opens `origin`'s WebSocket for `head` (on the page's event loop).
+    func decide(_ head: HTTPRequestHead, to origin: MirrorOrigin, eventLoop: any EventLoop) async -> Decision {
         let servePort = head.headers["Host"].first.flatMap { WebAddress.split(authority: $0)?.port } ?? 80
         do {
             let socket = try await OriginWebSocket.connect(
@@ -55,7 +36,7 @@ struct MirrorWebSocketUpgrade: Sendable {
         } catch {
             let (reason, why) = Self.describe(error)
             metrics.recordOriginFailure(origin: origin.origin, reason: reason)
-            return .failed("offline-agent: cannot reach \(origin.origin): \(why)\n")
+            return .failed(.unreachable(origin, why: why, closes: true))
         }
     }
 

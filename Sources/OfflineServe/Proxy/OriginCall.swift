@@ -48,6 +48,12 @@ final class OriginCall {
             call.eventLoop.execute { call.value.send(bytes, end: end, promise: promise) }
             return (try? await promise.futureResult.get()) ?? false
         }
+
+        /// The page's body broke off before its end (`LocalRequestFraming.BrokenBody`): the
+        /// origin never gets its end (`OriginExchange.pageBodyBroken`).
+        func bodyBroke() {
+            call.eventLoop.execute { call.value.exchange?.pageBodyBroken() }
+        }
     }
 
     /// Starts `makeExchange`'s exchange (answering on the new call) on the event loop of
@@ -113,6 +119,13 @@ final class OriginCall {
             if let name = HTTPField.Name(name) { headers.append(HTTPField(name: name, value: value)) }
         }
         head.succeed(Head(status: .init(code: Int(status.code), reasonPhrase: status.reasonPhrase), fields: headers))
+    }
+
+    /// Gives `answer` (an error of `serve`'s own, whole); `head`: to a `HEAD` request.
+    func writeAnswer(_ answer: LocalErrorAnswer, head: Bool) {
+        self.head.succeed(Head(status: answer.status, fields: answer.fields))
+        if !head { writeAnswerBody(answer.body) }
+        writeAnswerEnd()
     }
 
     func writeAnswerBody(_ bytes: ByteBuffer) {

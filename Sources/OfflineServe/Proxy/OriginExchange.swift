@@ -144,6 +144,21 @@ final class OriginExchange {
         }
     }
 
+    /// The page's body cannot be read to its end (its framing is invalid, or the page ended
+    /// its side before the body's end): the origin connection is aborted without the end of
+    /// the request, so the origin never sees it complete (a chunked body never gets its last
+    /// chunk). Before any answer the page gets `400` and the close; after one began, a
+    /// broken answer.
+    func pageBodyBroken() {
+        guard !ended, !requestRead else { return }
+        early.removeAll()
+        connection?.close()
+        connection = nil
+        guard !responseStarted else { return end(.broken) }
+        page.writeAnswer(.brokenBody, head: head.method == .HEAD)
+        end(.unreadBody)
+    }
+
     func pageReadComplete() {
         connection?.flush()
     }
@@ -239,16 +254,7 @@ final class OriginExchange {
     private func fail(_ failure: (reason: String, why: String)) {
         metrics?.recordOriginFailure(origin: origin.origin, reason: failure.reason)
         guard !responseStarted else { return end(.broken) }
-        let text = ByteBuffer(string: "offline-agent: cannot reach \(origin.origin): \(failure.why)\n")
-        page.writeAnswerHead(.badGateway) { each in
-            each("Content-Type", "text/plain; charset=utf-8")
-            each("Content-Length", String(text.readableBytes))
-            each("Cache-Control", "no-store")
-            each(LocalServerResponder.sourceHeader.rawName, "origin")
-            if let fallback { each(LocalServerResponder.fallbackHeader.rawName, fallback.rawValue) }
-        }
-        if head.method != .HEAD { page.writeAnswerBody(text) }
-        page.writeAnswerEnd()
+        page.writeAnswer(.unreachable(origin, why: failure.why, fallback: fallback?.rawValue), head: head.method == .HEAD)
         connection?.close()
         connection = nil
         end(requestRead ? .complete : .unreadBody)

@@ -27,7 +27,11 @@ import OfflineHTTP
 /// An origin that cannot be reached (refused, unresolvable, no connection within the
 /// connect timeout, no byte of an answer within the read timeout) gets a 502 with a
 /// one-line text reason. A response the origin cuts off after it began is cut off for
-/// the page too (the connection is closed), never ended as if complete.
+/// the page too (the connection is closed), never ended as if complete. Likewise a page's
+/// body that breaks off (invalid chunked framing, or the page's side ending before the
+/// body's end: `LocalRequestFraming.BrokenBody`) never reaches the origin as complete: the
+/// origin connection is aborted without the body's end, and the page gets `400` and the
+/// close (`OriginExchange.pageBodyBroken`).
 ///
 /// The responder decides *what* is forwarded (only origins an active whitelist names);
 /// the proxy decides *how*.
@@ -78,7 +82,7 @@ package struct OriginProxy: Sendable {
                     pool: .of(eventLoop), configuration: configuration, metrics: metrics, onEnd: onEnd, onOriginWritable: onOriginWritable)
             }
         } catch {
-            return Response(status: .serviceUnavailable, headers: [.contentLength: "0", .cacheControl: "no-store", .connection: "close"])
+            return LocalErrorAnswer(.serviceUnavailable, .text("offline-agent: the server is stopping"), closes: true).response(head: request.method == .head)
         }
         let upload = UploadProgress()
         if hasBody {
@@ -100,12 +104,15 @@ package struct OriginProxy: Sendable {
                     }
                     if sending { _ = await call.send(nil) }
                 } catch {
-                    // The page's connection failed: the exchange goes with it (`OriginCall.terminated`).
+                    // The body broke off (`LocalRequestFraming.BrokenBody`) or the page's connection
+                    // failed: the origin never gets the request's end.
+                    call.bodyBroke()
                 }
             }
         }
         guard let answer = try? await call.head.get() else {
-            return Response(status: .badGateway, headers: [.contentLength: "0", .cacheControl: "no-store", .connection: "close"])
+            return LocalErrorAnswer.unreachable(origin, why: "no answer", fallback: fallback?.rawValue, closes: true)
+                .response(head: request.method == .head)
         }
         let body = ResponseBody { writer in
             // Thrown out of the body, an error makes the server close the connection: the

@@ -17,6 +17,10 @@ enum LocalRoute {
     /// To the origin of a mirror host (`OriginProxy`); `fallback`: the app and reason when
     /// the kill switch or a missing file is why the package does not answer.
     case forward(MirrorOrigin, LocalMirrors.Snapshot, fallback: (app: String, reason: FallbackReason)?)
+    /// A WebSocket upgrade on the mirror host of `origin`: relayed to the origin's
+    /// WebSocket (`LocalServerChannel`, on a connection's first request), or refused with
+    /// `refusal` when it is not a valid handshake (RFC 6455 §4.2.1).
+    case webSocket(MirrorOrigin, refusal: LocalRefusal?)
     /// Refused before any file or origin is touched.
     case refuse(LocalRefusal)
     /// One of the server's own routes (`ControlRoute`).
@@ -56,7 +60,7 @@ enum LocalMark: String {
 }
 
 /// A request `serve` refuses: the status, a one-line reason, and what it counts.
-struct LocalRefusal {
+struct LocalRefusal: Sendable {
     var status: HTTPResponse.Status
     var text: String
     /// `Allow` for a 405.
@@ -65,8 +69,17 @@ struct LocalRefusal {
     var json = false
     var counted: Counted = .nothing
 
+    /// Counts the refusal in `metrics`, wherever it is answered.
+    func count(in metrics: LocalServerMetrics) {
+        switch counted {
+        case .nothing: break
+        case .forbiddenHost: metrics.recordForbiddenHost()
+        case .file(let app): metrics.recordFile(app: app, code: Int(status.code))
+        }
+    }
+
     /// What a refusal adds to the metrics.
-    enum Counted {
+    enum Counted: Sendable {
         case nothing
         /// A `Host` the server does not answer for.
         case forbiddenHost

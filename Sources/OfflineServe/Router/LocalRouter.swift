@@ -18,7 +18,8 @@ import OfflineHTTP
 ///    there: it offers no lifecycle control to pages (404).
 /// 4. The plain host: `GET`/`HEAD` only; the control routes; `/<app>/<path>` from the
 ///    app's active version, the kill switch and bad versions sent to the network.
-/// 5. A mirror host: whitelisted files from the package, single-page navigations to the
+/// 5. A mirror host: a WebSocket upgrade to the origin's WebSocket (400 when it is not a
+///    valid handshake); whitelisted files from the package, single-page navigations to the
 ///    entry page, everything else (any other method, a path no whitelist selects, the kill
 ///    switch, a missing file) to the origin.
 struct LocalRouter: Sendable {
@@ -130,12 +131,15 @@ struct LocalRouter: Sendable {
         if path.hasPrefix(LocalLifecycle.routePrefix) {
             return markRoute(request, authority: authority, mirror: (origin, snapshot))
         }
-        // A valid upgrade never gets here (`LocalServerChannel` relays it): forwarded as
-        // plain HTTP it would lose `Upgrade` and open nothing.
-        if request.headers[.upgrade]?.lowercased() == "websocket" {
-            return .refuse(LocalRefusal(
-                status: .badRequest,
-                text: "bad request: not a valid WebSocket upgrade (GET, Connection: Upgrade, Sec-WebSocket-Key, Sec-WebSocket-Version: 13)\n"))
+        // A WebSocket is relayed, never forwarded as plain HTTP (which would lose `Upgrade`
+        // and open nothing): one that is not a valid handshake is refused.
+        if Self.asksForWebSocket(request.headers) {
+            guard request.method == .get, Self.isValidHandshake(request.headers) else {
+                return .webSocket(origin, refusal: LocalRefusal(
+                    status: .badRequest,
+                    text: "bad request: not a valid WebSocket upgrade (GET, one Sec-WebSocket-Key, Sec-WebSocket-Version: 13)\n"))
+            }
+            return .webSocket(origin, refusal: nil)
         }
         let forward = LocalRoute.forward(origin, snapshot, fallback: nil)
         guard request.method == .get || request.method == .head, let app = snapshot.app(origin: origin, path: path),
@@ -271,6 +275,23 @@ struct LocalRouter: Sendable {
         return best?.rest
     }
 
+    /// An `Upgrade` naming `websocket` among its protocols.
+    static func asksForWebSocket(_ fields: HTTPFields) -> Bool {
+        fields[values: .upgrade].contains { value in
+            value.split(separator: ",").contains { $0.trimmingWhitespace().lowercased() == "websocket" }
+        }
+    }
+
+    /// The key and version RFC 6455 §4.2.1 requires of the client's handshake: one
+    /// `Sec-WebSocket-Key` of 16 bytes in base64, one `Sec-WebSocket-Version: 13`.
+    static func isValidHandshake(_ fields: HTTPFields) -> Bool {
+        let keys = fields[values: secWebSocketKey], versions = fields[values: secWebSocketVersion]
+        guard keys.count == 1, versions.count == 1, versions[0].trimmingWhitespace() == "13" else { return false }
+        let key = keys[0].trimmingWhitespace()
+        // 16 bytes in base64: 22 characters and `==`.
+        return key.utf8.count == 24 && key.hasSuffix("==")
+    }
+
     /// A browser navigation: `Sec-Fetch-Mode: navigate`, or an `Accept` naming `text/html`
     /// (for clients that send no fetch metadata).
     static func isNavigation(_ request: Request) -> Bool {
@@ -294,4 +315,6 @@ struct LocalRouter: Sendable {
     static let secFetchMode = HTTPFields.Element.Name("Sec-Fetch-Mode")!
     static let secFetchSite = HTTPFields.Element.Name("Sec-Fetch-Site")!
     static let secFetchDest = HTTPFields.Element.Name("Sec-Fetch-Dest")!
+    static let secWebSocketKey = HTTPFields.Element.Name("Sec-WebSocket-Key")!
+    static let secWebSocketVersion = HTTPFields.Element.Name("Sec-WebSocket-Version")!
 }

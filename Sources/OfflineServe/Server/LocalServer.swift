@@ -229,14 +229,14 @@ public struct LocalServer: Sendable {
         let responder = LocalServerResponder(
             router: router, resolver: resolver, metrics: metrics, logger: logger,
             proxy: OriginProxy(configuration: configuration.origins, metrics: metrics))
-        let webSockets = MirrorWebSocketUpgrade(mirrors: mirrors, metrics: metrics, limits: WebSocketRelay.Limits())
+        let webSockets = MirrorWebSocketUpgrade(metrics: metrics, limits: WebSocketRelay.Limits())
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = TimeAmount(configuration.headerTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
         let metrics = self.metrics
         let server = HTTPServerBuilder { respond in
             LocalServerChannel(
                 http1: HTTP1Channel(responder: respond), limiter: limiter, headerTimeout: headerTimeout, idleTimeout: idleTimeout,
-                metrics: metrics, webSockets: webSockets)
+                metrics: metrics, router: router, webSockets: webSockets)
         }
         return Application(
             responder: responder,

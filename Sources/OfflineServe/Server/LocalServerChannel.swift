@@ -19,10 +19,12 @@ import Synchronization
 /// when none is idle it is answered `503` with `Connection: close` and closed at once: it
 /// never gets a pipeline or a slot.
 ///
-/// A WebSocket upgrade on a mirror host (`MirrorWebSocketUpgrade`) becomes a relay to the
-/// origin's WebSocket (`WebSocketRelay`); one the origin gives no WebSocket for gets a
-/// `502`, an invalid one (no key, a version other than 13) a `400` (`MirrorUpgradeFilter`). Every other request,
-/// an upgrade anywhere else included (`MirrorUpgradeFilter`), goes to the responder.
+/// A connection's first request that `LocalRouter` routes to a mirror's WebSocket
+/// (`MirrorUpgradeFilter`) becomes a relay to the origin's WebSocket (`WebSocketRelay`,
+/// opened by `MirrorWebSocketUpgrade`); one the origin gives no WebSocket for gets a `502`,
+/// an invalid one (no key, a version other than 13) a `400`. Every other request, an
+/// upgrade anywhere else included, goes to the responder. Every error answer given here
+/// is a `LocalErrorAnswer`.
 struct LocalServerChannel: ServerChildChannel {
     struct Value: ServerChildChannelValue {
         let channel: any Channel
@@ -34,8 +36,8 @@ struct LocalServerChannel: ServerChildChannel {
     enum Connection: Sendable {
         /// HTTP, for the responder.
         case http(HTTP1Channel.Value)
-        /// A mirror's WebSocket upgrade the origin gave no WebSocket for: a 502 with this body.
-        case failedUpgrade(HTTP1Channel.Value, String)
+        /// A mirror's WebSocket upgrade the origin gave no WebSocket for: this answer (a `502`).
+        case failedUpgrade(HTTP1Channel.Value, LocalErrorAnswer)
         /// A mirror's WebSocket, relayed to the origin's.
         case webSocket(page: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, origin: OriginWebSocket)
     }
@@ -45,13 +47,14 @@ struct LocalServerChannel: ServerChildChannel {
     let headerTimeout: TimeAmount
     let idleTimeout: TimeAmount
     let metrics: LocalServerMetrics
+    /// Routes a connection's first request that asks for an upgrade (`MirrorUpgradeFilter`).
+    let router: LocalRouter
     let webSockets: MirrorWebSocketUpgrade
 
-    static let refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 26\r\n"
-        + "Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n\r\ntoo many open connections\n"
-
-    /// The upgrade's decision, from `shouldUpgrade` to the pipeline it leads to.
+    /// The upgrade of a connection's first request: the origin the router sent it to (from
+    /// the filter to `shouldUpgrade`), and the decision (from there to the pipeline it leads to).
     private final class Pending: Sendable {
+        let origin = Mutex<MirrorOrigin?>(nil)
         let decision = Mutex<MirrorWebSocketUpgrade.Decision?>(nil)
     }
 
@@ -81,9 +84,17 @@ struct LocalServerChannel: ServerChildChannel {
             let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(
                 maxFrameSize: webSockets.limits.maxFrameSize,
                 shouldUpgrade: { channel, head in
+                    guard let origin = pending.origin.withLock({ $0 }) else {
+                        // Only what the router routed to a WebSocket reaches the upgrader
+                        // (`MirrorUpgradeFilter`); anything else is declined, and answered.
+                        pending.decision.withLock {
+                            $0 = .failed(LocalErrorAnswer(.badRequest, .text("bad request: no WebSocket is relayed here"), closes: true))
+                        }
+                        return channel.eventLoop.makeSucceededFuture(nil)
+                    }
                     let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
                     promise.completeWithTask {
-                        let decision = await webSockets.decide(head, eventLoop: channel.eventLoop)
+                        let decision = await webSockets.decide(head, to: origin, eventLoop: channel.eventLoop)
                         pending.decision.withLock { $0 = decision }
                         guard case .relay(_, let headers) = decision else {
                             // Declined: the channel answers 502 (see `Connection.failedUpgrade`).
@@ -116,7 +127,7 @@ struct LocalServerChannel: ServerChildChannel {
                         try channel.pipeline.syncOperations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
                         let http = try HTTP1Channel.Value(
                             wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
-                        if case .failed(let body) = pending.decision.withLock({ $0 }) { return .failedUpgrade(http, body) }
+                        if case .failed(let answer) = pending.decision.withLock({ $0 }) { return .failedUpgrade(http, answer) }
                         return .http(http)
                     }
                 }))
@@ -129,7 +140,8 @@ struct LocalServerChannel: ServerChildChannel {
             let connection = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: configuration)
             let upgradeHandler = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPServerUpgradeHandler<Connection>.self)
             try channel.pipeline.syncOperations.addHandler(LocalRequestFraming(limiter: limiter), position: .before(upgradeHandler))
-            try channel.pipeline.syncOperations.addHandler(MirrorUpgradeFilter(upgrades: webSockets), position: .before(upgradeHandler))
+            let filter = MirrorUpgradeFilter(router: router, metrics: metrics) { origin in pending.origin.withLock { $0 = origin } }
+            try channel.pipeline.syncOperations.addHandler(filter, position: .before(upgradeHandler))
             return Value(channel: channel, connection: connection)
         }
     }
@@ -137,7 +149,7 @@ struct LocalServerChannel: ServerChildChannel {
     func handle(value: Value, logger: Logger) async {
         guard let connection = value.connection else {
             let channel = value.channel
-            try? await channel.writeAndFlush(channel.allocator.buffer(string: Self.refusal))
+            try? await channel.writeAndFlush(LocalErrorAnswer.tooManyConnections.wire)
             try? await channel.close()
             return
         }
@@ -145,8 +157,8 @@ struct LocalServerChannel: ServerChildChannel {
             switch try await connection.get() {
             case .http(let http):
                 await http1.handle(value: http, logger: logger)
-            case .failedUpgrade(let http, let body):
-                await Self.badGateway(http, body: body)
+            case .failedUpgrade(let http, let answer):
+                await Self.answer(http, answer)
             case .webSocket(let page, let origin):
                 let limits = webSockets.limits
                 // A graceful shutdown ends the relay (both sides get a close) instead of waiting for it.
@@ -162,15 +174,11 @@ struct LocalServerChannel: ServerChildChannel {
         }
     }
 
-    /// The 502 of a mirror's upgrade the origin gave no WebSocket for, as `OriginProxy` answers.
-    private static func badGateway(_ http: HTTP1Channel.Value, body: String) async {
+    /// Gives `answer` (the `502` of a mirror's upgrade the origin gave no WebSocket for), then closes.
+    private static func answer(_ http: HTTP1Channel.Value, _ answer: LocalErrorAnswer) async {
         try? await http.executeThenClose { _, outbound in
-            let bytes = ByteBuffer(string: body)
-            let head = HTTPResponse(status: .badGateway, headerFields: [
-                .contentType: "text/plain; charset=utf-8", .contentLength: String(bytes.readableBytes),
-                .cacheControl: "no-store", .connection: "close", LocalServerResponder.sourceHeader: "origin",
-            ])
-            try await outbound.write(contentsOf: [.head(head), .body(bytes), .end(nil)])
+            let head = HTTPResponse(status: answer.status, headerFields: answer.fields)
+            try await outbound.write(contentsOf: [.head(head), .body(answer.body), .end(nil)])
         }
     }
 }

@@ -42,7 +42,13 @@ struct LocalServerResponder: HTTPResponder {
         let head = request.method == .head
         switch route {
         case .refuse(let refusal):
-            return refuse(refusal, head: head)
+            refusal.count(in: metrics)
+            return LocalErrorAnswer(refusal).response(head: head)
+        case .webSocket(_, let refusal):
+            // A valid upgrade is relayed only as a connection's first request (`MirrorUpgradeFilter`).
+            let refusal = refusal ?? LocalRefusal(status: .badRequest, text: "bad request: a WebSocket upgrade must be the first request of its connection\n")
+            refusal.count(in: metrics)
+            return LocalErrorAnswer(refusal).response(head: head)
         case .redirect(let location, let mirroredApp):
             var response = Self.redirect(.movedPermanently, to: location)
             if let mirroredApp {
@@ -77,31 +83,18 @@ struct LocalServerResponder: HTTPResponder {
             // A restored history entry: the same redirect as /open (not a new launch).
             return await open(request, launch: false)
         case .control(.metrics):
-            var response = Self.text(.ok, metrics.prometheusText(), head: head)
-            response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
-            return response
+            let text = ByteBuffer(string: metrics.prometheusText())
+            let headers: HTTPFields = [
+                .contentType: "text/plain; version=0.0.4; charset=utf-8", .contentLength: String(text.readableBytes), .cacheControl: "no-store",
+            ]
+            return Response(status: .ok, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: text))
         case .control(.index):
-            return Self.text(
-                .notFound, "offline-agent: GET /<app>/<path>, /open?url=URL, /session/restore?history=JSON, /session/item?url=URL, /metrics\n",
-                head: head)
+            return LocalErrorAnswer(
+                .notFound, .text("offline-agent: GET /<app>/<path>, /open?url=URL, /session/restore?history=JSON, /session/item?url=URL, /metrics")
+            ).response(head: head)
         case .control(.mark(let mark, let app, let version)):
             return await self.mark(mark, app: app, version: version, request: request)
         }
-    }
-
-    /// A refused request's answer, counted as `refusal` says.
-    private func refuse(_ refusal: LocalRefusal, head: Bool) -> Response {
-        switch refusal.counted {
-        case .nothing: break
-        case .forbiddenHost: metrics.recordForbiddenHost()
-        case .file(let app): metrics.recordFile(app: app, code: Int(refusal.status.code))
-        }
-        var response = refusal.json ? Self.json(refusal.status, ["error": refusal.text]) : Self.text(refusal.status, refusal.text, head: head)
-        if let allow = refusal.allow { response.headers[.allow] = allow }
-        // A request refused for what it is (not for a file that is missing) ends its
-        // connection: whoever sent it gets nothing more on it (`LocalRequestFraming`).
-        if refusal.status != .notFound { response.headers[.connection] = "close" }
-        return response
     }
 
     /// A request for a version the kill switch turns off: 302 to the URL it stands for
@@ -111,9 +104,8 @@ struct LocalServerResponder: HTTPResponder {
         metrics.recordFallback(app: pinned.app, reason: reason)
         guard let location = LocalNetworkFallback.location(whitelist: pinned.whitelist, rest: rest, query: request.uri.query) else {
             metrics.recordFile(app: pinned.app, code: 404)
-            var response = Self.text(.notFound, "not served offline (\(reason.rawValue))\n", head: request.method == .head)
-            response.headers[Self.fallbackHeader] = reason.rawValue
-            return response
+            return LocalErrorAnswer(.notFound, .text("not served offline (\(reason.rawValue))"), fields: [Self.fallbackHeader: reason.rawValue])
+                .response(head: request.method == .head)
         }
         metrics.recordFile(app: pinned.app, code: 302)
         var response = Self.redirect(.found, to: location)
@@ -127,10 +119,10 @@ struct LocalServerResponder: HTTPResponder {
     /// A `launch` counts one launch of a trial version (and may roll it back first).
     private func open(_ request: Request, launch: Bool) async -> Response {
         guard let raw = request.uri.queryParameters[values: "url"].last, !raw.isEmpty else {
-            return Self.text(.badRequest, "missing query parameter 'url' (the percent-encoded URL to open)\n")
+            return LocalErrorAnswer(.badRequest, .text("missing query parameter 'url' (the percent-encoded URL to open)")).response()
         }
         guard let url = URL(string: String(raw)), WebAddress.isAbsolute(url) else {
-            return Self.text(.badRequest, "'url' must be an absolute http or https URL\n")
+            return LocalErrorAnswer(.badRequest, .text("'url' must be an absolute http or https URL")).response()
         }
         var resolution = resolver.resolve(url)
         if launch, await lifecycle.countLaunch(resolution, logger: logger) { resolution = resolver.resolve(url) }
@@ -161,72 +153,27 @@ struct LocalServerResponder: HTTPResponder {
         // `LocalRouter` found the file; the cache may have dropped it since.
         guard let entry = files.resolve(rest, in: pinned.directory) else {
             metrics.recordFile(app: pinned.app, code: 404)
-            return Self.text(.notFound, "not found\n", head: head)
+            return LocalErrorAnswer(.notFound, .text("not found")).response(head: head)
         }
         switch load(entry, pinned: pinned, rest: rest, head: head) {
         case .ready(let source, let validators):
-            switch reply(request, pinned: pinned, contentType: entry.contentType, validators: validators, head: head) {
-            case .complete(let response, _):
-                return response
-            case .bytes(let status, let headers, let bytes):
-                return send(bytes, of: source, path: entry.path, pinned: pinned, status: status, headers: headers)
+            // 304, 416, 206 or 200 (`HTTPFileReply`), counted.
+            let reply = HTTPFileReply(
+                request.headers, size: validators.size, etag: validators.etag, lastModified: validators.lastModified,
+                modifiedSeconds: validators.modified)
+            metrics.recordFile(app: pinned.app, code: Int(reply.status.code))
+            let headers = reply.headers(over: Self.fileHeaders(pinned: pinned, contentType: entry.contentType, validators: validators))
+            if let text = reply.text, !head {
+                return Response(status: reply.status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
             }
+            guard !head, let bytes = reply.bytes else { return Response(status: reply.status, headers: headers) }
+            return send(bytes, of: source, path: entry.path, pinned: pinned, status: reply.status, headers: headers)
         case .failed(let response):
             return response
         }
     }
 
-    /// What a file response is, the bytes of the file aside.
-    enum FileReply {
-        /// A response with its whole body, if it has one, in `body` (304, 416, HEAD, an empty file).
-        case complete(Response, body: ByteBuffer?)
-        /// A `status` response with `headers`, carrying these bytes of the file.
-        case bytes(HTTPResponse.Status, HTTPFields, ClosedRange<Int64>)
-    }
-
-    /// The status and headers of a response with the file `validators` describe
-    /// (conditional and range requests included), counted in the metrics.
-    func reply(_ request: Request, pinned: LocalPin, contentType: String, validators: LocalFileCache.Validators, head: Bool) -> FileReply {
-        let app = pinned.app
-        let size = validators.size
-        var headers = Self.fileHeaders(pinned: pinned, contentType: contentType, validators: validators)
-        if Self.isNotModified(request, validators) {
-            metrics.recordFile(app: app, code: 304)
-            return .complete(Response(status: .notModified, headers: headers), body: nil)
-        }
-
-        var range = HTTPRange(header: request.headers[.range], size: size)
-        if range != .full,
-           !HTTPValidators.ifRangeHolds(request.headers[.ifRange], etag: validators.etag, lastModified: validators.lastModified) {
-            range = .full
-        }
-        let status: HTTPResponse.Status
-        let bytes: ClosedRange<Int64>?
-        switch range {
-        case .unsatisfiable:
-            metrics.recordFile(app: app, code: 416)
-            headers[.contentRange] = "bytes */\(size)"
-            headers[.contentType] = "text/plain; charset=utf-8"
-            let text = ByteBuffer(string: "range not satisfiable\n")
-            headers[.contentLength] = String(text.readableBytes)
-            guard !head else { return .complete(Response(status: .rangeNotSatisfiable, headers: headers), body: nil) }
-            return .complete(Response(status: .rangeNotSatisfiable, headers: headers, body: ResponseBody(byteBuffer: text)), body: text)
-        case .partial(let partial):
-            status = .partialContent
-            bytes = partial
-            headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(size)"
-        case .full:
-            status = .ok
-            bytes = size > 0 ? 0...(size - 1) : nil
-        }
-        metrics.recordFile(app: app, code: Int(status.code))
-        let count = bytes.map { Int($0.upperBound - $0.lowerBound + 1) } ?? 0
-        headers[.contentLength] = String(count)
-        guard !head, let bytes, count > 0 else { return .complete(Response(status: status, headers: headers), body: nil) }
-        return .bytes(status, headers, bytes)
-    }
-
-    /// The headers of every response with the file `validators` describe (`reply`).
+    /// The headers of every response with the file `validators` describe (`file`).
     static func fileHeaders(pinned: LocalPin, contentType: String, validators: LocalFileCache.Validators) -> HTTPFields {
         var headers: HTTPFields = [
             .contentType: contentType,
@@ -254,7 +201,7 @@ struct LocalServerResponder: HTTPResponder {
         guard let file = LocalOpenFile(path: path) else {
             files.forget(rest, in: pinned.directory)
             metrics.recordFile(app: pinned.app, code: 404)
-            return .failed(Self.text(.notFound, "not found\n", head: head))
+            return .failed(LocalErrorAnswer(.notFound, .text("not found")).response(head: head))
         }
         let validators = files.validators(
             rest, in: pinned.directory, file: file, version: pinned.versionText, recordModified: pinned.recordModified)
@@ -265,19 +212,8 @@ struct LocalServerResponder: HTTPResponder {
             return .ready(.memory(body), validators)
         } catch {
             logger.error("reading \(path): \(error)")
-            return .failed(Self.text(.internalServerError, "cannot read file\n"))
+            return .failed(LocalErrorAnswer(.internalServerError, .text("cannot read file")).response())
         }
-    }
-
-    /// Conditional GET (RFC 9110 §13.2.2): If-None-Match wins over If-Modified-Since.
-    private static func isNotModified(_ request: Request, _ validators: LocalFileCache.Validators) -> Bool {
-        if let noneMatch = request.headers[.ifNoneMatch] {
-            return HTTPValidators.noneMatchHits(noneMatch, etag: validators.etag)
-        }
-        if let since = request.headers[.ifModifiedSince], let sinceSeconds = HTTPDate.parse(since) {
-            return validators.modified <= sinceSeconds
-        }
-        return false
     }
 
     /// The response carrying `bytes` of the file: kept bytes in one write, a medium file
@@ -301,7 +237,7 @@ struct LocalServerResponder: HTTPResponder {
                 return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: buffer))
             } catch {
                 logger.error("reading \(path): \(error)")
-                return Self.text(.internalServerError, "cannot read file\n")
+                return LocalErrorAnswer(.internalServerError, .text("cannot read file")).response()
             }
         }
         let body = ResponseBody(contentLength: count) { writer in
@@ -357,14 +293,5 @@ struct LocalServerResponder: HTTPResponder {
 
     static func redirect(_ status: HTTPResponse.Status, to location: String) -> Response {
         Response(status: status, headers: [.location: location, .cacheControl: "no-store", .contentLength: "0"])
-    }
-
-    static func text(_ status: HTTPResponse.Status, _ text: String, head: Bool = false) -> Response {
-        var buffer = allocator.buffer(capacity: text.utf8.count)
-        buffer.writeString(text)
-        let headers: HTTPFields = [
-            .contentType: "text/plain; charset=utf-8", .contentLength: String(buffer.readableBytes), .cacheControl: "no-store",
-        ]
-        return Response(status: status, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: buffer))
     }
 }

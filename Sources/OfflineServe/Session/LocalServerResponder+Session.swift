@@ -10,17 +10,17 @@ extension LocalServerResponder {
     /// `launch`: the request may count a launch (`LocalRouter.mayCountLaunch`).
     func restoreSession(_ request: Request, head: Bool, launch: Bool) async -> Response {
         guard let raw = request.uri.queryParameters[values: "history"].last, !raw.isEmpty else {
-            return Self.text(
-                .badRequest, "missing query parameter 'history' (percent-encoded JSON {\"history\": [URL, …], \"currentPage\": 0 or less})\n",
-                head: head)
+            return LocalErrorAnswer(
+                .badRequest, .text("missing query parameter 'history' (percent-encoded JSON {\"history\": [URL, …], \"currentPage\": 0 or less})")
+            ).response(head: head)
         }
         let history: SessionHistory
         do {
             history = try SessionHistory(json: Data(raw.utf8))
         } catch let error as OfflineAgentError {
-            return Self.text(.badRequest, "\(error.reason)\n", head: head)
+            return LocalErrorAnswer(.badRequest, .text(error.reason)).response(head: head)
         } catch {
-            return Self.text(.badRequest, "invalid 'history'\n", head: head)
+            return LocalErrorAnswer(.badRequest, .text("invalid 'history'")).response(head: head)
         }
         // Restoring a session launches the app of its current entry.
         if launch { _ = await lifecycle.countLaunch(resolver.resolve(history.entries[history.currentIndex]), logger: logger) }
