@@ -46,7 +46,8 @@ struct LocalServerResponder: HTTPResponder {
             return LocalErrorAnswer(refusal).response(head: head)
         case .webSocket(_, let refusal):
             // A valid upgrade is relayed only as a connection's first request (`MirrorUpgradeFilter`).
-            let refusal = refusal ?? LocalRefusal(status: .badRequest, text: "bad request: a WebSocket upgrade must be the first request of its connection\n")
+            let refusal = refusal
+                ?? LocalRefusal(status: .badRequest, text: "bad request: a WebSocket upgrade must be the first request of its connection\n")
             refusal.count(in: metrics)
             return LocalErrorAnswer(refusal).response(head: head)
         case .redirect(let location, let mirroredApp):
