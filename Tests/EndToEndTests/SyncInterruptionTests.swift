@@ -37,6 +37,11 @@ struct SyncInterruptionTests {
             reply.ending = .hold(afterBodyBytes: 32 << 10, seconds: 120)
             return reply
         }
+        return try await interrupt(h, with: signal, json: json, once: 32 << 10)
+    }
+
+    /// Starts a sync and sends `signal` once `bytes` of the package are in its `.part`.
+    static func interrupt(_ h: SyncHarness, with signal: Int32, json: Bool = false, once bytes: Int64) async throws -> (CLI.Result, Int64) {
         let arguments = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString]
         let running = try CLI.start(arguments + (json ? ["--json"] : []))
         let downloads = Store(root: h.root.path).downloadsDirectory("mall")
@@ -51,7 +56,7 @@ struct SyncInterruptionTests {
                 while Date() < deadline, running.process.isRunning {
                     partial = ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
                         .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0
-                    if partial >= 32 << 10 { break }
+                    if partial >= bytes { break }
                     Thread.sleep(forTimeInterval: 0.02)
                 }
                 kill(pid, signal)
@@ -98,5 +103,79 @@ struct SyncInterruptionTests {
         let status = try #require(CLI.json(try await CLI.run(["status", "--root", h.root.path, "--app", "mall", "--json"]).stdout))
         #expect(status["lastCheck"] is NSNull, "\(status)")
         #expect(status["failures"] as? Int == 0, "\(status)")
+    }
+
+    @Test("SIGINT once every byte of the package arrived (its body's end not yet): the next sync installs the kept file without asking for it")
+    func sigintAfterLastByte() async throws {
+        let (h, bytes) = try Self.slowHarness()
+        h.origin.override("big.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.headers.append(("Transfer-Encoding", "chunked"))
+            reply.ending = .holdBeforeLastChunk(seconds: 120)
+            return reply
+        }
+        let (result, partial) = try await Self.interrupt(h, with: SIGINT, once: Int64(bytes.count))
+        #expect(partial == Int64(bytes.count), "every byte was on disk: \(result.stderr)")
+        #expect(!result.signaled && result.status == 130, "\(result.status) \(result.stderr)")
+        // Every byte kept (its resume record beside it counts too).
+        let kept = result.stderr.split(separator: "mall: interrupted: ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        #expect(kept >= bytes.count && result.stderr.contains(" bytes of the download of 2.0.0 kept"), "\(result.stderr)")
+
+        h.origin.clearOverrides()
+        let next = try await CLI.run(["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall",
+                                      "--manifest", h.origin.manifestURL.absoluteString, "--json"])
+        let report = try #require(CLI.json(next.stdout), "\(next.stderr)")
+        #expect(report["result"] as? String == "updated", "\(report)")
+        #expect(report["bytesDownloaded"] as? Int == 0, "\(report)")
+        // Its SHA-256 matched: the one request is the interrupted one.
+        let requests = h.origin.requests(for: "/files/big.zip")
+        #expect(requests.count == 1, "\(requests.map(\.headers))")
+        #expect(Store(root: h.root.path).active("mall")?.version.description == "2.0.0")
+    }
+
+    @Test("SIGINT while the package is being extracted: the install completes, its line says updated, exit 0")
+    func sigintDuringInstall() async throws {
+        let (h, _) = try Self.slowHarness()
+        h.origin.clearOverrides()
+        let scratch = TemporaryDirectory("pause")
+        let pause = scratch.file("pause")
+        let running = try CLI.start(
+            ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString],
+            environment: ["OFFLINE_AGENT_PAUSE_AT": "during-extract", "OFFLINE_AGENT_PAUSE_FILE": pause])
+        let pid = running.process.processIdentifier
+        // From a thread of its own (see `interrupt`): the signal comes while the extraction
+        // waits at its first entry, and the extraction goes on only once the process took it.
+        let paused = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
+            Thread.detachNewThread {
+                var paused = false
+                for _ in 0..<6000 where running.process.isRunning {
+                    if FileManager.default.fileExists(atPath: pause) {
+                        paused = true
+                        break
+                    }
+                    Thread.sleep(forTimeInterval: 0.02)
+                }
+                kill(pid, SIGINT)
+                for _ in 0..<6000 where running.process.isRunning && Self.pending(SIGINT, in: pid) {
+                    Thread.sleep(forTimeInterval: 0.01)
+                }
+                try? FileManager.default.removeItem(atPath: pause)
+                done.resume(returning: paused)
+            }
+        }
+        let result = await CLI.finish(running)
+        #expect(paused, "the sync reached the extraction: \(result.stderr)")
+        #expect(!result.signaled && result.status == 0, "\(result.status) \(result.stderr)")
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines.first?.hasPrefix("mall: updated none -> 2.0.0 via full") == true, "\(result.stderr)")
+        #expect(Store(root: h.root.path).active("mall")?.version.description == "2.0.0")
+    }
+
+    /// Whether `signal` is pending for the process (sent, not yet read by its signal source).
+    static func pending(_ signal: Int32, in pid: pid_t) -> Bool {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return false }
+        let masks = status.split(separator: "\n").filter { $0.hasPrefix("ShdPnd:") || $0.hasPrefix("SigPnd:") }
+            .compactMap { UInt64($0.split(separator: "\t").last ?? "", radix: 16) }
+        return masks.contains { $0 & (1 << UInt64(signal - 1)) != 0 }
     }
 }
