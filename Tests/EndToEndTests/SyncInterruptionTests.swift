@@ -147,17 +147,17 @@ struct SyncInterruptionTests {
         // waits at its first entry, and the extraction goes on only once the process took it.
         let paused = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
             Thread.detachNewThread {
-                var paused = false
-                for _ in 0..<6000 where running.process.isRunning {
-                    if FileManager.default.fileExists(atPath: pause) {
-                        paused = true
-                        break
-                    }
+                var waits = 0
+                while waits < 6000, running.process.isRunning, !FileManager.default.fileExists(atPath: pause) {
                     Thread.sleep(forTimeInterval: 0.02)
+                    waits += 1
                 }
+                let paused = FileManager.default.fileExists(atPath: pause)
                 kill(pid, SIGINT)
-                for _ in 0..<6000 where running.process.isRunning && Self.pending(SIGINT, in: pid) {
+                waits = 0
+                while waits < 6000, running.process.isRunning, Self.pending(SIGINT, in: pid) {
                     Thread.sleep(forTimeInterval: 0.01)
+                    waits += 1
                 }
                 try? FileManager.default.removeItem(atPath: pause)
                 done.resume(returning: paused)

@@ -47,7 +47,11 @@ enum CrashPoint: String, CaseIterable {
         if let paused = Self.paused, paused.point == self,
            FileManager.default.createFile(atPath: paused.file, contents: Data()) {
             // Bounded: a test that never lets go does not leave a process behind for ever.
-            for _ in 0..<60_000 where FileSystem.fileSize(paused.file) != nil { usleep(10_000) }
+            var waits = 0
+            while waits < 60_000, FileSystem.fileSize(paused.file) != nil {
+                usleep(10_000)
+                waits += 1
+            }
         }
     }
 }
