@@ -18,6 +18,8 @@ struct KeptDownloadTests {
         var renamed = false
         /// The kept bytes differ from what the server has now (another file at the same URL).
         var changed = false
+        /// The kept bytes were recorded as coming from another URL (the manifest moved the file).
+        var moved = false
         /// The `Range` header each request for the file must carry (nil: none); empty: no request.
         var ranges: @Sendable (Int) -> [String?]
         var testDescription: String { label }
@@ -47,6 +49,10 @@ struct KeptDownloadTests {
         Case(label: "hashed, every byte in the .part: installed without a request", offer: hashedFull, ranges: { _ in [] }),
         Case(label: "hashed, every byte but the wrong ones: fetched whole once", offer: hashedFull, changed: true,
              ranges: { _ in [nil] }),
+        Case(label: "hashed, every byte, from the URL the file had before: installed without a request", offer: hashedFull,
+             moved: true, ranges: { _ in [] }),
+        Case(label: "unhashed, every byte, from the URL the file had before: fetched whole once", offer: unhashedGzip,
+             moved: true, ranges: { _ in [nil] }),
         Case(label: "unhashed, every byte in the .part: only the last byte is asked for", offer: unhashedGzip,
              ranges: { size in ["bytes=\(size - 1)-"] }),
         Case(label: "unhashed, renamed but not decoded yet: only the last byte is asked for", offer: unhashedGzip, renamed: true,
@@ -69,7 +75,7 @@ struct KeptDownloadTests {
         try Data(planted).write(to: URL(fileURLWithPath: kept))
         // The validator the downloader recorded from the answer it streamed.
         let tag = "\"\(PackageFixture.sha256(planted).prefix(16))\""
-        let info = ["url": h.origin.fileURL(String(file.dropFirst("/files/".count))), "validator": tag]
+        let info = ["url": h.origin.fileURL(c.moved ? "old/location" : String(file.dropFirst("/files/".count))), "validator": tag]
         try JSONEncoder().encode(info).write(to: URL(fileURLWithPath: "\(dir)/\(key).part.json"))
 
         let report = await h.sync()

@@ -51,24 +51,22 @@ struct Downloader: Sendable {
         for attempt in 0..<2 {
             let info = partialInfo(infoPath)
             var existing = FileSystem.fileSize(part) ?? 0
+            // Every byte arrived before the run stopped (the body's end, the rename or the
+            // install did not happen). Its hash is its identity, whichever URL it came from.
+            if attempt == 0, existing == target.size, target.size > 0, let sha256 = target.sha256 {
+                let whole = try await pool.run(.download) { try? FileHasher.sha256(of: part) }
+                if whole == sha256 {
+                    progress(target.size, target.size, target.size)
+                    digest = whole
+                    break
+                }
+                // Every byte, and not the right ones: nothing in it is worth keeping.
+                existing = 0
+            }
             // Resume only a prefix of the same URL's file, never longer than the file.
             if attempt > 0 || existing > target.size || info?.url != target.url.absoluteString { existing = 0 }
-            if existing == target.size, target.size > 0 {
-                // Every byte arrived before the run stopped (the body's end, the rename or the
-                // install did not happen).
-                if let sha256 = target.sha256 {
-                    let whole = try await pool.run(.download) { try? FileHasher.sha256(of: part) }
-                    if whole == sha256 {
-                        progress(target.size, target.size, target.size)
-                        digest = whole
-                        break
-                    }
-                    // Every byte, and not the right ones: nothing in it is worth keeping.
-                    existing = 0
-                } else {
-                    existing = target.size - 1
-                }
-            }
+            // Whole without a hash to check: its last byte under If-Range tells it is still the server's file.
+            if existing == target.size, target.size > 0 { existing = target.size - 1 }
             var headers: [(String, String)] = []
             if existing > 0 {
                 headers.append(("Range", "bytes=\(existing)-"))
