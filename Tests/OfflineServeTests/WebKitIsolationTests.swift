@@ -66,7 +66,7 @@ struct WebKitIsolationTests {
             throw error
         }
         do {
-            #expect(try await view.ready(), "the web view started")
+            try #require(try await view.ready(), "the web view started")
             try await body(server, view)
         } catch {
             await view.close()

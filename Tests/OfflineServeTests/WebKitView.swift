@@ -13,7 +13,7 @@ final class WebKitView: @unchecked Sendable {
     private var buffer: [UInt8] = []
 
     /// Starts the view; it quits by itself after `seconds`, so every read here ends.
-    init(seconds: Int = 240) throws {
+    init(seconds: Int = 480) throws {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/xvfb-run")
         process.arguments = ["-a", "/usr/bin/python3", "\(Repo.root)/Tests/WebKit/webkit_pages.py", String(seconds)]
         process.standardInput = input
@@ -36,6 +36,8 @@ final class WebKitView: @unchecked Sendable {
     func eval(_ script: String) async throws -> Any? { try await send(["eval": script]) }
 
     private func send(_ command: [String: String]) async throws -> Any? {
+        // A view that ended has no reader on its stdin.
+        guard process.isRunning else { return nil }
         var data = try JSONSerialization.data(withJSONObject: command)
         data.append(UInt8(ascii: "\n"))
         try input.fileHandleForWriting.write(contentsOf: data)

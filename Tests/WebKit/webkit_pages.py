@@ -22,7 +22,7 @@ gi.require_version("Gtk", "3.0")
 gi.require_version("WebKit2", "4.1")
 from gi.repository import GLib, Gtk, WebKit2  # noqa: E402
 
-COMMAND_SECONDS = 30
+COMMAND_SECONDS = 120
 SHOWN = "JSON.stringify({own: typeof report === 'function', title: document.title, " \
         "text: document.body ? document.body.innerText.slice(0, 300) : ''})"
 
