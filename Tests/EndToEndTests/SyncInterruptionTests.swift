@@ -144,7 +144,7 @@ struct SyncInterruptionTests {
             environment: ["OFFLINE_AGENT_PAUSE_AT": "during-extract", "OFFLINE_AGENT_PAUSE_FILE": pause])
         let pid = running.process.processIdentifier
         // From a thread of its own (see `interrupt`): the signal comes while the extraction
-        // waits at its first entry, and the extraction goes on only once the process took it.
+        // waits after its second entry, and the extraction goes on only once the process took it.
         let paused = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
             Thread.detachNewThread {
                 var waits = 0
@@ -169,6 +169,76 @@ struct SyncInterruptionTests {
         let lines = result.stderr.split(separator: "\n")
         #expect(lines.count == 1 && lines.first?.hasPrefix("mall: updated none -> 2.0.0 via full") == true, "\(result.stderr)")
         #expect(Store(root: h.root.path).active("mall")?.version.description == "2.0.0")
+    }
+
+    @Test("SIGINT while one app of a batch is extracted and another downloads: the first says updated, the second interrupted, exit 130")
+    func sigintBatch() async throws {
+        let (h, bytes) = try Self.slowHarness()
+        h.origin.override("big.zip") { request, bytes in
+            var reply = Origin.serve(bytes, request: request)
+            reply.ending = .hold(afterBodyBytes: 32 << 10, seconds: 120)
+            return reply
+        }
+        var zip = ZipBuilder()
+        zip.file("index.html", "<p>shop</p>")
+        // The pause point follows the second entry an extraction writes.
+        zip.file("app.js", "console.log('shop')")
+        let shop = zip.build()
+        h.origin.put("shop.zip", shop)
+        let manifests: [String: [String: Any]] = [
+            "mall": ["app": "mall", "version": "2.0.0", "miniVersion": "1.0.0", "isPatch": false, "url": "files/big.zip", "size": bytes.count,
+                     "sha256": PackageFixture.sha256(bytes), "packageSha256": PackageFixture.sha256(bytes), "whitelist": [SyncHarness.whitelist]],
+            "shop": ["app": "shop", "version": "1.0.0", "miniVersion": "1.0.0", "isPatch": false, "url": "files/shop.zip", "size": shop.count,
+                     "sha256": PackageFixture.sha256(shop), "packageSha256": PackageFixture.sha256(shop), "whitelist": ["https://shop.example.com/shop/"]],
+        ]
+        let bodies = manifests.mapValues { try! JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]) }
+        h.origin.setManifestReply { request in
+            guard let body = request.query["app"].flatMap({ bodies[$0] }) else { return .status(404) }
+            return .ok([UInt8](body))
+        }
+        let scratch = TemporaryDirectory("batch")
+        let config = scratch.file("agent.json")
+        let url = h.origin.manifestURL.absoluteString
+        try JSONSerialization.data(withJSONObject: [
+            "root": h.root.path, "allowUnsigned": true, "apps": [["app": "mall", "manifest": url], ["app": "shop", "manifest": url]],
+        ]).write(to: URL(fileURLWithPath: config))
+        let pause = scratch.file("pause")
+        let running = try CLI.start(["sync", "--config", config],
+                                    environment: ["OFFLINE_AGENT_PAUSE_AT": "during-extract", "OFFLINE_AGENT_PAUSE_FILE": pause])
+        let pid = running.process.processIdentifier
+        let downloads = Store(root: h.root.path).downloadsDirectory("mall")
+        // Both under way: shop's extraction waits after its second entry, mall's download holds.
+        let ready = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
+            Thread.detachNewThread {
+                func partial() -> Int64 {
+                    ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
+                        .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0
+                }
+                var waits = 0
+                while waits < 6000, running.process.isRunning, !FileManager.default.fileExists(atPath: pause) || partial() < 32 << 10 {
+                    Thread.sleep(forTimeInterval: 0.02)
+                    waits += 1
+                }
+                let ready = FileManager.default.fileExists(atPath: pause) && partial() >= 32 << 10
+                kill(pid, SIGINT)
+                waits = 0
+                while waits < 6000, running.process.isRunning, Self.pending(SIGINT, in: pid) {
+                    Thread.sleep(forTimeInterval: 0.01)
+                    waits += 1
+                }
+                try? FileManager.default.removeItem(atPath: pause)
+                done.resume(returning: ready)
+            }
+        }
+        let result = await CLI.finish(running)
+        #expect(ready, "shop extracting and mall downloading: \(result.stderr)")
+        #expect(!result.signaled && result.status == 130, "\(result.status) \(result.stderr)")
+        let lines = result.stderr.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2, "\(result.stderr)")
+        #expect(lines.first?.hasPrefix("mall: interrupted: ") == true && lines.first?.hasSuffix("nothing is installed yet") == true, "\(lines)")
+        #expect(lines.last?.hasPrefix("shop: updated none -> 1.0.0 via full") == true, "\(lines)")
+        let store = Store(root: h.root.path)
+        #expect(store.active("shop")?.version.description == "1.0.0" && store.active("mall") == nil)
     }
 
     /// Whether `signal` is pending for the process (sent, not yet read by its signal source).
