@@ -142,27 +142,7 @@ struct SyncInterruptionTests {
         let running = try CLI.start(
             ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString],
             environment: ["OFFLINE_AGENT_PAUSE_AT": "during-extract", "OFFLINE_AGENT_PAUSE_FILE": pause])
-        let pid = running.process.processIdentifier
-        // From a thread of its own (see `interrupt`): the signal comes while the extraction
-        // waits after its second entry, and the extraction goes on only once the process took it.
-        let paused = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
-            Thread.detachNewThread {
-                var waits = 0
-                while waits < 6000, running.process.isRunning, !FileManager.default.fileExists(atPath: pause) {
-                    Thread.sleep(forTimeInterval: 0.02)
-                    waits += 1
-                }
-                let paused = FileManager.default.fileExists(atPath: pause)
-                kill(pid, SIGINT)
-                waits = 0
-                while waits < 6000, running.process.isRunning, Self.pending(SIGINT, in: pid) {
-                    Thread.sleep(forTimeInterval: 0.01)
-                    waits += 1
-                }
-                try? FileManager.default.removeItem(atPath: pause)
-                done.resume(returning: paused)
-            }
-        }
+        let paused = await Self.interruptPaused(running, pause: pause) { true }
         let result = await CLI.finish(running)
         #expect(paused, "the sync reached the extraction: \(result.stderr)")
         #expect(!result.signaled && result.status == 0, "\(result.status) \(result.stderr)")
@@ -205,30 +185,11 @@ struct SyncInterruptionTests {
         let pause = scratch.file("pause")
         let running = try CLI.start(["sync", "--config", config],
                                     environment: ["OFFLINE_AGENT_PAUSE_AT": "during-extract", "OFFLINE_AGENT_PAUSE_FILE": pause])
-        let pid = running.process.processIdentifier
         let downloads = Store(root: h.root.path).downloadsDirectory("mall")
         // Both under way: shop's extraction waits after its second entry, mall's download holds.
-        let ready = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
-            Thread.detachNewThread {
-                func partial() -> Int64 {
-                    ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
-                        .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0
-                }
-                var waits = 0
-                while waits < 6000, running.process.isRunning, !FileManager.default.fileExists(atPath: pause) || partial() < 32 << 10 {
-                    Thread.sleep(forTimeInterval: 0.02)
-                    waits += 1
-                }
-                let ready = FileManager.default.fileExists(atPath: pause) && partial() >= 32 << 10
-                kill(pid, SIGINT)
-                waits = 0
-                while waits < 6000, running.process.isRunning, Self.pending(SIGINT, in: pid) {
-                    Thread.sleep(forTimeInterval: 0.01)
-                    waits += 1
-                }
-                try? FileManager.default.removeItem(atPath: pause)
-                done.resume(returning: ready)
-            }
+        let ready = await Self.interruptPaused(running, pause: pause) {
+            ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
+                .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }.max() ?? 0 >= 32 << 10
         }
         let result = await CLI.finish(running)
         #expect(ready, "shop extracting and mall downloading: \(result.stderr)")
@@ -239,6 +200,32 @@ struct SyncInterruptionTests {
         #expect(lines.last?.hasPrefix("shop: updated none -> 1.0.0 via full") == true, "\(lines)")
         let store = Store(root: h.root.path)
         #expect(store.active("shop")?.version.description == "1.0.0" && store.active("mall") == nil)
+    }
+
+    /// Sends SIGINT once the process waits at its pause point (`pause` exists) and `also`
+    /// holds, waits until the process took the signal, then lets it go on; whether both held.
+    /// From a thread of its own (see `interrupt`); every wait is bounded.
+    static func interruptPaused(_ running: CLI.Running, pause: String, also: @escaping @Sendable () -> Bool) async -> Bool {
+        let pid = running.process.processIdentifier
+        return await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
+            Thread.detachNewThread {
+                let ready = { FileManager.default.fileExists(atPath: pause) && also() }
+                var waits = 0
+                while waits < 6000, running.process.isRunning, !ready() {
+                    Thread.sleep(forTimeInterval: 0.02)
+                    waits += 1
+                }
+                let reached = ready()
+                kill(pid, SIGINT)
+                waits = 0
+                while waits < 6000, running.process.isRunning, pending(SIGINT, in: pid) {
+                    Thread.sleep(forTimeInterval: 0.01)
+                    waits += 1
+                }
+                try? FileManager.default.removeItem(atPath: pause)
+                done.resume(returning: reached)
+            }
+        }
     }
 
     /// Whether `signal` is pending for the process (sent, not yet read by its signal source).
