@@ -49,7 +49,8 @@ struct SyncCommand: AsyncParsableCommand {
             Without a trusted key (--public-key, or a key in the config file) sync refuses to run: give --allow-unsigned \
             (or "allowUnsigned": true) to accept unsigned manifests.
             Ctrl-C or SIGTERM stops the sync: each app says what it kept (a partial download resumes on the next run, \
-            which is not throttled), and the exit status is 130 (SIGINT) or 143 (SIGTERM).
+            which is not throttled), and the exit status is 130 (SIGINT) or 143 (SIGTERM). An extraction already under way \
+            completes: its app says updated, and when nothing else was stopped the exit status is the results' own.
             The apps are checked 4 at a time; their lines come out in the file's order.
             Each app ends with one line on stderr (or one JSON object on stdout with --json); --verbose adds logs and progress.
             Requests carry and store cookies in the profile's jar (<root>/profiles/<name>/cookies.json); \
@@ -124,11 +125,19 @@ struct SyncCommand: AsyncParsableCommand {
         let jobs = try await reportingFailures { try loadJobs() }
         let interruption = SyncInterruption()
         var worst: Int32 = 0
+        // Whether the signal stopped anything: a sync it cancelled, or a root never started.
+        // One that came as the last install was completing stopped nothing: that install's
+        // line says updated, and the status is the results' own.
+        var interrupted = false
         // One agent and one batch per root (a config has one root): the batch holds the
         // root's lock once and runs its apps concurrently.
         var roots: [String] = []
         for job in jobs where !roots.contains(job.root) { roots.append(job.root) }
-        for root in roots where interruption.caught == 0 {
+        for root in roots {
+            guard interruption.caught == 0 else {
+                interrupted = true
+                break
+            }
             let batch = jobs.filter { $0.root == root }
             var configuration = AgentConfiguration()
             configuration.reporting.deadline = .milliseconds(Int64(deadline * 1000))
@@ -146,9 +155,11 @@ struct SyncCommand: AsyncParsableCommand {
             await display.finish()
             await agent.shutdown()
             for report in reports {
+                let stopped = interruption.caught != 0 && report.error?.cause == .cancelled
+                if stopped { interrupted = true }
                 if json {
                     print(SyncJSON(report).encoded())
-                } else if interruption.caught != 0, report.error?.cause == .cancelled {
+                } else if stopped {
                     let kept = AppName.isValid(report.app) ? agent.store.diskUsage(report.app).downloads : 0
                     printError(SyncJSON.interruptedLine(report, keptBytes: kept))
                 } else {
@@ -159,7 +170,7 @@ struct SyncCommand: AsyncParsableCommand {
                 if let error = report.error { worst = max(worst, error.exitStatus) }
             }
         }
-        if interruption.caught != 0 { throw ExitCode(interruption.exitStatus) }
+        if interrupted { throw ExitCode(interruption.exitStatus) }
         if worst != 0 { throw ExitCode(worst) }
     }
 

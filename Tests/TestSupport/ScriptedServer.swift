@@ -39,6 +39,10 @@ package final class ScriptedServer: @unchecked Sendable {
             /// more, until the client closes it or `seconds` pass: a download that stays
             /// under way, with a known part on disk, for as long as a test needs.
             case hold(afterBodyBytes: Int, seconds: Double)
+            /// With `Transfer-Encoding: chunked`: send every byte of the body but not the
+            /// terminating chunk, then hold as `hold` does: the client has the whole file
+            /// and still waits for the body's end.
+            case holdBeforeLastChunk(seconds: Double)
         }
 
         package var status: Int
@@ -154,17 +158,28 @@ package final class ScriptedServer: @unchecked Sendable {
                 return
             case .hold(let count, let seconds):
                 guard LoopbackSocket.sendAll(fd, Array(body.prefix(count))) else { return }
-                let deadline = Date().addingTimeInterval(seconds)
-                while Date() < deadline {
-                    var pollfd = Glibc.pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                    if poll(&pollfd, 1, 50) > 0 {
-                        // Readable with nothing to read: the client closed; stop holding.
-                        var byte: UInt8 = 0
-                        if recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) <= 0 { return }
-                        Thread.sleep(forTimeInterval: 0.05)
-                    }
-                }
+                hold(fd, seconds: seconds)
                 return
+            case .holdBeforeLastChunk(let seconds):
+                let end = Array("0\r\n\r\n".utf8)
+                guard chunked, body.suffix(end.count).elementsEqual(end),
+                      LoopbackSocket.sendAll(fd, Array(body.dropLast(end.count))) else { return }
+                hold(fd, seconds: seconds)
+                return
+            }
+        }
+    }
+
+    /// Keeps the connection open without sending, until the client closes it or `seconds` pass.
+    private func hold(_ fd: Int32, seconds: Double) {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            var pollfd = Glibc.pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&pollfd, 1, 50) > 0 {
+                // Readable with nothing to read: the client closed; stop holding.
+                var byte: UInt8 = 0
+                if recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) <= 0 { return }
+                Thread.sleep(forTimeInterval: 0.05)
             }
         }
     }

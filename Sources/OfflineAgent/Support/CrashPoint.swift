@@ -32,7 +32,26 @@ enum CrashPoint: String, CaseIterable {
 
     private static let armed = ProcessInfo.processInfo.environment["OFFLINE_AGENT_CRASH_AT"].flatMap(CrashPoint.init(rawValue:))
 
+    /// `OFFLINE_AGENT_PAUSE_AT=<name>` with `OFFLINE_AGENT_PAUSE_FILE=<path>`: reaching that
+    /// step creates the file and waits (up to 10 minutes) until it is removed, so a test can
+    /// send a real signal while the process is at exactly that step.
+    private static let paused: (point: CrashPoint, file: String)? = {
+        let environment = ProcessInfo.processInfo.environment
+        guard let point = environment["OFFLINE_AGENT_PAUSE_AT"].flatMap(CrashPoint.init(rawValue:)),
+              let file = environment["OFFLINE_AGENT_PAUSE_FILE"], !file.isEmpty else { return nil }
+        return (point, file)
+    }()
+
     func hit() {
         if Self.armed == self { kill(getpid(), SIGKILL) }
+        if let paused = Self.paused, paused.point == self,
+           FileManager.default.createFile(atPath: paused.file, contents: Data()) {
+            // Bounded: a test that never lets go does not leave a process behind for ever.
+            var waits = 0
+            while waits < 60_000, FileSystem.fileSize(paused.file) != nil {
+                usleep(10_000)
+                waits += 1
+            }
+        }
     }
 }

@@ -27,23 +27,46 @@ struct Downloader: Sendable {
     func path(for target: DownloadTarget) -> String { "\(directory)/\(target.key)" }
 
     /// Downloads `target` (or reuses a complete verified copy) and returns its path and the bytes transferred.
+    ///
+    /// What an earlier run kept is never fetched again from byte 0 while the server honours
+    /// ranges: a whole file whose hash matches is taken without a request; a whole file
+    /// without a hash to check (`target.sha256` nil) asks for its last byte under `If-Range`,
+    /// so a `206` proves the server still has the same bytes; a prefix asks for the rest.
     func fetch(_ target: DownloadTarget, progress: @escaping @Sendable (Int64, Int64, Int64) -> Void) async throws -> (path: String, transferred: Int64) {
         let final = path(for: target)
-        if let sha256 = target.sha256, FileSystem.fileSize(final) == target.size,
-           try await pool.run(.download, { try? FileHasher.sha256(of: final) }) == sha256 {
-            return (final, 0)
-        }
-        FileSystem.remove(final)
         let part = final + ".part"
         let infoPath = part + ".json"
+        if FileSystem.fileSize(final) == target.size {
+            if let sha256 = target.sha256 {
+                if try await pool.run(.download, { try? FileHasher.sha256(of: final) }) == sha256 { return (final, 0) }
+            } else if target.size > 0, partialInfo(infoPath)?.url == target.url.absoluteString {
+                // Complete but unchecked (its caller checks what it decodes to): confirmed as a whole part below.
+                try? FileSystem.renameDurably(final, to: part)
+            }
+        }
+        FileSystem.remove(final)
         var transferred: Int64 = 0
         var digest: String?
         // Two rounds at most: a resume the server can't honour restarts from 0 once.
         for attempt in 0..<2 {
+            let info = partialInfo(infoPath)
             var existing = FileSystem.fileSize(part) ?? 0
-            let info = (try? Data(contentsOf: URL(fileURLWithPath: infoPath))).flatMap { try? JSONDecoder().decode(PartialInfo.self, from: $0) }
-            // Resume only a prefix of the same URL's file; a full-length part already failed its check.
-            if attempt > 0 || existing >= target.size || info?.url != target.url.absoluteString { existing = 0 }
+            // Every byte arrived before the run stopped (the body's end, the rename or the
+            // install did not happen). Its hash is its identity, whichever URL it came from.
+            if attempt == 0, existing == target.size, target.size > 0, let sha256 = target.sha256 {
+                let whole = try await pool.run(.download) { try? FileHasher.sha256(of: part) }
+                if whole == sha256 {
+                    progress(target.size, target.size, target.size)
+                    digest = whole
+                    break
+                }
+                // Every byte, and not the right ones: nothing in it is worth keeping.
+                existing = 0
+            }
+            // Resume only a prefix of the same URL's file, never longer than the file.
+            if attempt > 0 || existing > target.size || info?.url != target.url.absoluteString { existing = 0 }
+            // Whole without a hash to check: its last byte under If-Range tells it is still the server's file.
+            if existing == target.size, target.size > 0 { existing = target.size - 1 }
             var headers: [(String, String)] = []
             if existing > 0 {
                 headers.append(("Range", "bytes=\(existing)-"))
@@ -97,8 +120,15 @@ struct Downloader: Sendable {
             try FileSystem.sync(part)
             try FileSystem.renameDurably(part, to: final)
         }
-        FileSystem.remove(infoPath)
+        // A file without a hash keeps its validator: a run stopped before its caller used it
+        // confirms it with one byte instead of fetching it again.
+        if target.sha256 != nil { FileSystem.remove(infoPath) }
         return (final, transferred)
+    }
+
+    /// The resume record beside a partial download, if it is readable.
+    private func partialInfo(_ path: String) -> PartialInfo? {
+        (try? Data(contentsOf: URL(fileURLWithPath: path))).flatMap { try? JSONDecoder().decode(PartialInfo.self, from: $0) }
     }
 
     /// Writes the body at `offset` of `part`, cutting it at `target.size`, under the minimum-speed watchdog.
