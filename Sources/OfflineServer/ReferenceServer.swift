@@ -56,9 +56,20 @@ public struct ReferenceServer: Sendable {
         /// Halts the staged rollout of an app's latest version by itself when its reports
         /// trip these rules (`--auto-halt`; see `AutoHaltRules`); nil: never. Needs reports.
         public var autoHalt: AutoHaltRules?
-        /// The bearer token `POST /report` requires (`Authorization: Bearer TOKEN`); nil:
-        /// any sender is accepted.
+        /// The fleet's bearer token `POST /report` requires (`Authorization: Bearer TOKEN`),
+        /// and `POST /enrol` takes to hand a device its own credential; nil: any sender is
+        /// accepted (an open collector).
         public var reportToken: String?
+        /// Where the secret device credentials derive from is kept (created 0600 when
+        /// missing); nil: beside a SQLite reports database, else (PostgreSQL) a secret of
+        /// this process only. Used with `reportToken`.
+        public var collectorSecret: String?
+        /// Refuse reports sent with the shared `reportToken`: only enrolled devices, each
+        /// with its own credential, report (`--require-enrolment`), and only they count
+        /// toward `autoHalt`.
+        public var requireEnrolment = false
+        /// Requests each enrolled device may send to `POST /report` (`429` past it); nil: unlimited.
+        public var deviceRateLimit: ReportRateLimit? = .perDevice
 
         /// Faults to inject, for testing clients (`--fault`; see `ServerFault`). None by default.
         public var faults: [ServerFault] = []
@@ -145,11 +156,31 @@ public struct ReferenceServer: Sendable {
             }
         }
         do {
-            return try await ReportCollector(store: store, catalog: catalog, autoHalt: configuration.autoHalt, logger: logger)
+            var access = ReportAccess(
+                fleetToken: configuration.reportToken, secret: nil, requireEnrolment: configuration.requireEnrolment,
+                deviceLimit: configuration.deviceRateLimit)
+            if configuration.reportToken != nil {
+                if let path = configuration.collectorSecret ?? (PostgresReportStore.isURL(location) ? nil : Self.secretPath(beside: location)) {
+                    access.secret = try CollectorSecret.load(path: path)
+                    logger.info("collector secret in \(path)")
+                } else {
+                    access.secret = CollectorSecret.random()
+                }
+            }
+            return try await ReportCollector(
+                store: store, catalog: catalog, autoHalt: configuration.autoHalt, access: access, logger: logger)
         } catch {
             await store.close()
             throw error
         }
+    }
+
+    /// Whether a reports database location names PostgreSQL rather than a SQLite file.
+    public static func isPostgres(_ location: String) -> Bool { PostgresReportStore.isURL(location) }
+
+    /// `collector-secret` in the directory of the SQLite database at `database`.
+    public static func secretPath(beside database: String) -> String {
+        FileSystem.parent(of: URL(fileURLWithPath: database).standardizedFileURL.path) + "/collector-secret"
     }
 
     /// Finishes or undoes what a publisher verb a crash cut short left in the publish
@@ -178,7 +209,7 @@ public struct ReferenceServer: Sendable {
             responder: FaultingResponder(
                 base: ReferenceServerResponder(
                     catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge,
-                    reports: reports, reportToken: configuration.reportToken),
+                    reports: reports),
                 injector: FaultInjector(configuration.faults, metrics: metrics)),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },

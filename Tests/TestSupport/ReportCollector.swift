@@ -88,6 +88,11 @@ package final class ReportCollector: @unchecked Sendable {
         defer { close(fd) }
         var buffer: [UInt8] = []
         while let (head, body) = readRequest(fd, &buffer) {
+            // A collector without enrolment: POST /enrol (or any other path) is 404, and no report.
+            guard head.hasPrefix("POST /report ") || !head.hasPrefix("POST ") else {
+                guard LoopbackSocket.sendAll(fd, Array("HTTP/1.1 404 X\r\nContent-Length: 0\r\n\r\n".utf8)) else { return }
+                continue
+            }
             state.withLock { $0.posts += 1 }
             let (status, text, headers) = answer(head: head, body: body)
             if status == 0 { return }  // stalled: the connection just ends
