@@ -23,10 +23,12 @@ struct OfflineServerCommand: AsyncParsableCommand {
             (docs/PROTOCOL.md, "Automatic halt"). Prints \
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
-            """
+            """,
+        subcommands: [CopyReportsCommand.self]
     )
 
-    @Option(help: "The publish directory (written by `offline-publish publish`).") var dir: String
+    // Optional to the parser only, so `copy-reports` runs without it; serving requires it (run()).
+    @Option(help: "The publish directory (written by `offline-publish publish`); required to serve.") var dir: String?
     @Option(help: "Address to bind.") var host = "127.0.0.1"
     @Option(help: "Port to bind; 0 picks a free one.") var port = 8080
     @Option(help: "Ed25519 private key file: sign every manifest (X-Offline-Signature).") var key: String?
@@ -65,6 +67,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
             throw ValidationError("compression must be 'gzip' or 'none'")
         }
         guard manifestMaxAge >= 0 else { throw ValidationError("--manifest-max-age must be 0 or more") }
+        guard let dir else { throw ValidationError("Missing expected argument '--dir <dir>'") }
         guard FileManager.default.fileExists(atPath: dir) else { throw ValidationError("no such directory: \(dir)") }
         let file = try config.map(ServerConfigFile.init(path:)) ?? ServerConfigFile()
         let reportsDb = self.reportsDb ?? file.reportsDb

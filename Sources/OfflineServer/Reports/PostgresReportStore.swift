@@ -280,7 +280,15 @@ final class PostgresReportStore: ReportStorage {
     }
 
     func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
-        try await bounded("a batch") { try await self.unboundedInsert(events, authenticated: authenticated) }
+        try await insert(events, authenticated: authenticated, receivedMillis: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
+    }
+
+    /// Stores a batch as if received at `receivedMillis` (`ReportCopy`: a copied history
+    /// keeps its receipt times, which the auto-halt window and the adoption chart read).
+    func insert(_ events: [ReportEvent], authenticated: Bool, receivedMillis: Int64) async throws -> ReportInsertion {
+        try await bounded("a batch") {
+            try await self.unboundedInsert(events, authenticated: authenticated, received: receivedMillis)
+        }
     }
 
     func tally(labels: ReportLabels) async throws -> ReportTally {
@@ -314,8 +322,7 @@ final class PostgresReportStore: ReportStorage {
 
     // MARK: Writing
 
-    private func unboundedInsert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
-        let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    private func unboundedInsert(_ events: [ReportEvent], authenticated: Bool, received: Int64) async throws -> ReportInsertion {
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection in
             var result = ReportInsertion(inserted: [], duplicates: 0)

@@ -12,7 +12,7 @@ import OfflineAgent
 final class ReportStore: ReportStorage {
     let path: String
     var location: String { path }
-    private let pool: DatabasePool
+    let pool: DatabasePool
 
     /// Opens (creating it and its directory if needed) and migrates the database at `path`.
     init(path: String) throws {
