@@ -146,14 +146,7 @@ public struct ReferenceServer: Sendable {
         if PostgresReportStore.isURL(location) {
             store = try await PostgresReportStore.open(url: location, logger: logger)
         } else {
-            let pool = BlockingPool(threads: 1)
-            do {
-                store = try await pool.run(.serve) { try ReportStore(path: location) }
-                await pool.shutdown()
-            } catch {
-                await pool.shutdown()
-                throw error
-            }
+            store = try await ReportStore.open(path: location)
         }
         do {
             var access = ReportAccess(

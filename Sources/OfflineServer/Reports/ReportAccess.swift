@@ -44,8 +44,8 @@ public struct ReportAccess: Sendable {
 
     /// The sender `authorization` (the header's value) proves, or why it proves none.
     func sender(authorization: String?) -> Result<Sender, Refusal> {
-        if let authorization, let credential = ReportCredential(authorization: authorization) {
-            guard let secret else { return .failure(.init(reason: "this collector does not enrol devices")) }
+        // Without a secret (an open collector) a credential proves nothing and is not needed.
+        if let secret, let authorization, let credential = ReportCredential(authorization: authorization) {
             // A changed secret voids every credential: the device enrols again.
             guard secret.verifies(credential) else { return .failure(.init(reason: "the device credential is not valid here: enrol again")) }
             return .success(.device(credential.device))

@@ -29,15 +29,7 @@ public enum ReportCopy {
         guard PostgresReportStore.isURL(postgres) else {
             throw OfflineAgentError(.usage, "--to must be a postgres:// URL")
         }
-        let pool = BlockingPool(threads: 1)
-        let source: ReportStore
-        do {
-            source = try await pool.run(.serve) { try ReportStore(path: sqlite) }
-            await pool.shutdown()
-        } catch {
-            await pool.shutdown()
-            throw error
-        }
+        let source = try await ReportStore.open(path: sqlite)
         let target = try await PostgresReportStore.open(url: postgres, logger: logger)
         do {
             let result = try await copy(source, into: target)

@@ -14,6 +14,20 @@ final class ReportStore: ReportStorage {
     var location: String { path }
     let pool: DatabasePool
 
+    /// Opens the database at `path` as `init(path:)` does, on a thread of its own (it
+    /// creates, migrates and fsyncs), not one of the cooperative pool.
+    static func open(path: String) async throws -> ReportStore {
+        let pool = BlockingPool(threads: 1)
+        do {
+            let store = try await pool.run(.serve) { try ReportStore(path: path) }
+            await pool.shutdown()
+            return store
+        } catch {
+            await pool.shutdown()
+            throw error
+        }
+    }
+
     /// Opens (creating it and its directory if needed) and migrates the database at `path`.
     init(path: String) throws {
         self.path = path
