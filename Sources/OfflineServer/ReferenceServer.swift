@@ -23,7 +23,9 @@ import ServiceLifecycle
 /// - `POST /report`, `GET /stats?app=NAME`, `GET /dashboard[?app=NAME]`: the fleet
 ///   report collector, when `reportsDatabase` is set (SQLite, or PostgreSQL shared by
 ///   several servers), with `autoHalt` halting a staged rollout its reports condemn
-///   (docs/PROTOCOL.md, "Fleet reports", "Automatic halt"; docs/FLEET.md).
+///   (docs/PROTOCOL.md, "Fleet reports", "Automatic halt"; docs/FLEET.md). With a
+///   `reportToken`, `POST /enrol` gives each device a credential of its own
+///   (docs/PROTOCOL.md, "Enrolment"); both take `application/json` only.
 /// - `Cache-Control`: manifests and `.sig` `public, max-age=<manifestMaxAge>`
 ///   (revalidated by ETag afterwards); packages and patches, whose names are
 ///   versions and never change, `public, max-age=31536000, immutable`; errors `no-store`.

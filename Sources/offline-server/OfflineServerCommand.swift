@@ -20,7 +20,9 @@ struct OfflineServerCommand: AsyncParsableCommand {
             fleet's). POST /report stores fleet report events (SQLite, or PostgreSQL shared by \
             several instances: --reports-db) and GET /stats?app=NAME sums them up per version. \
             --auto-halt halts a staged rollout by itself when its reports trip the rules \
-            (docs/PROTOCOL.md, "Automatic halt"). Prints \
+            (docs/PROTOCOL.md, "Automatic halt"). Reports need --report-token (devices enrol with it \
+            at POST /enrol; --require-enrolment takes only their own credentials) or, from anyone, \
+            --open-collector. Prints \
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
             """,

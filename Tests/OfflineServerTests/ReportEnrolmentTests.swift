@@ -163,6 +163,42 @@ struct ReportEnrolmentTests {
         #expect(landed.receipt?.accepted == 1)
     }
 
+    @Test("hostile Authorization values are 401, stored nothing; an open collector ignores a credential it cannot check")
+    func hostileAuthorization() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("hostile-authorization")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let server = try await ReferenceServer(configuration: Self.configuration(dir, database: dir + "/reports.sqlite")).start()
+        defer { Task { await server.stop() } }
+        let good = try #require(ReportCredential(authorization: try await Self.enrol(server.baseURL, "kiosk-7")))
+        let body = try C.body([C.event("updated", device: "kiosk-7", ["via": "full"])])
+        let hostile = [
+            "Device", "Device ", "Device kiosk-7", "Device kiosk-7:", "Device :\(good.credential)",
+            "Device kiosk-7:\(good.credential.dropLast())", "Device kiosk-7:\(good.credential)0",
+            "Device kiosk-7:\(good.credential.uppercased())", "Device kiosk-7:\(String(repeating: "g", count: 64))",
+            "Device kiosk 7:\(good.credential)", "Device \(String(repeating: "k", count: 129)):\(good.credential)",
+            "Device kiosk-8:\(good.credential)", "Bearer \(good.credential)", "Device kiosk-7:\(good.credential) x",
+        ]
+        for value in hostile {
+            let answer = try await C.post(server.baseURL, body, headers: ["Authorization: \(value)"])
+            #expect(answer.status == 401, "\(value): \(answer.status) \(answer.body)")
+        }
+        #expect(try await C.stats(server.baseURL)["events"] as? Int == 0)
+        #expect(try await C.post(server.baseURL, body, headers: ["Authorization: \(good.authorization)"]).receipt?.accepted == 1)
+        // The enrolment body is checked too.
+        for asked in [#"{}"#, #"{"device":""}"#, #"{"device":"a b"}"#, #"{"device":42}"#, "not json", #"{"device":"\#(String(repeating: "x", count: 129))"}"#] {
+            let refused = try await Self.request(server.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(asked.utf8))
+            #expect(refused.status == 400, "\(asked): \(refused.body)")
+        }
+        let tooBig = try await Self.request(server.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(repeating: 0x20, count: 5000))
+        #expect(tooBig.status == 413)
+        // An open collector (no token, no secret): the header proves nothing and is not needed.
+        let open = try await ReferenceServer(configuration: .init(directory: dir, port: 0, reportsDatabase: dir + "/open.sqlite")).start()
+        defer { Task { await open.stop() } }
+        #expect(try await C.post(open.baseURL, body, headers: ["Authorization: \(good.authorization)"]).receipt?.accepted == 1)
+        #expect(try await Self.request(open.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(#"{"device":"a"}"#.utf8)).status == 404)
+    }
+
     @Test("the limiter: a burst, then refills at its rate; memory bounded, oldest keys forgotten first")
     func limiterBuckets() {
         let limiter = ReportRateLimiter(ReportRateLimit(burst: 2, perMinute: 6), maxTracked: 8)
