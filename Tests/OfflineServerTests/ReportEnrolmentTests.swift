@@ -221,7 +221,7 @@ struct ReportEnrolmentTests {
         try C.publishFleet(dir)
         var configuration = Self.configuration(dir, database: dir + "/reports.sqlite")
         configuration.requireEnrolment = true
-        configuration.deviceRateLimit = ReportRateLimit(burst: 1, perMinute: 1)
+        configuration.deviceRateLimit = ReportRateLimit(burst: 2, perMinute: 1)
         let first = try await ReferenceServer(configuration: configuration).start()
         let root = dir + "/device"
         let url = URL(string: first.baseURL + "/report")!
@@ -242,19 +242,28 @@ struct ReportEnrolmentTests {
         let mode = try #require(try FileManager.default.attributesOfItem(atPath: queue.directory + "/credential")[.posixPermissions] as? Int)
         #expect(mode & 0o777 == 0o600)
         #expect(try await C.stats(first.baseURL)["events"] as? Int == 1)
+
+        // A collector that refused enrolment earlier (marked) and requires it now: the 401 to the token enrols at once.
+        try queue.remember(credential: nil)
+        try queue.rememberEnrolmentRefused(at: Date())
+        try queueEvent()
+        #expect(await sender.flush().delivered == 1)
+        #expect(queue.credential() == credential && !queue.enrolmentRefusedRecently(now: Date()))
+        #expect(try await C.stats(first.baseURL)["events"] as? Int == 2)
         await first.stop()
 
         // A new secret (the old file gone): the old credential is refused, the sender enrols again and delivers.
         try FileManager.default.removeItem(atPath: dir + "/collector-secret")
         configuration.port = first.port
+        configuration.deviceRateLimit = ReportRateLimit(burst: 1, perMinute: 1)
         let second = try await ReferenceServer(configuration: configuration).start()
         defer { Task { await second.stop() } }
         try queueEvent()
         #expect(await sender.flush().delivered == 1)
         let renewed = try #require(queue.credential())
         #expect(renewed.device == device && renewed.credential != credential.credential)
-        #expect(try await C.stats(second.baseURL)["events"] as? Int == 2)
-        // The burst of 1 is spent (a refused credential takes none of it): the next report gets 429, kept, and the queue waits out Retry-After.
+        #expect(try await C.stats(second.baseURL)["events"] as? Int == 3)
+        // The burst of 1 is spent on the second server (a refused credential takes none of it): the next report gets 429, kept, and the queue waits out Retry-After.
         try queueEvent()
         let limited = await sender.flush()
         #expect(limited.delivered == 0 && queue.pending() == 1)

@@ -85,7 +85,9 @@ package struct ReportSender: Sendable {
             let token = try await pool.run(.install) { queue.token() }
             var credential = try await pool.run(.install) { queue.credential() }
             let device = try? await pool.run(.install) { [root] in try DeviceID.load(root: root) }
-            if let token, let device, credential?.device != device, ReportCredential.isValidDevice(device) {
+            // A collector that said it enrols nobody is asked again a day later, or at once when it refuses the token.
+            let enrolWanted = device.map { credential?.device != $0 && ReportCredential.isValidDevice($0) } ?? false
+            if let token, let device, enrolWanted, !queue.enrolmentRefusedRecently(now: clock()) {
                 credential = await enrol(queue, device: device, token: token, fetcher: fetcher) ?? credential
             }
             var reenrolled = false
@@ -109,8 +111,9 @@ package struct ReportSender: Sendable {
                         try await failed(queue, reason: HTTPFetcher.describe(error), retryAfter: nil, outcome: &outcome)
                         return
                     }
-                    // A credential refused (a new collector secret): enrol again, once a flush, and resend.
-                    guard response.status.code == 401, credential != nil, let token, let device, !reenrolled else { break }
+                    // A credential refused (a new collector secret), or the token refused by a collector
+                    // that now requires enrolment: enrol (again), once a flush, and resend.
+                    guard response.status.code == 401, credential != nil || enrolWanted, let token, let device, !reenrolled else { break }
                     reenrolled = true
                     guard let fresh = await enrol(queue, device: device, token: token, fetcher: fetcher) else { break }
                     credential = fresh
@@ -168,6 +171,9 @@ package struct ReportSender: Sendable {
             let (response, answer) = try await post(body, to: url, authorization: "Bearer \(token)", fetcher: fetcher)
             guard response.status.code == 200 else {
                 logger.debug("reports: \(url.absoluteString) enrols no device (HTTP \(response.status.code))")
+                if response.status.code == 404 || response.status.code == 405 {
+                    try? await pool.run(.install, cancellable: false) { [clock] in try queue.rememberEnrolmentRefused(at: clock()) }
+                }
                 return nil
             }
             guard let credential = try? JSONDecoder().decode(ReportCredential.self, from: Data(answer.utf8)),
@@ -175,7 +181,10 @@ package struct ReportSender: Sendable {
                 logger.notice("reports: \(url.absoluteString) answered no valid credential")
                 return nil
             }
-            try await pool.run(.install, cancellable: false) { try queue.remember(credential: credential) }
+            try await pool.run(.install, cancellable: false) {
+                try queue.remember(credential: credential)
+                try queue.rememberEnrolmentRefused(at: nil)
+            }
             logger.info("reports: enrolled with \(url.absoluteString) as \(device)")
             return credential
         } catch {
