@@ -38,7 +38,7 @@ class Server:
 
     def __init__(self, binary, publish, db, extra=()):
         self.process = subprocess.Popen(
-            [binary, "--dir", publish, "--port", "0", "--reports-db", db, "--log-level", "warning", *extra],
+            [binary, "--dir", publish, "--port", "0", "--open-collector", "--reports-db", db, "--log-level", "warning", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.process.stdout.readline()
         match = re.match(r"listening on .*:(\d+)", line)

@@ -618,7 +618,7 @@ section_report() {
   [[ -x $SERVER ]] || die "SERVER=$SERVER is not an executable"
   local dir="$WORK/report" i port="" out stats stored
   rm -rf "$dir"; mkdir -p "$dir/publish"
-  "$SERVER" --dir "$dir/publish" --port 0 --reports-db "$dir/reports.sqlite" --log-level warning \
+  "$SERVER" --dir "$dir/publish" --port 0 --open-collector --reports-db "$dir/reports.sqlite" --log-level warning \
     > "$dir/server.out" 2> "$dir/server.err" &
   R_PID=$!
   trap 'kill $R_PID 2>/dev/null || true' EXIT

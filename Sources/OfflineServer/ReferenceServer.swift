@@ -23,7 +23,9 @@ import ServiceLifecycle
 /// - `POST /report`, `GET /stats?app=NAME`, `GET /dashboard[?app=NAME]`: the fleet
 ///   report collector, when `reportsDatabase` is set (SQLite, or PostgreSQL shared by
 ///   several servers), with `autoHalt` halting a staged rollout its reports condemn
-///   (docs/PROTOCOL.md, "Fleet reports", "Automatic halt"; docs/FLEET.md).
+///   (docs/PROTOCOL.md, "Fleet reports", "Automatic halt"; docs/FLEET.md). With a
+///   `reportToken`, `POST /enrol` gives each device a credential of its own
+///   (docs/PROTOCOL.md, "Enrolment"); both take `application/json` only.
 /// - `Cache-Control`: manifests and `.sig` `public, max-age=<manifestMaxAge>`
 ///   (revalidated by ETag afterwards); packages and patches, whose names are
 ///   versions and never change, `public, max-age=31536000, immutable`; errors `no-store`.
@@ -56,9 +58,20 @@ public struct ReferenceServer: Sendable {
         /// Halts the staged rollout of an app's latest version by itself when its reports
         /// trip these rules (`--auto-halt`; see `AutoHaltRules`); nil: never. Needs reports.
         public var autoHalt: AutoHaltRules?
-        /// The bearer token `POST /report` requires (`Authorization: Bearer TOKEN`); nil:
-        /// any sender is accepted.
+        /// The fleet's bearer token `POST /report` requires (`Authorization: Bearer TOKEN`),
+        /// and `POST /enrol` takes to hand a device its own credential; nil: any sender is
+        /// accepted (an open collector).
         public var reportToken: String?
+        /// Where the secret device credentials derive from is kept (created 0600 when
+        /// missing); nil: beside a SQLite reports database, else (PostgreSQL) a secret of
+        /// this process only. Used with `reportToken`.
+        public var collectorSecret: String?
+        /// Refuse reports sent with the shared `reportToken`: only enrolled devices, each
+        /// with its own credential, report (`--require-enrolment`), and only they count
+        /// toward `autoHalt`.
+        public var requireEnrolment = false
+        /// Requests each enrolled device may send to `POST /report` (`429` past it); nil: unlimited.
+        public var deviceRateLimit: ReportRateLimit? = .perDevice
 
         /// Faults to inject, for testing clients (`--fault`; see `ServerFault`). None by default.
         public var faults: [ServerFault] = []
@@ -135,21 +148,34 @@ public struct ReferenceServer: Sendable {
         if PostgresReportStore.isURL(location) {
             store = try await PostgresReportStore.open(url: location, logger: logger)
         } else {
-            let pool = BlockingPool(threads: 1)
-            do {
-                store = try await pool.run(.serve) { try ReportStore(path: location) }
-                await pool.shutdown()
-            } catch {
-                await pool.shutdown()
-                throw error
-            }
+            store = try await ReportStore.open(path: location)
         }
         do {
-            return try await ReportCollector(store: store, catalog: catalog, autoHalt: configuration.autoHalt, logger: logger)
+            var access = ReportAccess(
+                fleetToken: configuration.reportToken, secret: nil, requireEnrolment: configuration.requireEnrolment,
+                deviceLimit: configuration.deviceRateLimit)
+            if configuration.reportToken != nil {
+                if let path = configuration.collectorSecret ?? (PostgresReportStore.isURL(location) ? nil : Self.secretPath(beside: location)) {
+                    access.secret = try CollectorSecret.load(path: path)
+                    logger.info("collector secret in \(path)")
+                } else {
+                    access.secret = CollectorSecret.random()
+                }
+            }
+            return try await ReportCollector(
+                store: store, catalog: catalog, autoHalt: configuration.autoHalt, access: access, logger: logger)
         } catch {
             await store.close()
             throw error
         }
+    }
+
+    /// Whether a reports database location names PostgreSQL rather than a SQLite file.
+    public static func isPostgres(_ location: String) -> Bool { PostgresReportStore.isURL(location) }
+
+    /// `collector-secret` in the directory of the SQLite database at `database`.
+    public static func secretPath(beside database: String) -> String {
+        FileSystem.parent(of: URL(fileURLWithPath: database).standardizedFileURL.path) + "/collector-secret"
     }
 
     /// Finishes or undoes what a publisher verb a crash cut short left in the publish
@@ -178,7 +204,7 @@ public struct ReferenceServer: Sendable {
             responder: FaultingResponder(
                 base: ReferenceServerResponder(
                     catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge,
-                    reports: reports, reportToken: configuration.reportToken),
+                    reports: reports),
                 injector: FaultInjector(configuration.faults, metrics: metrics)),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },

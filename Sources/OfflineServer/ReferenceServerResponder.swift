@@ -29,8 +29,6 @@ struct ReferenceServerResponder: HTTPResponder {
     var manifestMaxAge = 60
     /// The fleet report collector (`POST /report`, `GET /stats`); nil when reports are off.
     var reports: ReportCollector?
-    /// The bearer token `POST /report` requires; nil: none.
-    var reportToken: String?
     let fileIO = FileIO()
     /// `X-Offline-Signature` (HTTPField itself is not re-exported by Hummingbird).
     static let signatureField = HTTPFields.Element.Name(ManifestSignature.header)!

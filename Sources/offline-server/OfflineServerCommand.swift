@@ -20,13 +20,17 @@ struct OfflineServerCommand: AsyncParsableCommand {
             fleet's). POST /report stores fleet report events (SQLite, or PostgreSQL shared by \
             several instances: --reports-db) and GET /stats?app=NAME sums them up per version. \
             --auto-halt halts a staged rollout by itself when its reports trip the rules \
-            (docs/PROTOCOL.md, "Automatic halt"). Prints \
+            (docs/PROTOCOL.md, "Automatic halt"). Reports need --report-token (devices enrol with it \
+            at POST /enrol; --require-enrolment takes only their own credentials) or, from anyone, \
+            --open-collector. Prints \
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
-            """
+            """,
+        subcommands: [CopyReportsCommand.self]
     )
 
-    @Option(help: "The publish directory (written by `offline-publish publish`).") var dir: String
+    // Optional to the parser only, so `copy-reports` runs without it; serving requires it (run()).
+    @Option(help: "The publish directory (written by `offline-publish publish`); required to serve.") var dir: String?
     @Option(help: "Address to bind.") var host = "127.0.0.1"
     @Option(help: "Port to bind; 0 picks a free one.") var port = 8080
     @Option(help: "Ed25519 private key file: sign every manifest (X-Offline-Signature).") var key: String?
@@ -37,9 +41,17 @@ struct OfflineServerCommand: AsyncParsableCommand {
     var reportsDb: String?
     @Option(help: "Halt the staged rollout of an app's latest version when its reports trip these rules, e.g. failure-rate>5%,rollback-rate>2%,min-devices=20,window=1h; re-signed with --key.")
     var autoHalt: String?
-    @Option(help: "Bearer token POST /report requires (Authorization: Bearer TOKEN; devices: reportToken in their config).")
+    @Option(help: "The fleet's bearer token: POST /report takes it (Authorization: Bearer TOKEN; devices: reportToken in their config), and POST /enrol takes it to give each device a credential of its own.")
     var reportToken: String?
-    @Option(help: "A JSON file of settings: reportsDb, autoHalt, reportToken (the options of the same names win).")
+    @Flag(help: "Take reports only with a device's own credential (from POST /enrol), not the shared --report-token; only those devices count toward --auto-halt.")
+    var requireEnrolment = false
+    @Option(help: "The file of the secret device credentials derive from, created mode 0600 when missing; default: collector-secret beside the SQLite database, or in the default state directory with PostgreSQL (give every instance sharing a database the same file).")
+    var collectorSecret: String?
+    @Option(help: "Reports each enrolled device may send: N a minute (burst N), BURST/PERMINUTE, or off; past it 429 with Retry-After.")
+    var deviceRateLimit = "60/60"
+    @Flag(help: "Collect reports without any token: anyone who reaches the server may report, for any device id (never the default).")
+    var openCollector = false
+    @Option(help: "A JSON file of settings: reportsDb, autoHalt, reportToken, collectorSecret (the options of the same names win).")
     var config: String?
     @Flag(help: "Turn fleet reports off: POST /report and GET /stats answer 404.") var noReports = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
@@ -57,17 +69,45 @@ struct OfflineServerCommand: AsyncParsableCommand {
             throw ValidationError("compression must be 'gzip' or 'none'")
         }
         guard manifestMaxAge >= 0 else { throw ValidationError("--manifest-max-age must be 0 or more") }
+        guard let dir else { throw ValidationError("Missing expected argument '--dir <dir>'") }
         guard FileManager.default.fileExists(atPath: dir) else { throw ValidationError("no such directory: \(dir)") }
         let file = try config.map(ServerConfigFile.init(path:)) ?? ServerConfigFile()
         let reportsDb = self.reportsDb ?? file.reportsDb
         let autoHalt = self.autoHalt ?? file.autoHalt
         let reportToken = self.reportToken ?? file.reportToken
+        let collectorSecret = self.collectorSecret ?? file.collectorSecret
         guard !(noReports && reportsDb != nil) else { throw ValidationError("--reports-db and --no-reports exclude each other") }
         guard !(noReports && autoHalt != nil) else { throw ValidationError("--auto-halt needs fleet reports: drop --no-reports") }
         if let reportToken {
             guard ReportToken.isValid(reportToken) else {
                 throw ValidationError("--report-token must be \(ReportToken.rule)")
             }
+        }
+        guard !requireEnrolment || reportToken != nil else {
+            throw ValidationError("--require-enrolment needs --report-token: devices enrol with it")
+        }
+        guard !(openCollector && reportToken != nil) else {
+            throw ValidationError("--open-collector and --report-token exclude each other")
+        }
+        let deviceLimit: ReportRateLimit?
+        if deviceRateLimit == "off" {
+            deviceLimit = nil
+        } else if let limit = ReportRateLimit(parsing: deviceRateLimit) {
+            deviceLimit = limit
+        } else {
+            throw ValidationError("--device-rate-limit must be N, BURST/PERMINUTE or off")
+        }
+        // An open collector is never the default: asked for a collector (a database, rules)
+        // without a token, the start is refused; asked for nothing, reports stay off.
+        var reportsOff = noReports
+        if !noReports, reportToken == nil, !openCollector {
+            guard reportsDb == nil, autoHalt == nil else {
+                throw ValidationError("""
+                    a collector needs --report-token TOKEN (devices enrol with it; add --require-enrolment once they have) \
+                    or, to take reports from anyone, --open-collector
+                    """)
+            }
+            reportsOff = true
         }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -83,8 +123,12 @@ struct OfflineServerCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("offline-server: \(error)\n".utf8))
             throw ExitCode(64)
         }
+        if reportsOff, !noReports {
+            Logger(label: "offline-server").notice(
+                "fleet reports are off: start with --report-token TOKEN to collect them (or --open-collector to take them from anyone)")
+        }
         var database = reportsDb
-        if database == nil, !noReports {
+        if database == nil, !reportsOff {
             let (path, warning) = ReportDatabaseLocation.defaultPath(directory: dir)
             if let warning { Logger(label: "offline-server").warning("\(warning)") }
             database = path
@@ -95,6 +139,13 @@ struct OfflineServerCommand: AsyncParsableCommand {
         configuration.faults = faults
         configuration.autoHalt = rules
         configuration.reportToken = reportToken
+        configuration.requireEnrolment = requireEnrolment
+        configuration.deviceRateLimit = deviceLimit
+        configuration.collectorSecret = collectorSecret
+        if collectorSecret == nil, reportToken != nil, let database, ReferenceServer.isPostgres(database) {
+            // Beside where a SQLite database would be: the state directory, not the publish directory.
+            configuration.collectorSecret = ReferenceServer.secretPath(beside: ReportDatabaseLocation.defaultPath(directory: dir).path)
+        }
         let server = ReferenceServer(configuration: configuration, logger: Logger(label: "offline-server"))
         try await server.run(stopOnSignals: true) { host, port in
             // Written unbuffered: a parent process waits for this line to learn the port.

@@ -11,6 +11,8 @@ struct ServerConfigFile: Decodable {
     var autoHalt: String?
     /// As `--report-token`.
     var reportToken: String?
+    /// As `--collector-secret`.
+    var collectorSecret: String?
 
     init() {}
 
@@ -19,14 +21,14 @@ struct ServerConfigFile: Decodable {
         guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             throw ValidationError("--config \(path) is not a JSON object")
         }
-        let known: Set<String> = ["reportsDb", "autoHalt", "reportToken"]
+        let known: Set<String> = ["reportsDb", "autoHalt", "reportToken", "collectorSecret"]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
             throw ValidationError("--config \(path): unknown key '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
         }
         do {
             self = try JSONDecoder().decode(Self.self, from: data)
         } catch {
-            throw ValidationError("--config \(path): reportsDb, autoHalt and reportToken must be strings")
+            throw ValidationError("--config \(path): reportsDb, autoHalt, reportToken and collectorSecret must be strings")
         }
     }
 }

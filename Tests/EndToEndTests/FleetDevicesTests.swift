@@ -86,7 +86,7 @@ struct FleetDevicesTests {
         try StaticCDNTests.publish(v1, version: "1.0.0", out: out, key: nil)
 
         // The collector, and the two faulty servers the failing devices check (no reports of their own).
-        let server = try OfflineServerProcess(arguments: ["--dir", out])
+        let server = try OfflineServerProcess(arguments: ["--dir", out, "--open-collector"])
         defer { server.stopBlocking() }
         let corrupting = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--fault", "corrupt=patch", "--fault", "corrupt=package"])
         defer { corrupting.stopBlocking() }

@@ -41,6 +41,9 @@ struct FleetReportTokenTests {
         #expect(flush.delivered == 1, "\(flush)")
         #expect(collector.events.map { $0["event"] as? String } == ["updated", "marked-good"])
         #expect(collector.authorizations == [String?](repeating: "Bearer \(Self.token)", count: collector.posts))
+        // A collector that enrols nobody (404) was asked once, not at every flush: the token goes on.
+        #expect(collector.otherPosts == 1 && queue.enrolmentRefusedRecently(now: Date()))
+        #expect(queue.credential() == nil)
         // The configuration's token is for the configuration's collector: a sync naming another sends it none.
         let other = try ReportCollector()
         h.origin.setManifest(h.full("1.1.0"))

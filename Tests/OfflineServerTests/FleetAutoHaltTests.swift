@@ -150,7 +150,7 @@ struct FleetAutoHaltTests {
         let fleet = try Self.makeFleet("fleet-halt-sqlite")
         defer { PublishFixtures.cleanUp(URL(fileURLWithPath: fleet.dir).deletingLastPathComponent().path) }
         try await Self.run(fleet) { extra in
-            [try OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath] + extra)]
+            [try OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath, "--open-collector"] + extra)]
         }
     }
 
@@ -164,7 +164,7 @@ struct FleetAutoHaltTests {
         defer { database.drop() }
         try await Self.run(fleet) { extra in
             try (0..<2).map { _ in
-                try OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath, "--reports-db", database.url] + extra)
+                try OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath, "--open-collector", "--reports-db", database.url] + extra)
             }
         }
     }

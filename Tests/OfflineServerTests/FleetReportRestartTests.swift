@@ -23,7 +23,7 @@ struct FleetReportRestartTests {
 
         // The default database: under the state directory, outside the publish directory.
         let state = TemporaryDirectory("fleet-state")
-        let first = try OfflineServerProcess(arguments: ["--dir", dir], environment: ["XDG_STATE_HOME": state.path])
+        let first = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector"], environment: ["XDG_STATE_HOME": state.path])
         let stats: String, metrics: String
         do {
             #expect(try await C.post(first.baseURL, body).receipt?.accepted == 3)
@@ -71,13 +71,13 @@ struct FleetReportRestartTests {
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
         let legacy = dir + "/.offline-server/reports.sqlite"
-        let before = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", legacy])
+        let before = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", legacy])
         #expect(try await C.post(before.baseURL, try C.body([C.event("updated", ["via": "full"])])).receipt?.accepted == 1)
         await before.stop()
         let state = TemporaryDirectory("fleet-legacy-state")
         let location = ReportDatabaseLocation.defaultPath(directory: dir, environment: ["XDG_STATE_HOME": state.path])
         #expect(location.path == legacy && location.warning?.contains("--reports-db") == true)
-        let after = try OfflineServerProcess(arguments: ["--dir", dir], environment: ["XDG_STATE_HOME": state.path])
+        let after = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector"], environment: ["XDG_STATE_HOME": state.path])
         defer { after.stopBlocking() }
         #expect(try await C.stats(after.baseURL)["events"] as? Int == 1, "the history stays")
         #expect(!FileManager.default.fileExists(atPath: state.path + "/offline-server"))

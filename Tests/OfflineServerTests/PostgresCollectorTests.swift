@@ -40,9 +40,9 @@ struct PostgresCollectorTests {
         try C.publishFleet(dir)
         let database = try PostgresTestDatabase("collector")
         defer { database.drop() }
-        let a = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", database.url])
-        let b = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", database.url])
-        let lite = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/reports.sqlite"])
+        let a = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
+        let b = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
+        let lite = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
         do {
             let body = try C.body(Self.events())
             let unique = Self.events().count - 1
@@ -77,7 +77,7 @@ struct PostgresCollectorTests {
         for server in [a, b, lite] { await server.stop() }
 
         // Restarted (migrations again) and a third server: still one run of each migration.
-        let again = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", database.url])
+        let again = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
         let count = try await C.stats(again.baseURL)["events"] as? Int
         await again.stop()
         #expect(count == Self.events().count - 1)
@@ -88,7 +88,7 @@ struct PostgresCollectorTests {
         try process.run()
         let names = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        #expect(names == "v1\nv3\nv4\n", "each migration once")
+        #expect(names == "v1\nv3\nv4\nv5\n", "each migration once")
     }
 
     @Test("a database it cannot use stops the start with one line naming the cause: no TLS for sslmode=require, a wrong password, no such database")
@@ -108,7 +108,7 @@ struct PostgresCollectorTests {
             (noDatabase.string!, "does not exist"),
         ]
         for (url, cause) in cases {
-            let result = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", url], executable: executable)
+            let result = try await CLI.run(["--dir", dir, "--port", "0", "--open-collector", "--reports-db", url], executable: executable)
             #expect(result.status != 0, "\(url)")
             let lines = result.stderr.split(separator: "\n")
             let errors = lines.filter { $0.contains("reports database") || $0.contains("PSQLError") || $0.contains("error") }

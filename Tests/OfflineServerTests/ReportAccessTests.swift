@@ -93,7 +93,7 @@ struct ReportAccessTests {
         #expect(refused.status == 64)
         #expect(refused.stderr.contains("unknown key 'reportTokn'"), "\(refused.stderr)")
         // Rules that cannot be read are refused at start, naming the part.
-        let badRules = try await CLI.run(["--dir", dir, "--auto-halt", "failure-rate>5", "--port", "0"], executable: executable)
+        let badRules = try await CLI.run(["--dir", dir, "--open-collector", "--auto-halt", "failure-rate>5", "--port", "0"], executable: executable)
         #expect(badRules.status == 64)
         #expect(badRules.stderr.contains("cannot read 'failure-rate>5'"), "\(badRules.stderr)")
     }

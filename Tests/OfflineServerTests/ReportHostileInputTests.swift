@@ -39,7 +39,7 @@ struct ReportHostileInputTests {
     /// `body` for each store with an `offline-server` process on it, stopped after.
     static func onEachServer(_ label: String, _ body: (_ store: (name: String, url: String), _ server: OfflineServerProcess) async throws -> Void) async throws {
         try await onEachStore(label) { dir, store in
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
+            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
             defer { server.stopBlocking() }
             try await body(store, server)
         }
@@ -120,13 +120,13 @@ struct ReportHostileInputTests {
     @Test("a database an older server poisoned with 2^63 − 1 opens, serves, saturates and keeps taking real reports")
     func poisonedDatabase() async throws {
         try await Self.onEachStore("poison") { dir, store in
-            let first = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
+            let first = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
             let usage = C.event("usage", device: "d1", ["offlineHits": 5, "fallbacks": ["missing-file": 2]])
             #expect(try await C.post(first.baseURL, try C.body([usage])).receipt?.accepted == 1, "\(store.name)")
             await first.stop()
             try Self.poison(store.url)
 
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", store.url])
+            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
             defer { server.stopBlocking() }
             try await Self.expectServing(server, store.name)
             // A real report of the poisoned app and version is stored (PostgreSQL answered 503 for ever).
@@ -195,7 +195,7 @@ struct ReportHostileInputTests {
         let dir = try PublishFixtures.temporaryDirectory("hostile-dashboard")
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
-        let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/reports.sqlite"])
+        let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
         defer { server.stopBlocking() }
         // Each of these is one grapheme cluster that starts with a markup character.
         let names = ["x\"\u{200D} data-evil=\"1", "y\"\u{0301} style=\"display:none", "<\u{20DD}b>bold", "z'\u{200D} onclick='a", "&\u{200D}amp;"]
@@ -297,7 +297,7 @@ struct ReportHostileInputTests {
         let dir = try PublishFixtures.temporaryDirectory("hostile-bounded")
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
-        let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/reports.sqlite"])
+        let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
         defer { server.stopBlocking() }
         #expect(try await C.post(server.baseURL, try C.body([C.event("updated", device: "real", version: "2.1.0", ["via": "full"])])).status == 200)
         for batch in 0..<4 {

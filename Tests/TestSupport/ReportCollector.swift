@@ -34,7 +34,7 @@ package final class ReportCollector: @unchecked Sendable {
     package let port: Int
     private let listener: LoopbackListener
     private let state = Mutex((mode: Mode.accept, events: [Data](), ids: Set<String>(), batches: [Int](),
-                               duplicates: 0, posts: 0, token: String?.none, authorizations: [String?]()))
+                               duplicates: 0, posts: 0, otherPosts: 0, token: String?.none, authorizations: [String?]()))
 
     package var url: URL { URL(string: "http://127.0.0.1:\(port)/report")! }
     package var mode: Mode {
@@ -51,6 +51,8 @@ package final class ReportCollector: @unchecked Sendable {
     package var duplicates: Int { state.withLock { $0.duplicates } }
     /// Requests received, whatever the answer.
     package var posts: Int { state.withLock { $0.posts } }
+    /// POSTs to another path than the report URL (an agent's `POST /enrol`), answered `404`.
+    package var otherPosts: Int { state.withLock { $0.otherPosts } }
     /// The bearer token required; nil: none.
     package var token: String? {
         get { state.withLock { $0.token } }
@@ -88,6 +90,12 @@ package final class ReportCollector: @unchecked Sendable {
         defer { close(fd) }
         var buffer: [UInt8] = []
         while let (head, body) = readRequest(fd, &buffer) {
+            // A collector without enrolment: POST /enrol (or any other path) is 404, and no report.
+            guard head.hasPrefix("POST /report ") || !head.hasPrefix("POST ") else {
+                state.withLock { $0.otherPosts += 1 }
+                guard LoopbackSocket.sendAll(fd, Array("HTTP/1.1 404 X\r\nContent-Length: 0\r\n\r\n".utf8)) else { return }
+                continue
+            }
             state.withLock { $0.posts += 1 }
             let (status, text, headers) = answer(head: head, body: body)
             if status == 0 { return }  // stalled: the connection just ends

@@ -19,6 +19,13 @@ import NIOHTTP1
 /// down collector isn't asked at every sync. A failure is logged once per flush and
 /// never thrown. A queue's recorded token (`ReportQueue.token()`) goes with each POST
 /// to that queue's URL, and nowhere else: redirects are not followed.
+///
+/// Enrolment (docs/PROTOCOL.md, "Enrolment"): a queue with a token and no credential for
+/// this root's device id first asks the collector's `POST /enrol` for one, records it
+/// (`ReportQueue.credential()`, 0600) and sends it instead of the token
+/// (`Authorization: Device ID:CREDENTIAL`). A collector without enrolment (`404`) keeps
+/// getting the token. A `401` to a credential (the collector's secret changed) enrols
+/// once more and resends the batch, at most once a flush.
 package struct ReportSender: Sendable {
     package let root: String
     package let settings: ReportSettings
@@ -76,6 +83,14 @@ package struct ReportSender: Sendable {
         do {
             // The token recorded with this queue goes to its own URL only; the client follows no redirect.
             let token = try await pool.run(.install) { queue.token() }
+            var credential = try await pool.run(.install) { queue.credential() }
+            let device = try? await pool.run(.install) { [root] in try DeviceID.load(root: root) }
+            // A collector that said it enrols nobody is asked again a day later, or at once when it refuses the token.
+            let enrolWanted = device.map { credential?.device != $0 && ReportCredential.isValidDevice($0) } ?? false
+            if let token, let device, enrolWanted, !queue.enrolmentRefusedRecently(now: clock()) {
+                credential = await enrol(queue, device: device, token: token, fetcher: fetcher) ?? credential
+            }
+            var reenrolled = false
             var sentUpTo = Int.min
             // What was queued when the flush began, in batches: events queued meanwhile wait
             // for the next flush, so the loop ends whatever the collector and the clock do.
@@ -85,23 +100,24 @@ package struct ReportSender: Sendable {
                 // The queue did not move past the last batch (its state cannot be written): no resending in a loop.
                 guard batch.end > sentUpTo else { return }
                 sentUpTo = batch.end
-                var request = HTTPClientRequest(url: queue.url.absoluteString)
-                request.method = .POST
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.headers.add(name: "User-Agent", value: AgentVersion.userAgent)
-                if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-                request.body = .bytes(ByteBuffer(bytes: batch.body))
-                ReportCrashPoint.beforePost.hit()
-                let response: HTTPClientResponse
-                let answer: String
-                do {
-                    let deadline = NIODeadline.now() + .init(settings.deadline)
-                    response = try await fetcher.client.execute(request, deadline: deadline)
-                    answer = String(decoding: (try await response.body.collect(upTo: 64 << 10)).readableBytesView, as: UTF8.self)
-                } catch {
-                    try await failed(queue, reason: HTTPFetcher.describe(error), retryAfter: nil, outcome: &outcome)
-                    return
-                }
+                var response: HTTPClientResponse
+                var answer: String
+                repeat {
+                    let authorization = credential?.authorization ?? token.map { "Bearer \($0)" }
+                    ReportCrashPoint.beforePost.hit()
+                    do {
+                        (response, answer) = try await post(batch.body, to: queue.url, authorization: authorization, fetcher: fetcher)
+                    } catch {
+                        try await failed(queue, reason: HTTPFetcher.describe(error), retryAfter: nil, outcome: &outcome)
+                        return
+                    }
+                    // A credential refused (a new collector secret), or the token refused by a collector
+                    // that now requires enrolment: enrol (again), once a flush, and resend.
+                    guard response.status.code == 401, credential != nil || enrolWanted, let token, let device, !reenrolled else { break }
+                    reenrolled = true
+                    guard let fresh = await enrol(queue, device: device, token: token, fetcher: fetcher) else { break }
+                    credential = fresh
+                } while true
                 switch response.status.code {
                 case 200..<300:
                     try await pool.run(.install, cancellable: false) { try queue.acknowledge(batch, rejected: false) }
@@ -114,9 +130,9 @@ package struct ReportSender: Sendable {
                     logger.warning("reports: \(queue.url.absoluteString) refused \(batch.lines.count) events (HTTP \(response.status.code) \(reason.prefix(200))): dropped")
                 case 401, 403:
                     // Kept and backed off like any failure: fixing the device config delivers the queue.
-                    let reason = token == nil
+                    let reason = token == nil && credential == nil
                         ? "HTTP \(response.status.code): the collector wants a bearer token; set reportToken in the device config"
-                        : "HTTP \(response.status.code): the collector refused the bearer token; check reportToken in the device config"
+                        : "HTTP \(response.status.code): the collector refused the \(credential == nil ? "bearer token" : "device credential"); check reportToken in the device config"
                     try await failed(queue, reason: reason, retryAfter: nil, outcome: &outcome, needsPerson: true)
                     return
                 default:
@@ -127,6 +143,53 @@ package struct ReportSender: Sendable {
             }
         } catch {
             logger.notice("reports: queue \(queue.directory) unusable: \(error)")
+        }
+    }
+
+    /// POSTs one batch; the answer's first 64 KiB as text.
+    private func post(
+        _ body: [UInt8], to url: URL, authorization: String?, fetcher: HTTPFetcher
+    ) async throws -> (HTTPClientResponse, String) {
+        var request = HTTPClientRequest(url: url.absoluteString)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "User-Agent", value: AgentVersion.userAgent)
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let response = try await fetcher.client.execute(request, deadline: NIODeadline.now() + .init(settings.deadline))
+        let answer = String(decoding: (try await response.body.collect(upTo: 64 << 10)).readableBytesView, as: UTF8.self)
+        return (response, answer)
+    }
+
+    /// Asks the collector beside `queue`'s URL for `device`'s credential with the fleet
+    /// token and records it; nil when the collector gives none (no enrolment there: the
+    /// token is sent as before) or it cannot be recorded.
+    private func enrol(_ queue: ReportQueue, device: String, token: String, fetcher: HTTPFetcher) async -> ReportCredential? {
+        let url = ReportCredential.enrolURL(report: queue.url)
+        let body = Array((try? JSONEncoder().encode(["device": device])) ?? Data())
+        do {
+            let (response, answer) = try await post(body, to: url, authorization: "Bearer \(token)", fetcher: fetcher)
+            guard response.status.code == 200 else {
+                logger.debug("reports: \(url.absoluteString) enrols no device (HTTP \(response.status.code))")
+                if response.status.code == 404 || response.status.code == 405 {
+                    try? await pool.run(.install, cancellable: false) { [clock] in try queue.rememberEnrolmentRefused(at: clock()) }
+                }
+                return nil
+            }
+            guard let credential = try? JSONDecoder().decode(ReportCredential.self, from: Data(answer.utf8)),
+                  credential.isValid, credential.device == device else {
+                logger.notice("reports: \(url.absoluteString) answered no valid credential")
+                return nil
+            }
+            try await pool.run(.install, cancellable: false) {
+                try queue.remember(credential: credential)
+                try queue.rememberEnrolmentRefused(at: nil)
+            }
+            logger.info("reports: enrolled with \(url.absoluteString) as \(device)")
+            return credential
+        } catch {
+            logger.notice("reports: enrolment with \(url.absoluteString) failed: \(error)")
+            return nil
         }
     }
 

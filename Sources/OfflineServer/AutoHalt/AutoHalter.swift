@@ -18,6 +18,9 @@ actor AutoHalter {
     let store: any ReportStorage
     let catalog: ReferenceServerCatalog
     let logger: Logger
+    /// Count only events a device's own credential sent (enrolment required): made-up
+    /// device ids, and reports sent with the fleet's shared token, weigh nothing.
+    let authenticatedOnly: Bool
     private var running: Set<String> = []
     private var pending: Set<String> = []
     /// When a halt of (app, version) last failed for a reason other than a refusal: it is
@@ -28,8 +31,9 @@ actor AutoHalter {
     /// Most evaluations one `check` runs for an app before leaving the rest to the next batch.
     static let maxRounds = 64
 
-    init(rules: AutoHaltRules, store: any ReportStorage, catalog: ReferenceServerCatalog, logger: Logger) {
+    init(rules: AutoHaltRules, store: any ReportStorage, catalog: ReferenceServerCatalog, authenticatedOnly: Bool = false, logger: Logger) {
         self.rules = rules
+        self.authenticatedOnly = authenticatedOnly
         self.store = store
         self.catalog = catalog
         self.logger = logger
@@ -64,7 +68,8 @@ actor AutoHalter {
         let since = Self.windowStart(state: state, rules: rules, now: now)
         let devices: [RolloutFigures.Device], known: Int64
         do {
-            devices = try await store.rolloutDevices(app: app, version: version.description, sinceMillis: since)
+            devices = try await store.rolloutDevices(
+                app: app, version: version.description, sinceMillis: since, authenticatedOnly: authenticatedOnly)
             known = try await store.knownDevices(app: app)
         } catch {
             logger.error("auto-halt: cannot read the figures of \(app) \(version): \(error)")

@@ -224,6 +224,8 @@ final class PostgresReportStore: ReportStorage {
         ]),
         // As ReportStore's v4: rollbacks against the version rolled back from, devices where they are.
         ("v4", ReportRollup.positionsBackfill.map { PostgresQuery(unsafeSQL: $0) }),
+        // As ReportStore's v5: whether a device's own credential sent the event.
+        ("v5", ["ALTER TABLE events ADD COLUMN IF NOT EXISTS authenticated BOOLEAN NOT NULL DEFAULT false"]),
     ]
 
     /// An arbitrary constant: the advisory lock every instance takes to migrate.
@@ -277,8 +279,16 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
-    func insert(_ events: [ReportEvent]) async throws -> ReportInsertion {
-        try await bounded("a batch") { try await self.unboundedInsert(events) }
+    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
+        try await insert(events, authenticated: authenticated, receivedMillis: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
+    }
+
+    /// Stores a batch as if received at `receivedMillis` (`ReportCopy`: a copied history
+    /// keeps its receipt times, which the auto-halt window and the adoption chart read).
+    func insert(_ events: [ReportEvent], authenticated: Bool, receivedMillis: Int64) async throws -> ReportInsertion {
+        try await bounded("a batch") {
+            try await self.unboundedInsert(events, authenticated: authenticated, received: receivedMillis)
+        }
     }
 
     func tally(labels: ReportLabels) async throws -> ReportTally {
@@ -304,16 +314,15 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
-    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
+    func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device] {
         try await bounded("the auto-halt figures") {
-            try await self.unboundedRolloutDevices(app: app, version: version, sinceMillis: sinceMillis)
+            try await self.unboundedRolloutDevices(app: app, version: version, sinceMillis: sinceMillis, authenticatedOnly: authenticatedOnly)
         }
     }
 
     // MARK: Writing
 
-    private func unboundedInsert(_ events: [ReportEvent]) async throws -> ReportInsertion {
-        let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    private func unboundedInsert(_ events: [ReportEvent], authenticated: Bool, received: Int64) async throws -> ReportInsertion {
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection in
             var result = ReportInsertion(inserted: [], duplicates: 0)
@@ -322,11 +331,11 @@ final class PostgresReportStore: ReportStorage {
                 let via = event.via?.rawValue, kind = event.event.rawValue
                 let rows = try await connection.query("""
                     INSERT INTO events (id, time, timeMillis, device, app, event, version, previousVersion, via,
-                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis)
+                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis, authenticated)
                     VALUES (\(event.id), \(event.time), \(event.timeMillis), \(event.device), \(event.app), \(kind),
                         \(event.version), \(event.previousVersion), \(via), \(event.bytes), \(event.fullSize),
                         \(event.durationMs), \(event.errorCode), \(event.message), \(event.offlineHits),
-                        \(event.periodSeconds), \(received))
+                        \(event.periodSeconds), \(received), \(authenticated))
                     ON CONFLICT (id) DO NOTHING RETURNING seq
                     """, logger: logger).collect()
                 guard let row = rows.first else {
@@ -489,13 +498,16 @@ final class PostgresReportStore: ReportStorage {
         return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
     }
 
-    private func unboundedRolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
+    private func unboundedRolloutDevices(
+        app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool
+    ) async throws -> [RolloutFigures.Device] {
         let rows = try await client.query("""
             SELECT device,
                 BOOL_OR(event = 'updated' AND version = \(version)), BOOL_OR(event = 'failed' AND version = \(version)),
                 BOOL_OR(event IN ('rolled-back', 'marked-bad') AND previousVersion = \(version))
             FROM events
             WHERE app = \(app) AND receivedMillis >= \(sinceMillis) AND (version = \(version) OR previousVersion = \(version))
+                AND (NOT \(authenticatedOnly) OR authenticated)
             GROUP BY device
             """, logger: logger)
         var devices: [RolloutFigures.Device] = []

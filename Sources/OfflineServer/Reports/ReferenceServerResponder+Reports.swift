@@ -4,16 +4,21 @@ import OfflineAgent
 import NIOCore
 
 extension ReferenceServerResponder {
-    /// `POST /report`, `GET /stats?app=NAME` and `GET /dashboard` (docs/PROTOCOL.md,
-    /// "Collector (offline-server)"); nil for any other path. `404` for all three when
-    /// reports are off.
+    /// `POST /report`, `POST /enrol`, `GET /stats?app=NAME` and `GET /dashboard`
+    /// (docs/PROTOCOL.md, "Collector (offline-server)"); nil for any other path. `404`
+    /// for all of them when reports are off.
     func reportRoute(_ request: Request) async -> Response? {
         let path = request.uri.path
-        guard path == "/report" || path == "/stats" || path == "/dashboard" else { return nil }
+        guard path == "/report" || path == "/enrol" || path == "/stats" || path == "/dashboard" else { return nil }
         guard let reports else { return Self.text(.notFound, "fleet reports are off\n") }
-        if path == "/report" {
+        if path == "/report" || path == "/enrol" {
             guard request.method == .post else { return Self.methodNotAllowed("POST") }
-            return await report(request, reports)
+            // JSON only: an HTML form or a beacon of another site's page (text/plain,
+            // form-encoded) cannot send it without a CORS preflight, which is never granted.
+            guard Self.isJSON(request.headers[.contentType]) else {
+                return Self.text(.unsupportedMediaType, "\(path) takes Content-Type: application/json only\n")
+            }
+            return path == "/report" ? await report(request, reports) : await enrol(request, reports)
         }
         guard request.method == .get || request.method == .head else { return Self.methodNotAllowed("GET, HEAD") }
         return path == "/stats" ? await stats(request, reports) : await dashboard(request, reports)
@@ -51,29 +56,27 @@ extension ReferenceServerResponder {
     }
 
     private func report(_ request: Request, _ reports: ReportCollector) async -> Response {
-        if let reportToken, !Self.bearerMatches(request.headers[.authorization], token: reportToken) {
-            var response = Self.text(.unauthorized, "a report needs the collector's bearer token\n")
-            response.headers[.wwwAuthenticate] = "Bearer realm=\"offline-server\""
+        let sender: ReportAccess.Sender
+        switch reports.access.sender(authorization: request.headers[.authorization]) {
+        case .success(let proven): sender = proven
+        case .failure(let refusal):
+            var response = Self.text(.unauthorized, refusal.reason + "\n")
+            response.headers[.wwwAuthenticate] = reports.access.challenge
             return response
         }
-        let cap = ReportBatch.maxBodyBytes
-        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > cap {
-            return Self.text(.contentTooLarge, "body over \(cap) bytes\n")
+        // Per device, before the body is read: a flooding device costs a header's check.
+        if case .device(let device) = sender, let wait = reports.deviceLimiter?.take(device) {
+            var response = Self.text(.tooManyRequests, "too many reports from this device: retry after \(wait) s\n")
+            response.headers[.retryAfter] = String(wait)
+            return response
         }
-        var body = ByteBuffer()
-        do {
-            for try await part in request.body {
-                // Stop reading at the cap: a chunked body has no length to refuse up front.
-                guard body.readableBytes + part.readableBytes <= cap else {
-                    return Self.text(.contentTooLarge, "body over \(cap) bytes\n")
-                }
-                body.writeImmutableBuffer(part)
-            }
-        } catch {
-            return Self.text(.badRequest, "body could not be read\n")
+        let body: ByteBuffer
+        switch await Self.readBody(request, cap: ReportBatch.maxBodyBytes) {
+        case .success(let read): body = read
+        case .failure(let refusal): return refusal.response
         }
         do {
-            let receipt = try await reports.ingest(body.readableBytesView)
+            let receipt = try await reports.ingest(body.readableBytesView, from: sender)
             return Self.json(receipt)
         } catch let refusal as ReportRefusal {
             return Self.text(refusal.tooLarge ? .contentTooLarge : .badRequest, refusal.reason + "\n")
@@ -104,14 +107,63 @@ extension ReferenceServerResponder {
         }
     }
 
-    /// `Authorization: Bearer TOKEN` with exactly `token`, compared in time independent of
-    /// where they differ, so the answer's timing does not reveal a prefix of the token.
-    static func bearerMatches(_ header: String?, token: String) -> Bool {
-        guard let header, header.count > 7, header.prefix(7).lowercased() == "bearer " else { return false }
-        let given = Array(header.dropFirst(7).trimmingCharacters(in: .whitespaces).utf8), wanted = Array(token.utf8)
-        var difference = UInt8(given.count == wanted.count ? 0 : 1)
-        for index in 0..<wanted.count { difference |= wanted[index] ^ (index < given.count ? given[index] : 0) }
-        return difference == 0
+    /// `POST /enrol`: `{"device":"ID"}` with the fleet's bearer token answers the device's
+    /// own credential, `{"credential":"HEX","device":"ID"}`; `404` when this collector
+    /// enrols nobody (no fleet token).
+    private func enrol(_ request: Request, _ reports: ReportCollector) async -> Response {
+        guard let secret = reports.access.secret, let fleetToken = reports.access.fleetToken else {
+            return Self.text(.notFound, "this collector enrols no devices: it has no fleet token\n")
+        }
+        guard ReportAccess.bearerMatches(request.headers[.authorization], token: fleetToken) else {
+            var response = Self.text(.unauthorized, "enrolment needs the collector's bearer token\n")
+            response.headers[.wwwAuthenticate] = "Bearer realm=\"offline-server\""
+            return response
+        }
+        let body: ByteBuffer
+        switch await Self.readBody(request, cap: 4096) {
+        case .success(let read): body = read
+        case .failure(let refusal): return refusal.response
+        }
+        struct Asked: Decodable { var device: String }
+        guard let asked = try? JSONDecoder().decode(Asked.self, from: Data(body.readableBytesView)) else {
+            return Self.text(.badRequest, "body must be {\"device\":\"ID\"}\n")
+        }
+        guard ReportCredential.isValidDevice(asked.device) else {
+            return Self.text(.badRequest, "device must be \(ReportCredential.deviceRule)\n")
+        }
+        return Self.json(ReportCredential(device: asked.device, credential: secret.credential(device: asked.device)))
+    }
+
+    /// A refused body: `413` over the cap, `400` when it cannot be read.
+    private struct BodyRefusal: Error {
+        var response: Response
+    }
+
+    /// The whole body, refused past `cap` bytes; reading stops at the cap, as a chunked
+    /// body has no length to refuse up front.
+    private static func readBody(_ request: Request, cap: Int) async -> Result<ByteBuffer, BodyRefusal> {
+        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > cap {
+            return .failure(.init(response: text(.contentTooLarge, "body over \(cap) bytes\n")))
+        }
+        var body = ByteBuffer()
+        do {
+            for try await part in request.body {
+                guard body.readableBytes + part.readableBytes <= cap else {
+                    return .failure(.init(response: text(.contentTooLarge, "body over \(cap) bytes\n")))
+                }
+                body.writeImmutableBuffer(part)
+            }
+        } catch {
+            return .failure(.init(response: text(.badRequest, "body could not be read\n")))
+        }
+        return .success(body)
+    }
+
+    /// Whether a `Content-Type` is `application/json` (parameters such as `charset` aside).
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let type = contentType.split(separator: ";", maxSplits: 1).first.map(String.init) ?? ""
+        return type.trimmingCharacters(in: .whitespaces).lowercased() == "application/json"
     }
 
     private static func methodNotAllowed(_ allowed: String) -> Response {

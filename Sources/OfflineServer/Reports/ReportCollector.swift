@@ -12,11 +12,20 @@ final class ReportCollector: Sendable {
     let catalog: ReferenceServerCatalog
     let labels: ReportLabels
     let halter: AutoHalter?
+    /// Who may post (`ReportAccess`).
+    let access: ReportAccess
+    /// The per-device rate limit, when `access` sets one.
+    let deviceLimiter: ReportRateLimiter?
 
     /// Takes an opened store and restores the counters from it.
-    init(store: any ReportStorage, catalog: ReferenceServerCatalog, autoHalt: AutoHaltRules?, logger: Logger) async throws {
+    init(
+        store: any ReportStorage, catalog: ReferenceServerCatalog, autoHalt: AutoHaltRules?, access: ReportAccess = ReportAccess(),
+        logger: Logger
+    ) async throws {
         self.store = store
         self.catalog = catalog
+        self.access = access
+        deviceLimiter = access.deviceLimit.map { ReportRateLimiter($0) }
         // Only apps of the publish directory and versions it published get series of their own.
         labels = ReportLabels { [catalog] app in
             guard AppName.isValid(app), let entry = try? catalog.entry(app: app) else { return nil }
@@ -30,7 +39,10 @@ final class ReportCollector: Sendable {
                 .serve, "cannot read the reports database: \(error)", cause: .io, path: store.location, underlying: error)
         }
         metrics.record(tally)
-        halter = autoHalt.map { AutoHalter(rules: $0, store: store, catalog: catalog, logger: logger) }
+        // With enrolment required only devices proven by their credential count toward a halt.
+        halter = autoHalt.map {
+            AutoHalter(rules: $0, store: store, catalog: catalog, authenticatedOnly: access.requireEnrolment, logger: logger)
+        }
         logger.info("fleet reports in \(store.location)")
         if let autoHalt { logger.info("auto-halt: \(autoHalt)") }
     }
@@ -41,11 +53,19 @@ final class ReportCollector: Sendable {
         var duplicates: Int
     }
 
-    /// Checks, stores and counts one body. Throws `ReportRefusal` for a body or event
-    /// that breaks a rule (nothing stored), a database error when storing failed.
-    func ingest(_ body: some Collection<UInt8>) async throws -> Receipt {
+    /// Checks, stores and counts one body from `sender`. Throws `ReportRefusal` for a body
+    /// or event that breaks a rule (nothing stored) — an event naming another device than
+    /// the credential's is one —, a database error when storing failed.
+    func ingest(_ body: some Collection<UInt8>, from sender: ReportAccess.Sender = .anyone) async throws -> Receipt {
         let batch = try ReportBatch(body: body)
-        let insertion = try await store.insert(batch.events)
+        var authenticated = false
+        if case .device(let device) = sender {
+            if let index = batch.events.firstIndex(where: { $0.device != device }) {
+                throw ReportRefusal("event \(index): a device's credential speaks for its own device only")
+            }
+            authenticated = true
+        }
+        let insertion = try await store.insert(batch.events, authenticated: authenticated)
         var tally = ReportTally(labels: labels)
         for event in insertion.inserted { tally.add(event) }
         metrics.record(tally)

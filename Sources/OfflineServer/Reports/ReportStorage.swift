@@ -6,14 +6,17 @@ protocol ReportStorage: Sendable {
     /// Where the store is, for the log (a path or a URL without its password).
     var location: String { get }
     /// Stores a batch in one transaction; an id already stored is a duplicate.
-    func insert(_ events: [ReportEvent]) async throws -> ReportInsertion
+    /// `authenticated`: its sender proved, by its own credential, to be the device its
+    /// events name (only those count toward `--auto-halt` with enrolment required).
+    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion
     /// The counters of every stored event (restored into `/metrics` at start).
     func tally(labels: ReportLabels) async throws -> ReportTally
     /// `/stats?app=NAME`, from every stored event of `app`.
     func stats(app: String) async throws -> AppStats
     /// Per device, what it reported about `version` of `app` in events received at
-    /// `sinceMillis` or later: `updated` or `failed` naming it, `rolled-back` or `marked-bad` from it.
-    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device]
+    /// `sinceMillis` or later: `updated` or `failed` naming it, `rolled-back` or `marked-bad` from it;
+    /// with `authenticatedOnly`, only events stored as `authenticated`.
+    func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device]
     /// Devices that sent any event about `app` (`--auto-halt` scales `min-devices` by it).
     func knownDevices(app: String) async throws -> Int64
     /// The dashboard's adoption chart of `app` (see `AdoptionSeries`).

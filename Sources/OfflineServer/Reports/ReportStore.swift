@@ -12,7 +12,21 @@ import OfflineAgent
 final class ReportStore: ReportStorage {
     let path: String
     var location: String { path }
-    private let pool: DatabasePool
+    let pool: DatabasePool
+
+    /// Opens the database at `path` as `init(path:)` does, on a thread of its own (it
+    /// creates, migrates and fsyncs), not one of the cooperative pool.
+    static func open(path: String) async throws -> ReportStore {
+        let pool = BlockingPool(threads: 1)
+        do {
+            let store = try await pool.run(.serve) { try ReportStore(path: path) }
+            await pool.shutdown()
+            return store
+        } catch {
+            await pool.shutdown()
+            throw error
+        }
+    }
 
     /// Opens (creating it and its directory if needed) and migrates the database at `path`.
     init(path: String) throws {
@@ -141,17 +155,21 @@ final class ReportStore: ReportStorage {
         migrator.registerMigration("v4") { db in
             for statement in ReportRollup.positionsBackfill { try db.execute(sql: statement) }
         }
+        // Whether a device's own credential sent the event (events stored before: no).
+        migrator.registerMigration("v5") { db in
+            try db.execute(sql: "ALTER TABLE events ADD COLUMN authenticated INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 
     /// Stores a batch in one transaction.
-    func insert(_ events: [ReportEvent]) async throws -> ReportInsertion {
+    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
         let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
         return try await pool.write { db in
             let insertEvent = try db.cachedStatement(sql: """
                 INSERT OR IGNORE INTO events (id, time, timeMillis, device, app, event, version, previousVersion, via,
-                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis, authenticated)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             let insertFallback = try db.cachedStatement(sql: "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (?, ?, ?)")
             var result = ReportInsertion(inserted: [], duplicates: 0)
@@ -161,7 +179,7 @@ final class ReportStore: ReportStorage {
                 try insertEvent.execute(arguments: [
                     event.id, event.time, event.timeMillis, event.device, event.app, event.event.rawValue, event.version,
                     event.previousVersion, event.via?.rawValue, event.bytes, event.fullSize, event.durationMs,
-                    event.errorCode, event.message, event.offlineHits, event.periodSeconds, received,
+                    event.errorCode, event.message, event.offlineHits, event.periodSeconds, received, authenticated ? 1 : 0,
                 ])
                 guard db.changesCount == 1 else {
                     result.duplicates += 1
@@ -291,16 +309,16 @@ final class ReportStore: ReportStorage {
         }
     }
 
-    func rolloutDevices(app: String, version: String, sinceMillis: Int64) async throws -> [RolloutFigures.Device] {
+    func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device] {
         try await pool.read { db in
             let rows = try Row.fetchCursor(db, sql: """
                 SELECT device,
                     MAX(event = 'updated' AND version = ?1), MAX(event = 'failed' AND version = ?1),
                     MAX(event IN ('rolled-back', 'marked-bad') AND previousVersion = ?1)
                 FROM events
-                WHERE app = ?2 AND receivedMillis >= ?3 AND (version = ?1 OR previousVersion = ?1)
+                WHERE app = ?2 AND receivedMillis >= ?3 AND (version = ?1 OR previousVersion = ?1) AND (?4 = 0 OR authenticated = 1)
                 GROUP BY device
-                """, arguments: [version, app, sinceMillis])
+                """, arguments: [version, app, sinceMillis, authenticatedOnly ? 1 : 0])
             var devices: [RolloutFigures.Device] = []
             while let row = try rows.next() {
                 devices.append(.init(id: row[0], updated: (row[1] as Int64?) == 1, failed: (row[2] as Int64?) == 1, rolledBack: (row[3] as Int64?) == 1))

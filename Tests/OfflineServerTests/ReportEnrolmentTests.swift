@@ -1,0 +1,306 @@
+import Foundation
+import OfflineAgent
+import OfflinePublish
+@testable import OfflineServer
+import TestSupport
+import Testing
+
+/// Row 3 of issue 38, as an attacker tries it: a report speaks only for the device that
+/// sent it. Devices enrol with the fleet token and get a credential of their own; with
+/// enrolment required, made-up ids, the shared token and another device's credential move
+/// no figure, only JSON is taken, and one flooding device is held back alone.
+@Suite("Fleet reports: enrolment, device credentials, JSON only, rate limit")
+struct ReportEnrolmentTests {
+    typealias C = FleetReportClient
+    static let token = "fleet-T0ken"
+
+    /// One request with curl: status and body.
+    static func request(
+        _ url: String, contentType: String? = "application/json", headers: [String] = [], body: Data
+    ) async throws -> C.Answer {
+        let file = NSTemporaryDirectory() + "enrol-\(UUID().uuidString).json"
+        try body.write(to: URL(fileURLWithPath: file))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        var arguments = ["-sS", "--max-time", "120", "-X", "POST", "-D", "-"]
+        if let contentType { arguments += ["-H", "Content-Type: \(contentType)"] }
+        for header in headers { arguments += ["-H", header] }
+        arguments += ["--data-binary", "@" + file, "-w", "\n%{http_code}", url]
+        let result = try await CLI.run(arguments, executable: "/usr/bin/curl")
+        #expect(result.status == 0, "curl: \(result.stderr)")
+        var lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let status = Int(lines.popLast() ?? "") ?? 0
+        return C.Answer(status: status, body: lines.joined(separator: "\n"))
+    }
+
+    /// `POST /enrol` for `device` with `token`: the credential's `Authorization` value.
+    static func enrol(_ base: String, _ device: String, token: String = token) async throws -> String {
+        let answer = try await request(base + "/enrol", headers: ["Authorization: Bearer \(token)"], body: Data(#"{"device":"\#(device)"}"#.utf8))
+        #expect(answer.status == 200, "\(answer.body)")
+        let json = String(answer.body.split(separator: "\r\n\r\n", maxSplits: 1).last ?? "")
+        let credential = try JSONDecoder().decode(ReportCredential.self, from: Data(json.utf8))
+        #expect(credential.device == device)
+        return credential.authorization
+    }
+
+    static func configuration(_ dir: String, database: String, key: SigningKey? = nil) -> ReferenceServer.Configuration {
+        var configuration = ReferenceServer.Configuration(directory: dir, port: 0, signingKey: key, reportsDatabase: database)
+        configuration.reportToken = token
+        configuration.collectorSecret = dir + "/collector-secret"
+        return configuration
+    }
+
+    static func databases() -> [String] { PostgresTestDatabase.isAvailable ? ["sqlite", "postgres"] : ["sqlite"] }
+
+    @Test("with enrolment on, 20 fabricated failed devices (shared token, no token, or another device's credential) halt nothing; one device's 1000 failures count once; real devices still halt it",
+          arguments: databases())
+    func fabricatedDevicesCannotHalt(_ kind: String) async throws {
+        let dir = try PublishFixtures.temporaryDirectory("enrol-halt")
+        defer { PublishFixtures.cleanUp(dir) }
+        let key = SigningKey.generate()
+        try AutoHaltTests.publishStaged(dir, key: key, stage: 40)
+        let postgres = kind == "postgres" ? try PostgresTestDatabase("enrolhalt") : nil
+        defer { postgres?.drop() }
+        let database = postgres?.url ?? dir + "/reports.sqlite"
+        let inside = AutoHaltTests.devices("in", inStage: true, stage: 40, count: 40)
+        let fabricated = inside[20..<40].map { C.event("failed", device: $0, version: "2.0.0", ["errorCode": "hash-mismatch"]) }
+
+        // Before enrolment was required: the shared token stores 20 made-up failures (no auto-halt then).
+        let before = try await ReferenceServer(configuration: Self.configuration(dir, database: database, key: key)).start()
+        #expect(try await C.post(before.baseURL, try C.body(fabricated), headers: ["Authorization: Bearer \(Self.token)"]).receipt?.accepted == 20)
+        await before.stop()
+
+        var configuration = Self.configuration(dir, database: database, key: key)
+        configuration.requireEnrolment = true
+        configuration.autoHalt = try AutoHaltRules(parsing: "failure-rate>25%,min-devices=8,window=1h")
+        let server = try await ReferenceServer(configuration: configuration).start()
+        defer { Task { await server.stop() } }
+        let base = server.baseURL
+        let fresh = { inside[20..<40].map { C.event("failed", device: $0, version: "2.0.0", ["errorCode": "network"]) } }
+        // The shared token, no token, a made-up credential: 401, nothing stored.
+        for headers in [["Authorization: Bearer \(Self.token)"], [], ["Authorization: Device \(inside[20]):\(String(repeating: "ab", count: 32))"]] {
+            let refused = try await C.post(base, try C.body(fresh()), headers: headers)
+            #expect(refused.status == 401, "\(headers): \(refused.body)")
+        }
+        // A real device's credential does not speak for another id, not even among its own events.
+        let attacker = try await Self.enrol(base, inside[0])
+        let forged = try await C.post(base, try C.body([C.event("failed", device: inside[0], version: "2.0.0")] + fresh()), headers: ["Authorization: \(attacker)"])
+        #expect(forged.status == 400 && forged.body.contains("its own device only"), "\(forged.body)")
+        // Nor does it enrol, or work, under another id: the credential is bound to the id.
+        let stolen = try #require(ReportCredential(authorization: attacker))
+        let replayed = ReportCredential(device: inside[21], credential: stolen.credential).authorization
+        #expect(try await C.post(base, try C.body([fresh()[1]]), headers: ["Authorization: \(replayed)"]).status == 401)
+        // Enrolment itself needs the fleet token.
+        let noToken = try await Self.request(base + "/enrol", headers: ["Authorization: Bearer wrong"], body: Data(#"{"device":"x-1"}"#.utf8))
+        #expect(noToken.status == 401)
+
+        // Eight real devices install it: were the 20 stored made-up failures counted, 20 of 28 would halt it.
+        for device in inside[1...8] {
+            let authorization = try await Self.enrol(base, device)
+            let installed = try await C.post(base, try C.body([C.event("updated", device: device, version: "2.0.0", ["via": "full"])]), headers: ["Authorization: \(authorization)"])
+            #expect(installed.receipt?.accepted == 1, "\(installed.body)")
+        }
+        // The attacker's device sends 1000 failures of its own: one device, 1 of 9.
+        for _ in 0..<2 {
+            let flood = (0..<500).map { _ in C.event("failed", device: inside[0], version: "2.0.0", ["errorCode": "network"]) }
+            #expect(try await C.post(base, try C.body(flood), headers: ["Authorization: \(attacker)"]).receipt?.accepted == 500)
+        }
+        #expect(try AutoHaltTests.state(dir).stage == 40, "made-up or repeated failures halted the rollout")
+        // Real devices fail: the second makes it 3 of 11 = 27 % > 25 %, halted.
+        for device in inside[9...10] {
+            let authorization = try await Self.enrol(base, device)
+            let failed = try await C.post(base, try C.body([C.event("failed", device: device, version: "2.0.0", ["errorCode": "network"])]), headers: ["Authorization: \(authorization)"])
+            #expect(failed.receipt?.accepted == 1)
+        }
+        let halted = try AutoHaltTests.state(dir)
+        #expect(halted.stage == 0)
+        #expect(halted.revisions?.last?.reason.contains("3 of 11 devices in the stage failed") == true, "\(String(describing: halted.revisions?.last?.reason))")
+    }
+
+    @Test("only application/json: text/plain, form posts and no Content-Type get 415 on /report and /enrol, nothing stored, no CORS header")
+    func jsonOnly() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("json-only")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        // An open collector: the case a cross-site page could reach with no token at all.
+        try await C.withServer(database: dir + "/reports.sqlite") { server in
+            let body = try C.body([C.event("failed", version: "2.0.0")])
+            for type in ["text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", nil] {
+                for path in ["/report", "/enrol"] {
+                    let refused = try await Self.request(server.baseURL + path, contentType: type, headers: ["Origin: http://evil.example"], body: body)
+                    #expect(refused.status == 415, "\(path) \(type ?? "none"): \(refused.body)")
+                    #expect(!refused.body.lowercased().contains("access-control-allow"))
+                }
+            }
+            #expect(try await C.stats(server.baseURL)["events"] as? Int == 0)
+            let accepted = try await Self.request(server.baseURL + "/report", contentType: "application/json; charset=utf-8", headers: ["Origin: http://evil.example"], body: body)
+            #expect(accepted.status == 200 && !accepted.body.lowercased().contains("access-control-allow"), "\(accepted.body)")
+        }
+    }
+
+    @Test("one enrolled device flooding gets 429 with Retry-After; another device's reports still land")
+    func perDeviceLimit() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("rate-limit")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        var configuration = Self.configuration(dir, database: dir + "/reports.sqlite")
+        configuration.deviceRateLimit = ReportRateLimit(burst: 3, perMinute: 1)
+        let server = try await ReferenceServer(configuration: configuration).start()
+        defer { Task { await server.stop() } }
+        let flooder = try await Self.enrol(server.baseURL, "flooder")
+        var limited: C.Answer?
+        // Bounded: the burst is 3, so a 429 comes within a few posts (a token a minute refills).
+        for _ in 0..<20 {
+            let answer = try await Self.request(server.baseURL + "/report", headers: ["Authorization: \(flooder)"], body: try C.body([C.event("usage", device: "flooder")]))
+            if answer.status == 429 { limited = answer; break }
+            #expect(answer.status == 200)
+        }
+        let refused = try #require(limited)
+        let retryAfter = refused.body.split(separator: "\r\n").first { $0.lowercased().hasPrefix("retry-after:") }
+        let seconds = try #require(retryAfter.flatMap { Int($0.split(separator: ":").last!.trimmingCharacters(in: .whitespaces)) })
+        #expect((1...60).contains(seconds))
+        let other = try await Self.enrol(server.baseURL, "quiet")
+        let landed = try await C.post(server.baseURL, try C.body([C.event("usage", device: "quiet")]), headers: ["Authorization: \(other)"])
+        #expect(landed.receipt?.accepted == 1)
+    }
+
+    @Test("hostile Authorization values are 401, stored nothing; an open collector ignores a credential it cannot check")
+    func hostileAuthorization() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("hostile-authorization")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let server = try await ReferenceServer(configuration: Self.configuration(dir, database: dir + "/reports.sqlite")).start()
+        defer { Task { await server.stop() } }
+        let good = try #require(ReportCredential(authorization: try await Self.enrol(server.baseURL, "kiosk-7")))
+        let body = try C.body([C.event("updated", device: "kiosk-7", ["via": "full"])])
+        let hostile = [
+            "Device", "Device ", "Device kiosk-7", "Device kiosk-7:", "Device :\(good.credential)",
+            "Device kiosk-7:\(good.credential.dropLast())", "Device kiosk-7:\(good.credential)0",
+            "Device kiosk-7:\(good.credential.uppercased())", "Device kiosk-7:\(String(repeating: "g", count: 64))",
+            "Device kiosk 7:\(good.credential)", "Device \(String(repeating: "k", count: 129)):\(good.credential)",
+            "Device kiosk-8:\(good.credential)", "Bearer \(good.credential)", "Device kiosk-7:\(good.credential) x",
+        ]
+        for value in hostile {
+            let answer = try await C.post(server.baseURL, body, headers: ["Authorization: \(value)"])
+            #expect(answer.status == 401, "\(value): \(answer.status) \(answer.body)")
+        }
+        #expect(try await C.stats(server.baseURL)["events"] as? Int == 0)
+        #expect(try await C.post(server.baseURL, body, headers: ["Authorization: \(good.authorization)"]).receipt?.accepted == 1)
+        // The enrolment body is checked too.
+        for asked in [#"{}"#, #"{"device":""}"#, #"{"device":"a b"}"#, #"{"device":42}"#, "not json", #"{"device":"\#(String(repeating: "x", count: 129))"}"#] {
+            let refused = try await Self.request(server.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(asked.utf8))
+            #expect(refused.status == 400, "\(asked): \(refused.body)")
+        }
+        let tooBig = try await Self.request(server.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(repeating: 0x20, count: 5000))
+        #expect(tooBig.status == 413)
+        // An open collector (no token, no secret): the header proves nothing and is not needed.
+        let open = try await ReferenceServer(configuration: .init(directory: dir, port: 0, reportsDatabase: dir + "/open.sqlite")).start()
+        defer { Task { await open.stop() } }
+        #expect(try await C.post(open.baseURL, body, headers: ["Authorization: \(good.authorization)"]).receipt?.accepted == 1)
+        #expect(try await Self.request(open.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(#"{"device":"a"}"#.utf8)).status == 404)
+    }
+
+    @Test("the limiter: a burst, then refills at its rate; memory bounded, oldest keys forgotten first")
+    func limiterBuckets() {
+        let limiter = ReportRateLimiter(ReportRateLimit(burst: 2, perMinute: 6), maxTracked: 8)
+        let start = ContinuousClock.now
+        #expect(limiter.take("a", now: start) == nil && limiter.take("a", now: start) == nil)
+        #expect(limiter.take("a", now: start) == 10)
+        #expect(limiter.take("a", now: start + .seconds(10)) == nil)
+        #expect(limiter.take("a", now: start + .seconds(10)) == 10)
+        for index in 0..<100 { _ = limiter.take("k\(index)", now: start + .seconds(20 + index)) }
+        #expect(limiter.tracked <= 8)
+        // "a" was the oldest: forgotten, so a full bucket again; the newest keys are kept.
+        #expect(limiter.take("a", now: start + .seconds(200)) == nil && limiter.take("a", now: start + .seconds(200)) == nil)
+        #expect(limiter.take("k99", now: start + .seconds(200)) == nil && limiter.take("k99", now: start + .seconds(200)) == nil)
+    }
+
+    @Test("the agent enrols on its first send, keeps the credential 0600, sends it; after a new secret it enrols again; 429's Retry-After is honoured")
+    func senderEnrols() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("sender-enrol")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        var configuration = Self.configuration(dir, database: dir + "/reports.sqlite")
+        configuration.requireEnrolment = true
+        configuration.deviceRateLimit = ReportRateLimit(burst: 2, perMinute: 1)
+        let first = try await ReferenceServer(configuration: configuration).start()
+        let root = dir + "/device"
+        let url = URL(string: first.baseURL + "/report")!
+        let queue = ReportQueue(root: root, url: url, maxEvents: 1000)
+        let device = try DeviceID.load(root: root)
+        func queueEvent() throws {
+            try queue.append([ReportEvent(time: Date(), device: device, app: "fleet", event: .updated, version: "2.0.0", via: "full")])
+        }
+        var settings = ReportSettings()
+        settings.deadline = .seconds(60)  // a bound on a hang: two shared cores
+        settings.backoff = Backoff(base: 1, cap: 3600, jitter: 0)
+        let sender = ReportSender(root: root, settings: settings, network: NetworkSettings(), clock: { Date() }, pool: BlockingPool())
+        try queueEvent()
+        try queue.remember(token: Self.token)
+        #expect(await sender.flush().delivered == 1)
+        let credential = try #require(queue.credential())
+        #expect(credential.device == device)
+        let mode = try #require(try FileManager.default.attributesOfItem(atPath: queue.directory + "/credential")[.posixPermissions] as? Int)
+        #expect(mode & 0o777 == 0o600)
+        #expect(try await C.stats(first.baseURL)["events"] as? Int == 1)
+
+        // A collector that refused enrolment earlier (marked) and requires it now: the 401 to the token enrols at once.
+        try queue.remember(credential: nil)
+        try queue.rememberEnrolmentRefused(at: Date())
+        try queueEvent()
+        #expect(await sender.flush().delivered == 1)
+        #expect(queue.credential() == credential && !queue.enrolmentRefusedRecently(now: Date()))
+        #expect(try await C.stats(first.baseURL)["events"] as? Int == 2)
+        await first.stop()
+
+        // A new secret (the old file gone): the old credential is refused, the sender enrols again and delivers.
+        try FileManager.default.removeItem(atPath: dir + "/collector-secret")
+        configuration.port = first.port
+        configuration.deviceRateLimit = ReportRateLimit(burst: 1, perMinute: 1)
+        let second = try await ReferenceServer(configuration: configuration).start()
+        defer { Task { await second.stop() } }
+        try queueEvent()
+        #expect(await sender.flush().delivered == 1)
+        let renewed = try #require(queue.credential())
+        #expect(renewed.device == device && renewed.credential != credential.credential)
+        #expect(try await C.stats(second.baseURL)["events"] as? Int == 3)
+        // The burst of 1 is spent on the second server (a refused credential takes none of it): the next report gets 429, kept, and the queue waits out Retry-After.
+        try queueEvent()
+        let limited = await sender.flush()
+        #expect(limited.delivered == 0 && queue.pending() == 1)
+        let next = try #require(queue.loadState().nextAttempt)
+        #expect(next - Date().timeIntervalSince1970 > 20, "Retry-After not honoured: \(next - Date().timeIntervalSince1970) s")
+    }
+
+    @Test("offline-server: a collector without a token is refused at start unless --open-collector; the secret is made 0600 beside the database; --require-enrolment needs the token")
+    func openCollectorIsExplicit() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("open-collector")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let executable = try #require(PublishFixtures.builtExecutable("offline-server"))
+        for arguments in [["--reports-db", dir + "/a.sqlite"], ["--auto-halt", "failure-rate>5%"]] {
+            let refused = try await CLI.run(["--dir", dir, "--port", "0"] + arguments, executable: executable)
+            #expect(refused.status == 64 && refused.stderr.contains("--open-collector"), "\(arguments): \(refused.stderr)")
+        }
+        let enrolOnly = try await CLI.run(["--dir", dir, "--port", "0", "--require-enrolment"], executable: executable)
+        #expect(enrolOnly.status == 64 && enrolOnly.stderr.contains("needs --report-token"), "\(enrolOnly.stderr)")
+        // No collector asked for: it serves, reports off.
+        let plain = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/open.sqlite", "--open-collector"])
+        let body = try C.body([C.event("updated", ["via": "full"])])
+        #expect(try await C.post(plain.baseURL, body).receipt?.accepted == 1)
+        await plain.stop()
+        let quiet = try OfflineServerProcess(arguments: ["--dir", dir])
+        #expect(try await C.post(quiet.baseURL, body).status == 404)
+        await quiet.stop()
+        let enrolling = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/db/reports.sqlite", "--report-token", Self.token])
+        let secret = dir + "/db/collector-secret"
+        let mode = try #require(try FileManager.default.attributesOfItem(atPath: secret)[.posixPermissions] as? Int)
+        #expect(mode & 0o777 == 0o600)
+        let authorization = try await Self.enrol(enrolling.baseURL, "kiosk-1")
+        #expect(try await C.post(enrolling.baseURL, try C.body([C.event("updated", device: "kiosk-1", ["via": "full"])]), headers: ["Authorization: \(authorization)"]).receipt?.accepted == 1)
+        await enrolling.stop()
+        // A secret others may read is refused at start.
+        chmod(secret, 0o644)
+        let leaky = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", dir + "/db/reports.sqlite", "--report-token", Self.token], executable: executable)
+        #expect(leaky.status != 0 && leaky.stderr.contains("chmod 600"), "\(leaky.stderr)")
+    }
+}
