@@ -317,7 +317,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
                 return
             }
             try objects.nameTemporary(spill.name, as: name)
-            wrote(entryLength)
+            try wrote(entryLength)
             return
         }
         if let candidate = objects.openCandidate(name, size: entryLength),
@@ -337,7 +337,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             objects.removeTemporary(temp.name)
             throw error
         }
-        wrote(entryLength)
+        try wrote(entryLength)
     }
 
     /// The entry's object is `name`: its segment and its name by local header offset.
@@ -404,10 +404,10 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         return true
     }
 
-    private func wrote(_ bytes: Int64) {
+    private func wrote(_ bytes: Int64) throws {
         objectsWritten += 1
         bytesWritten += bytes
-        CrashPoint.afterPatchObjectWritten.hit()
+        try CrashPoint.afterPatchObjectWritten.reached()
     }
 
     /// Refuses to write an object that would eat into the reserve: the disk check counts

@@ -5,7 +5,9 @@ import Glibc
 
 /// Named steps of an install where the crash-safety tests kill the process:
 /// with `OFFLINE_AGENT_CRASH_AT=<name>` set, reaching that step sends SIGKILL to
-/// ourselves, exactly like a power cut or an OOM kill at that instant.
+/// ourselves, exactly like a power cut or an OOM kill at that instant. With
+/// `OFFLINE_AGENT_FAIL_AT=<name>`, reaching it through `reached()` fails instead (EIO):
+/// the failure-injection tests check that every step's failure leaves no object behind.
 enum CrashPoint: String, CaseIterable {
     case afterManifest = "after-manifest"
     case afterDownload = "after-download"
@@ -31,8 +33,17 @@ enum CrashPoint: String, CaseIterable {
     case afterGarbageCollection = "after-gc"
 
     private static let armed = ProcessInfo.processInfo.environment["OFFLINE_AGENT_CRASH_AT"].flatMap(CrashPoint.init(rawValue:))
+    private static let failing = ProcessInfo.processInfo.environment["OFFLINE_AGENT_FAIL_AT"].flatMap(CrashPoint.init(rawValue:))
 
+    /// The step is reached: killed here when armed to crash (for steps that cannot fail).
     func hit() {
         if Self.armed == self { kill(getpid(), SIGKILL) }
+    }
+
+    /// The step is reached: killed here when armed to crash, or an I/O error thrown when
+    /// armed to fail, as a real one at this instant would be.
+    func reached() throws(POSIXFailure) {
+        hit()
+        if Self.failing == self { throw POSIXFailure("step \(rawValue) (OFFLINE_AGENT_FAIL_AT)", errno: EIO) }
     }
 }
