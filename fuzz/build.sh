@@ -4,6 +4,7 @@
 #   cbz        CBspatch's own bzip2 decoder, checked against libbz2 (C: ASan + UBSan)
 #   zip        ZipCentralDirectory.rawNames (Swift: ASan)
 #   layout     ZipCentralDirectory's layout as the splitter, skeleton and view read it (Swift: ASan)
+#   splitter   ZipLocalStream, the splitter's reader of a patch's unverified output, in varied chunks (Swift: ASan)
 #   manifest   Manifest.decode (Swift: ASan)
 #   setcookie  SetCookie.parse and CookieDate.parse (Swift: ASan)
 # Swift has no -sanitize=undefined; its own overflow and bounds traps play that
@@ -47,6 +48,9 @@ src=Sources/OfflineAgent
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipLayout.swift \
     $src/Support/ZipCentralDirectory.swift $src/Support/Array+LittleEndian.swift $src/Support/{OfflineAgentError,POSIXFailure}.swift \
     -o "$out/layout"
+"$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzZipSplitter.swift \
+    $src/Support/{ZipLocalStream,ZipCentralDirectory,Array+LittleEndian,OfflineAgentError,POSIXFailure}.swift \
+    -o "$out/splitter"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
     $src/Check/{Manifest,Manifest+Stage,ManifestFields,ManifestPatch,ManifestStageStep,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Support/OfflineAgentError.swift \
     $src/Support/{WebAddress,UTCTime}.swift \

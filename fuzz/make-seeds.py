@@ -139,3 +139,8 @@ cd = data.rfind(b"PK\x01\x02")
 data[cd + 8] |= 0x08
 (out / "layout" / "descriptor.zip").write_bytes(bytes(data))
 (out / "layout" / "zip64.zip").write_bytes((out / "zip" / "zip64.zip").read_bytes())
+# The splitter target (ZipLocalStream, the stream the splitter reads a patch's output
+# through) starts from the same zips: streamed, they are walked from their first byte.
+(out / "splitter").mkdir(exist_ok=True)
+for seed in (out / "layout").iterdir():
+    shutil.copyfile(seed, out / "splitter" / seed.name)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the parsers that read hostile bytes (see fuzz/build.sh).
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60 s; targets: bspatch cbz zip layout manifest setcookie)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60 s; targets: bspatch cbz zip layout splitter manifest setcookie)
 # Each target first re-runs its regression inputs (fixtures/fuzz/regressions/<target>-*),
 # then fuzzes from the committed seeds (fixtures/fuzz/<target>/) plus a scratch corpus
 # in .build-fuzz/corpus/<target> (new inputs go there, never into the seeds).
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(bspatch cbz zip layout manifest setcookie)
+((${#targets[@]})) || targets=(bspatch cbz zip layout splitter manifest setcookie)
 out=.build-fuzz
 
 mkdir -p "$out"

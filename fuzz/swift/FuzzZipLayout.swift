@@ -18,8 +18,7 @@ public func fuzzZipLayout(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             guard item.start <= UInt64(size), UInt64(item.entry.size) <= UInt64(size) - item.start else {
                 fatalError("entry \(item.index) located past the end")
             }
-            guard ZipCentralDirectory.notPlainStored(
-                flags: item.entry.flags, method: item.entry.method, compressedSize: item.entry.compressedSize, size: item.entry.size) == nil else {
+            guard item.entry.notPlainStored == nil else {
                 fatalError("entry \(item.index) located but not plain stored")
             }
         }

@@ -147,7 +147,7 @@ final class ObjectWriter {
         try fill(fd)
         var st = stat()
         if fstat(fd, &st) == 0 { written += Int64(st.st_size) }
-        CrashPoint.afterObjectWritten.hit()
+        try CrashPoint.afterObjectWritten.reached()
     }
 
     /// Whether the open object `fd` (closed here) holds exactly `content`.

@@ -82,12 +82,8 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     private var entries = 0
     private var hasher = SHA256()
 
-    private enum State { case header, data, tail }
-    private var state = State.header
-    private var header: [UInt8] = []
-    private var headerLength = ZipCentralDirectory.LocalHeader.size
-    /// The local header being received, once its fixed part is in (read by `ZipCentralDirectory`).
-    private var local: ZipCentralDirectory.LocalHeader?
+    /// Which bytes are headers, entry data or the tail: the zip layout reader's streaming part.
+    private var stream = ZipLocalStream()
     private var skeletonStart: Int64 = 0
 
     // The entry being received.
@@ -132,7 +128,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     func sha256() -> String { hasher.finalize().hex }
 
     /// Whether the stream ended where a package may end: after its central directory.
-    var endedCleanly: Bool { stop == nil && state == .tail }
+    var endedCleanly: Bool { stop == nil && stream.isInTail }
 
     /// Takes the next bytes of the package. Returns false once the stream must stop (see `stop`).
     func feed(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -141,14 +137,21 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         var rest = bytes
         do {
             // `size` advances with every byte taken, so it is always the position of `rest`.
-            while !rest.isEmpty, stop == nil {
-                switch state {
-                case .header: rest = try takeHeader(rest)
-                case .data: rest = try takeData(rest)
-                case .tail:
-                    try keep(rest)
-                    size += Int64(rest.count)
-                    rest = UnsafeRawBufferPointer(start: nil, count: 0)
+            // An entry whose header ends with these bytes begins even when none are left.
+            while !rest.isEmpty || stream.hasPendingEntry, stop == nil {
+                let (piece, count) = stream.next(rest)
+                let taken = UnsafeRawBufferPointer(rebasing: rest[0..<count])
+                rest = UnsafeRawBufferPointer(rebasing: rest[count...])
+                switch piece {
+                case .skeleton:
+                    try keep(taken)
+                    size += Int64(count)
+                case .notPlain(let why):
+                    try keep(taken)
+                    size += Int64(count)
+                    if stop == nil { stop = .notPlain(why) }
+                case .entry(let local, let name, let headerOffset): try beginEntry(local, name: name, headerOffset: headerOffset)
+                case .data: try takeData(taken)
                 }
             }
         } catch {
@@ -173,54 +176,13 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         skeletonBytes.append(contentsOf: bytes)
     }
 
-    private func takeHeader(_ bytes: UnsafeRawBufferPointer) throws -> UnsafeRawBufferPointer {
-        if header.isEmpty { entryHeaderOffset = UInt64(size) }
-        // The signature first, on its own: it decides how long the record is.
-        let want = min((header.count < 4 ? 4 : headerLength) - header.count, bytes.count)
-        let piece = UnsafeRawBufferPointer(rebasing: bytes[0..<want])
-        header.append(contentsOf: piece)
-        try keep(piece)
-        size += Int64(want)
-        let rest = UnsafeRawBufferPointer(rebasing: bytes[want...])
-        if header.count == 4 {
-            switch header.le32(0) {
-            case ZipCentralDirectory.LocalHeader.signature: break
-            case ZipCentralDirectory.centralSignature, ZipCentralDirectory.endSignature:
-                // The central directory (or an empty archive's end record): the rest is skeleton.
-                state = .tail
-                return rest
-            default:
-                stop = .notPlain("unexpected record 0x\(String(header.le32(0), radix: 16))")
-                return rest
-            }
-        }
-        if header.count == ZipCentralDirectory.LocalHeader.size, local == nil {
-            // The signature is a local header's (checked above): the fixed part parses.
-            guard let parsed = ZipCentralDirectory.LocalHeader(header) else {
-                stop = .notPlain("unexpected record 0x\(String(header.le32(0), radix: 16))")
-                return rest
-            }
-            if let why = parsed.notPlainStored {
-                stop = .notPlain(why)
-                return rest
-            }
-            local = parsed
-            headerLength = parsed.length
-        }
-        if let local, header.count == headerLength { try beginEntry(local) }
-        return rest
-    }
-
-    private func beginEntry(_ local: ZipCentralDirectory.LocalHeader) throws {
-        let nameStart = ZipCentralDirectory.LocalHeader.size
-        entryName = String(decoding: header[nameStart..<(nameStart + local.nameLength)], as: UTF8.self)
+    private func beginEntry(_ local: ZipCentralDirectory.LocalHeader, name: [UInt8], headerOffset: UInt64) throws {
+        entryHeaderOffset = headerOffset
+        entryName = String(decoding: name, as: UTF8.self)
         entryCRC = local.crc32
         entryLength = Int64(local.size)
         entryRemaining = entryLength
         entryStart = size
-        header.removeAll(keepingCapacity: true)
-        headerLength = ZipCentralDirectory.LocalHeader.size
-        self.local = nil
         crc = crc32(0, nil, 0)
         entryHasher = SHA256()
         filled = 0
@@ -240,7 +202,6 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             stop = .notPlain("an entry claims \(entryLength) bytes, past the package's end")
             return
         }
-        state = .data
         namesake = candidates[entryName].flatMap { $0.crc == entryCRC && !$0.object.hasSuffix(".x") ? $0.object : nil }
         hashing = namesake == nil
         if entryLength > Int64(ObjectWriter.wholeCapacity) {
@@ -254,9 +215,9 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         if entryLength == 0 { try finishEntry() }
     }
 
-    private func takeData(_ bytes: UnsafeRawBufferPointer) throws -> UnsafeRawBufferPointer {
-        let want = Int(min(entryRemaining, Int64(bytes.count)))
-        let piece = UnsafeRawBufferPointer(rebasing: bytes[0..<want])
+    /// The entry's next bytes (`ZipLocalStream` gives no more than it has left).
+    private func takeData(_ piece: UnsafeRawBufferPointer) throws {
+        let want = piece.count
         if let compare, try !matches(piece, compare.fd, at: entryLength - entryRemaining) {
             // The first byte that differs: the object is written from here, its equal start
             // copied (and hashed) from the namesake.
@@ -276,12 +237,10 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         size += Int64(want)
         entryRemaining -= Int64(want)
         if entryRemaining == 0 { try finishEntry() }
-        return UnsafeRawBufferPointer(rebasing: bytes[want...])
     }
 
     /// The entry's bytes are all in: name its object (writing it only if the store lacks it).
     private func finishEntry() throws {
-        state = .header
         let isDirectory = entryName.hasSuffix("/")
         if isDirectory && entryLength == 0 { return }
         let content = UnsafeRawBufferPointer(start: whole, count: filled)
@@ -317,7 +276,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
                 return
             }
             try objects.nameTemporary(spill.name, as: name)
-            wrote(entryLength)
+            try wrote(entryLength)
             return
         }
         if let candidate = objects.openCandidate(name, size: entryLength),
@@ -337,7 +296,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
             objects.removeTemporary(temp.name)
             throw error
         }
-        wrote(entryLength)
+        try wrote(entryLength)
     }
 
     /// The entry's object is `name`: its segment and its name by local header offset.
@@ -404,10 +363,10 @@ final class PatchedPackageSplitter: @unchecked Sendable {
         return true
     }
 
-    private func wrote(_ bytes: Int64) {
+    private func wrote(_ bytes: Int64) throws {
         objectsWritten += 1
         bytesWritten += bytes
-        CrashPoint.afterPatchObjectWritten.hit()
+        try CrashPoint.afterPatchObjectWritten.reached()
     }
 
     /// Refuses to write an object that would eat into the reserve: the disk check counts

@@ -1,9 +1,10 @@
 import FoundationEssentials
 
-/// How a package becomes a version of the store: a verified package file extracted
-/// (`ZipExtractor`), or a streamed patch's objects and skeleton (`PatchedPackageSplitter`),
-/// made into a tree of links to the objects, recorded and swapped in by `commit`. Each
-/// install is a `Store.transaction`: what it stored is collected if it fails.
+/// How a package becomes a version of the store, in one entry point (`install(_:app:…)`)
+/// over an `InstallSource`: a verified package file extracted (`ZipExtractor`), or a
+/// streamed patch's objects and skeleton (`PatchedPackageSplitter`), made into a tree of
+/// links to the objects, recorded and swapped in by `commit`. Each install is a
+/// `Store.transaction`: what it stored is collected if it fails.
 ///
 /// An extension of `Store` kept in `Install/`: the store is the layout and its changes,
 /// and names no install type (`scripts/check-layers.sh`).
@@ -46,124 +47,133 @@ extension Store {
 
     // MARK: - Installing (callers hold the RootLock)
 
-    /// Extracts `package` as `manifest.version`, records it, and makes it active.
+    /// Makes `manifest.version` from `source`, records it, and makes it active: the one
+    /// way a package becomes a version. One transaction: whatever a failing step stored
+    /// is collected, and the active version is untouched until the swap.
     /// - Parameter notice: receives the log line of a fallback (files copied, not linked).
     func install(
-        app: String, package: String, packageSha256: String, manifest: Manifest, via: UpdateMethod,
+        _ source: InstallSource, app: String, packageSha256: String, manifest: Manifest, via: UpdateMethod,
         limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
     ) throws -> InstalledVersion {
-        // Whatever this stores is collected if the install fails, at any step.
         try transaction { transaction in
-            var summary = ExtractionSummary(files: 0, directories: 0, bytes: 0)
-            var linkedAll = false
             let previous = active(app)
             let version = manifest.version
             let target = versionDirectory(app, version)
+            if case .streamed(let splitter, _) = source, let damage = splitter.damage {
+                // Refused before any tree.
+                throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: "patched package of \(version)")
+            }
             // A directory of this version that isn't active is a leftover: replace it.
             FileSystem.remove(target)
             FileSystem.remove(metadataPath(app, version))
+            let installed: InstalledVersion
             do {
-                // Without an object store (it cannot even be created), extraction writes plain files as before.
-                let objects = try? ObjectStore(root: root)
-                summary = try ZipExtractor.extract(
-                    archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true, objects: objects)
-                if objects == nil {
-                    notice("\(app): no object store under \(root): version \(version) written as plain files")
-                } else if objects?.copiedInsteadOfLinking == true {
-                    notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
+                let keep = switch source {
+                case .archive(let package): try extract(package, app: app, version: version, target: target, limits: limits, notice: notice)
+                case .streamed(let splitter, let objects):
+                    try makeTree(streamed: splitter, objects: objects, app: app, version: version, target: target, limits: limits, notice: notice)
                 }
-                linkedAll = objects != nil && objects?.copiedInsteadOfLinking == false
+                try CrashPoint.afterExtract.reached()
+                installed = try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
+                                       via: via, trialLaunches: trialLaunches, target: target, keep: keep)
             } catch {
-                if let refused = error as? OfflineAgentError, refused.cause == .hostileArchive || refused.cause == .archiveCorrupt,
-                   FileSystem.parent(of: package) == downloadsDirectory(app) {
-                    // A refused package would only be refused again: it must not stay in downloads/.
-                    FileSystem.remove(package)
-                }
+                // A streamed package's skeleton is a dot file until it is kept: it goes with the failed install.
+                FileSystem.remove(streamedSkeletonPath(app, version))
                 throw error
-            }
-            CrashPoint.afterExtract.hit()
-            let kept = packagePath(app, version)
-            let installed = try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
-                                       via: via, trialLaunches: trialLaunches, target: target) {
-                guard package != kept else { return }
-                FileSystem.remove(kept)
-                FileSystem.remove(skeletonPath(app, version))
-                // Every stored file's bytes are objects now: keep only the rest of the zip.
-                // A package with deflated entries (or files copied, not linked) keeps its zip.
-                let skeleton = linkedAll
-                    && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
-                if skeleton {
-                    FileSystem.remove(package)
-                } else {
-                    try FileSystem.renameDurably(package, to: kept)
-                }
             }
             transaction.commit()
             return installed
         }
     }
 
-    /// Makes `manifest.version` from a streamed patch's output, already verified against
-    /// `packageSha256`: its objects are in the store, `splitter` holds its skeleton. The
-    /// central directory goes through the extractor's checks before any tree exists,
-    /// the tree is made of links to the objects by the same builder as `install`, and
-    /// the skeleton is kept as the next patch's base. On failure the active version is
-    /// untouched and the objects the stream wrote are collected (`transaction`).
-    func install(
-        app: String, streamed splitter: PatchedPackageSplitter, objects: ObjectStore, packageSha256: String, manifest: Manifest,
-        via: UpdateMethod, limits: ExtractionLimits, trialLaunches: Int = 0, notice: (String) -> Void = { _ in }
-    ) throws -> InstalledVersion {
-        // The stream's objects are in no version until the swap: collected if any step fails.
-        try transaction { transaction in
-            let previous = active(app)
-            let version = manifest.version
-            let target = versionDirectory(app, version)
-            let described = "patched package of \(version)"
-            if let damage = splitter.damage {
-                // Refused before any tree.
-                throw OfflineAgentError(.extract, damage, cause: .archiveCorrupt, path: described)
+    /// Extracts `package` into `target`; returns how to keep it once the tree is in place:
+    /// its skeleton when every stored file's bytes are linked objects, else the zip.
+    private func extract(
+        _ package: String, app: String, version: Version, target: String, limits: ExtractionLimits, notice: (String) -> Void
+    ) throws -> () throws -> Void {
+        let summary: ExtractionSummary
+        let linkedAll: Bool
+        do {
+            // Without an object store (it cannot even be created), extraction writes plain files as before.
+            let objects = try? ObjectStore(root: root)
+            summary = try ZipExtractor.extract(
+                archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true, objects: objects)
+            if let objects {
+                noticeCopies(objects, app: app, version: version, notice: notice)
+            } else {
+                notice("\(app): no object store under \(root): version \(version) written as plain files")
             }
-            FileSystem.remove(target)
-            FileSystem.remove(metadataPath(app, version))
-            // A dot name: a crash leaves it to cleanLeftovers.
-            let streamedSkeleton = "\(appDirectory(app))/packages/.\(version).skel.streamed"
-            let segments = splitter.segments.map { ($0.start, $0.length, $0.object?.name) }
-            do {
-                try PackageSkeleton.write(size: splitter.size, segments: segments, skeletonBytes: splitter.skeletonBytes, to: streamedSkeleton)
-            } catch {
+            linkedAll = objects != nil && objects?.copiedInsteadOfLinking == false
+        } catch {
+            if let refused = error as? OfflineAgentError, refused.cause == .hostileArchive || refused.cause == .archiveCorrupt,
+               FileSystem.parent(of: package) == downloadsDirectory(app) {
+                // A refused package would only be refused again: it must not stay in downloads/.
+                FileSystem.remove(package)
+            }
+            throw error
+        }
+        let kept = packagePath(app, version)
+        return {
+            guard package != kept else { return }
+            FileSystem.remove(kept)
+            FileSystem.remove(skeletonPath(app, version))
+            // Every stored file's bytes are objects now: keep only the rest of the zip.
+            // A package with deflated entries (or files copied, not linked) keeps its zip.
+            let skeleton = linkedAll
+                && (try? PackageSkeleton.write(of: package, objectNames: summary.objectNames, to: skeletonPath(app, version))) == true
+            if skeleton {
+                FileSystem.remove(package)
+            } else {
+                try FileSystem.renameDurably(package, to: kept)
+            }
+        }
+    }
+
+    /// Makes `target` from a streamed patch's output: its skeleton is written and read
+    /// back as the package, whose central directory goes through the extractor's checks
+    /// before any tree exists; the tree is links to the objects the stream stored.
+    /// Returns how to keep the skeleton as the next patch's base.
+    private func makeTree(
+        streamed splitter: PatchedPackageSplitter, objects: ObjectStore, app: String, version: Version, target: String,
+        limits: ExtractionLimits, notice: (String) -> Void
+    ) throws -> () throws -> Void {
+        let described = "patched package of \(version)"
+        let streamedSkeleton = streamedSkeletonPath(app, version)
+        let segments = splitter.segments.map { ($0.start, $0.length, $0.object?.name) }
+        do {
+            try PackageSkeleton.write(size: splitter.size, segments: segments, skeletonBytes: splitter.skeletonBytes, to: streamedSkeleton)
+        } catch {
+            throw OfflineAgentError(.install, "cannot write the skeleton of \(version)", path: streamedSkeleton, underlying: error as? POSIXFailure)
+        }
+        try CrashPoint.afterPatchVerified.reached()
+        guard let view = PackageView(skeletonPath: streamedSkeleton, objectsDirectory: objectsDirectory) else {
+            throw OfflineAgentError(.install, "cannot read back the skeleton of \(version)", path: streamedSkeleton)
+        }
+        let made = try ZipExtractor.makeTree(view: view, objectsByOffset: splitter.objectsByOffset, path: described, to: target,
+                                             limits: limits, objects: objects)
+        noticeCopies(objects, app: app, version: version, notice: notice)
+        return {
+            FileSystem.remove(packagePath(app, version))
+            let final = splitter.segments.map { ($0.start, $0.length, $0.object.map { made.namesByOffset[$0.headerOffset] ?? $0.name }) }
+            if final.map(\.2) == segments.map(\.2) {
+                try FileSystem.renameDurably(streamedSkeleton, to: skeletonPath(app, version))
+            } else {
+                // Executable entries link `.x` objects: the kept skeleton names those, which the versions keep alive.
                 FileSystem.remove(streamedSkeleton)
-                throw OfflineAgentError(.install, "cannot write the skeleton of \(version)", path: streamedSkeleton, underlying: error as? POSIXFailure)
+                try PackageSkeleton.write(size: splitter.size, segments: final, skeletonBytes: splitter.skeletonBytes, to: skeletonPath(app, version))
             }
-            CrashPoint.afterPatchVerified.hit()
-            let made: (summary: ExtractionSummary, namesByOffset: [UInt64: String])
-            do {
-                guard let view = PackageView(skeletonPath: streamedSkeleton, objectsDirectory: objectsDirectory) else {
-                    throw OfflineAgentError(.install, "cannot read back the skeleton of \(version)", path: streamedSkeleton)
-                }
-                made = try ZipExtractor.makeTree(view: view, objectsByOffset: splitter.objectsByOffset, path: described, to: target,
-                                                 limits: limits, objects: objects)
-            } catch {
-                FileSystem.remove(streamedSkeleton)
-                throw error
-            }
-            if objects.copiedInsteadOfLinking {
-                notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
-            }
-            CrashPoint.afterExtract.hit()
-            let installed = try commit(app: app, version: version, previous: previous, packageSha256: packageSha256, manifest: manifest,
-                                       via: via, trialLaunches: trialLaunches, target: target) {
-                FileSystem.remove(packagePath(app, version))
-                let final = splitter.segments.map { ($0.start, $0.length, $0.object.map { made.namesByOffset[$0.headerOffset] ?? $0.name }) }
-                if final.map(\.2) == segments.map(\.2) {
-                    try FileSystem.renameDurably(streamedSkeleton, to: skeletonPath(app, version))
-                } else {
-                    // Executable entries link `.x` objects: the kept skeleton names those, which the versions keep alive.
-                    FileSystem.remove(streamedSkeleton)
-                    try PackageSkeleton.write(size: splitter.size, segments: final, skeletonBytes: splitter.skeletonBytes, to: skeletonPath(app, version))
-                }
-            }
-            transaction.commit()
-            return installed
+        }
+    }
+
+    /// Where a streamed package's skeleton waits for its tree: a dot name, which a crash
+    /// leaves to `cleanLeftovers` and a failure removes at once.
+    private func streamedSkeletonPath(_ app: String, _ version: Version) -> String {
+        "\(appDirectory(app))/packages/.\(version).skel.streamed"
+    }
+
+    private func noticeCopies(_ objects: ObjectStore, app: String, version: Version, notice: (String) -> Void) {
+        if objects.copiedInsteadOfLinking {
+            notice("\(app): hard links to \(objectsDirectory) failed (another file system, or none supported): files of \(version) copied instead")
         }
     }
 
@@ -171,22 +181,22 @@ extension Store {
     /// write the record, swap `current`, collect what no kept version needs.
     private func commit(
         app: String, version: Version, previous: InstalledVersion?, packageSha256: String, manifest: Manifest, via: UpdateMethod,
-        trialLaunches: Int, target: String, keep: () throws -> Void
+        trialLaunches: Int, target: String, keep: @escaping () throws -> Void
     ) throws -> InstalledVersion {
         do {
             try keep()
-            CrashPoint.afterKeepPackage.hit()
+            try CrashPoint.afterKeepPackage.reached()
             let installed = InstalledVersion(
                 version: version, packageSha256: packageSha256, miniVersion: manifest.miniVersion,
                 whitelist: manifest.whitelist, rollout: manifest.rollout, installedAt: Date(), via: via,
                 previousVersion: previous?.version, fallback: manifest.fallback,
                 trialLaunches: trialLaunches > 0 ? trialLaunches : nil)
             try write(installed, to: metadataPath(app, version))
-            CrashPoint.afterRecord.hit()
+            try CrashPoint.afterRecord.reached()
             try activate(app, version)
-            CrashPoint.afterSwap.hit()
+            try CrashPoint.afterSwap.reached()
             collectGarbage(app, keep: [version, previous?.version].compactMap { $0 })
-            CrashPoint.afterGarbageCollection.hit()
+            try CrashPoint.afterGarbageCollection.reached()
             return installed
         } catch let error as OfflineAgentError {
             throw error

@@ -164,7 +164,7 @@ struct Updater: Sendable {
         }
         let output = "\(store.downloadsDirectory(app))/\(manifest.packageSha256).zip"
         try await pool.run(.patch) { try old.apply(patch: patch, to: output, expectedSize: expected) }
-        CrashPoint.afterPatch.hit()
+        try CrashPoint.afterPatch.reached()
         return .file(try await pool.run(.patch) {
             let digest = try FileHasher.sha256(of: output)
             guard digest == manifest.packageSha256 else {
@@ -200,7 +200,7 @@ struct Updater: Sendable {
                         return nil
                     }
                     splitter.finish()
-                    CrashPoint.afterPatch.hit()
+                    try CrashPoint.afterPatch.reached()
                     let digest = splitter.sha256()
                     guard expected == nil || splitter.size == expected, digest == manifest.packageSha256 else {
                         throw baseDamage(.view(view), installed: installed)
@@ -305,7 +305,7 @@ struct Updater: Sendable {
         let (path, _) = try await downloader.fetch(target) { done, total, resumedFrom in
             progress(ProgressEvent(app: app, phase: .downloading, completed: done, total: total, resumedFrom: resumedFrom))
         }
-        CrashPoint.afterDownload.hit()
+        try CrashPoint.afterDownload.reached()
         return path
     }
 
@@ -365,18 +365,15 @@ struct Updater: Sendable {
             return try OriginClaims.claim(app: app, whitelist: manifest.whitelist, allowed: allowedOrigins, store: store) {
             do {
                 let trial = configuration.maxTrialLaunches ?? manifest.trialLaunches ?? 0
-                switch package {
-                case .file(let path):
-                    return try store.install(
-                        app: app, package: path, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
-                        limits: configuration.extractionLimits, trialLaunches: trial, notice: { logger.notice("\($0)") })
-                case .streamed(let splitter, let objects, let patch):
-                    let record = try store.install(
-                        app: app, streamed: splitter, objects: objects, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
-                        limits: configuration.extractionLimits, trialLaunches: trial, notice: { logger.notice("\($0)") })
-                    FileSystem.remove(patch)
-                    return record
+                let (source, patch): (InstallSource, String?) = switch package {
+                case .file(let path): (.archive(path), nil)
+                case .streamed(let splitter, let objects, let patch): (.streamed(splitter, objects), patch)
                 }
+                let record = try store.install(
+                    source, app: app, packageSha256: manifest.packageSha256, manifest: manifest, via: via,
+                    limits: configuration.extractionLimits, trialLaunches: trial, notice: { logger.notice("\($0)") })
+                if let patch { FileSystem.remove(patch) }
+                return record
             } catch let error as OfflineAgentError where error.cause == .hostileArchive || error.cause == .archiveCorrupt {
                 // Verified bytes the extractor refuses are refused on every device and every run.
                 RefusedPackages.remember(store, app: app, manifest: manifest, error: error, fileHashBound: false)

@@ -127,7 +127,7 @@ public enum ZipExtractor {
             let summary = try write(entries, tree: tree, from: source, into: staging, objects: objects)
             guard chmod(staging, objects == nil ? 0o755 : 0o555) == 0 else { throw POSIXFailure("chmod \(staging)") }
             if durable { try FileSystem.syncFilesystem(containing: staging) }
-            CrashPoint.beforeTreeRename.hit()
+            try CrashPoint.beforeTreeRename.reached()
             guard rename(staging, destinationPath) == 0 else { throw POSIXFailure("rename \(staging)") }
             if durable { try FileSystem.sync(parent) }
             return summary
@@ -290,7 +290,7 @@ public enum ZipExtractor {
                     } else {
                         throw OfflineAgentError(.extract, "entry '\(quoted(tree.path(of: entry.node)))' has no bytes", cause: .unexpected)
                     }
-                    if number == 1 { CrashPoint.duringExtract.hit() }
+                    if number == 1 { try CrashPoint.duringExtract.reached() }
                 }
             } catch {
                 outcome.record(error)

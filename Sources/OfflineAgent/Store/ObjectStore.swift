@@ -65,7 +65,7 @@ final class ObjectStore: Sendable {
     /// noting the fallback, when this file system cannot link it (the caller writes a copy).
     func link(_ object: String, into directoryFD: Int32, as name: String) throws(POSIXFailure) -> Bool {
         if linkat(fd, object, directoryFD, name, 0) == 0 {
-            CrashPoint.afterObjectLinked.hit()
+            try CrashPoint.afterObjectLinked.reached()
             return true
         }
         if Self.cannotLink(errno) {
@@ -82,7 +82,7 @@ final class ObjectStore: Sendable {
     /// inode keep it. Without hard links the file simply stays a copy of its own.
     func adopt(_ name: String, in directoryFD: Int32, as object: String) throws(POSIXFailure) {
         if linkat(directoryFD, name, fd, object, 0) == 0 {
-            CrashPoint.afterObjectStored.hit()
+            try CrashPoint.afterObjectStored.reached()
             return
         }
         let code = errno
@@ -98,7 +98,7 @@ final class ObjectStore: Sendable {
             unlinkat(fd, temp, 0)
             throw failure
         }
-        CrashPoint.afterObjectStored.hit()
+        try CrashPoint.afterObjectStored.reached()
     }
 
     /// Creates a new, empty temporary file in `objects/` (`.tmp-stream-…`, mode 0444:

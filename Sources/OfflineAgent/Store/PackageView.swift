@@ -121,7 +121,7 @@ final class PackageView: Sendable {
     func entryObjects() -> [String: (object: String, crc: UInt32)] {
         guard let directory = try? centralDirectory() else { return [:] }
         var objects: [String: (object: String, crc: UInt32)] = [:]
-        for entry in directory where entry.method == 0 && entry.size > 0 && entry.size != 0xFFFF_FFFF {
+        for entry in directory where entry.notPlainStored == nil && entry.size > 0 {
             // The entry's local header lies in a skeleton segment; its data is the next segment.
             guard let index = skeleton.segment(at: Int64(entry.localHeaderOffset)), index + 1 < skeleton.segments.count,
                   case .object(let name) = skeleton.segments[index + 1].source,

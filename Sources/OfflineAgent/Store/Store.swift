@@ -186,8 +186,8 @@ public struct Store: Sendable {
         guard symlink("versions/\(version)", temp) == 0 else {
             throw OfflineAgentError(.install, "cannot create link", path: temp, underlying: POSIXFailure("symlink"))
         }
-        CrashPoint.afterLinkCreated.hit()
         do {
+            try CrashPoint.afterLinkCreated.reached()
             try FileSystem.renameDurably(temp, to: currentLink(app))
         } catch {
             unlink(temp)

@@ -5,7 +5,9 @@ import Glibc
 
 /// Named steps of an install where the crash-safety tests kill the process:
 /// with `OFFLINE_AGENT_CRASH_AT=<name>` set, reaching that step sends SIGKILL to
-/// ourselves, exactly like a power cut or an OOM kill at that instant.
+/// ourselves, exactly like a power cut or an OOM kill at that instant. With
+/// `OFFLINE_AGENT_FAIL_AT=<name>`, reaching it through `reached()` fails instead (EIO):
+/// the failure-injection tests check that every step's failure leaves no object behind.
 enum CrashPoint: String, CaseIterable {
     case afterManifest = "after-manifest"
     case afterDownload = "after-download"
@@ -31,6 +33,7 @@ enum CrashPoint: String, CaseIterable {
     case afterGarbageCollection = "after-gc"
 
     private static let armed = ProcessInfo.processInfo.environment["OFFLINE_AGENT_CRASH_AT"].flatMap(CrashPoint.init(rawValue:))
+    private static let failing = ProcessInfo.processInfo.environment["OFFLINE_AGENT_FAIL_AT"].flatMap(CrashPoint.init(rawValue:))
 
     /// `OFFLINE_AGENT_PAUSE_AT=<name>` with `OFFLINE_AGENT_PAUSE_FILE=<path>`: reaching that
     /// step creates the file and waits (up to 10 minutes) until it is removed, so a test can
@@ -42,6 +45,8 @@ enum CrashPoint: String, CaseIterable {
         return (point, file)
     }()
 
+    /// The step is reached: killed here when armed to crash (for steps that cannot fail), or
+    /// held here when armed to pause.
     func hit() {
         if Self.armed == self { kill(getpid(), SIGKILL) }
         if let paused = Self.paused, paused.point == self,
@@ -53,5 +58,12 @@ enum CrashPoint: String, CaseIterable {
                 waits += 1
             }
         }
+    }
+
+    /// The step is reached: killed here when armed to crash, or an I/O error thrown when
+    /// armed to fail, as a real one at this instant would be.
+    func reached() throws(POSIXFailure) {
+        hit()
+        if Self.failing == self { throw POSIXFailure("step \(rawValue) (OFFLINE_AGENT_FAIL_AT)", errno: EIO) }
     }
 }

@@ -23,6 +23,11 @@ package enum ZipCentralDirectory {
         var compressedSize: UInt32
         var size: UInt32
         var localHeaderOffset: UInt32
+
+        /// Why this entry is not plain stored, or nil when it is.
+        var notPlainStored: String? {
+            ZipCentralDirectory.notPlainStored(flags: flags, method: method, compressedSize: compressedSize, size: size)
+        }
     }
 
     /// The raw name bytes of every central directory entry.
@@ -176,7 +181,7 @@ package enum ZipCentralDirectory {
         let entries = try entries(size: fileSize, path: path, read: read)
         var stored: [(index: Int, entry: Entry, start: UInt64)] = []
         for (index, entry) in entries.enumerated() where entry.compressedSize > 0 {
-            guard notPlainStored(flags: entry.flags, method: entry.method, compressedSize: entry.compressedSize, size: entry.size) == nil,
+            guard entry.notPlainStored == nil,
                   entry.localHeaderOffset != 0xFFFF_FFFF,
                   let header = LocalHeader(try read(UInt64(entry.localHeaderOffset), LocalHeader.size)) else { return nil }
             let start = UInt64(entry.localHeaderOffset) + UInt64(header.length)
