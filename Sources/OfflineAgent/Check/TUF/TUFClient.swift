@@ -34,18 +34,18 @@ struct TUFClient: Sendable {
             set = local
         }
         // 5.3: N+1 until the repository has none; each version signed by the old and the new keys.
-        var rotated = false
         for _ in 0..<Self.maxRootRotations {
             let version = set.root.metadata.version + 1
             guard let bytes = try await download("metadata/\(version).root.json", cap: Self.rootCap, missingIsNil: true) else { break }
-            if try set.updateRoot(bytes) { rotated = true }
+            if try set.updateRoot(bytes) {
+                // 5.3.11: new timestamp or snapshot keys: the old versions say nothing any more
+                // (fast-forward recovery: a repository can restart their versions). Removed
+                // before the new root is kept: a crash between the two finds the old root
+                // and rotates again, never the new root with the old floor.
+                store.remove("timestamp")
+                store.remove("snapshot")
+            }
             try store.write("root", bytes)
-        }
-        if rotated {
-            // 5.3.11: new timestamp or snapshot keys: the old versions say nothing any more
-            // (fast-forward recovery: a repository can restart their versions).
-            store.remove("timestamp")
-            store.remove("snapshot")
         }
         // 5.4: the persisted timestamp is the floor (it may have expired: it still is).
         if let local = store.read("timestamp") { _ = try? set.updateTimestamp(local) }
