@@ -75,6 +75,7 @@ struct PublishCommand: AsyncParsableCommand {
                 print("  \(patch.file)  \(patch.size) bytes  sha256 \(patch.sha256)")
             }
             print("  \(Publisher.manifestFile)\(result.signaturePath == nil ? "" : " + \(Publisher.signatureFile)")")
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 

@@ -44,6 +44,7 @@ struct RevertCommand: AsyncParsableCommand {
             let epoch = result.release.epoch.map { " (epoch \($0))" } ?? ""
             print("reverted \(app) to the package of \(target) as \(result.release.version)\(epoch)")
             for patch in result.patches { print("  \(patch.file)  \(patch.size) bytes") }
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 }

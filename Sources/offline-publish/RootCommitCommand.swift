@@ -23,6 +23,7 @@ struct RootCommitCommand: AsyncParsableCommand {
             } else {
                 print("re-sign targets, snapshot and timestamp with the new keys: the next publish or release verb does, or root commit --key")
             }
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 }

@@ -148,6 +148,21 @@ public enum TUFRepository {
         return version
     }
 
+    /// When the directory's root and the metadata its timestamp leads to expire, each
+    /// marked `soon` within an eighth of its default life (at most 7 days): what
+    /// `offline-publish` warns about after each command. Empty without metadata.
+    package static func expiryNotices(publishDirectory: String, now: Date, expiry: TUFExpiry = TUFExpiry()) -> [TUFExpiryNotice] {
+        let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
+        let chain = currentChain(in: directory)
+        let root = (try? latestRoot(in: directory))??.1.metadata
+        let all: [(String, TUFMetadata?)] = [
+            ("root", root), ("targets", chain.targets?.metadata), ("snapshot", chain.snapshot?.metadata), ("timestamp", chain.timestamp?.metadata),
+        ]
+        return all.compactMap { role, metadata in
+            metadata.map { TUFExpiryNotice(role: role, version: $0.version, expires: $0.expires, lifetime: expiry.lifetime(role), now: now) }
+        }
+    }
+
     // MARK: Steps
 
     static func metadataDirectory(_ publishDirectory: String) -> String { "\(publishDirectory)/\(directoryName)" }
