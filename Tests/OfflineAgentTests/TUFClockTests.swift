@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 @testable import OfflineAgent
 import OfflinePublish
@@ -15,12 +14,7 @@ import TestSupport
 struct TUFClockTests {
     typealias F = PublishFixtures
 
-    final class FakeClock: Sendable {
-        private let value: Mutex<Date>
-        init(_ date: Date) { value = Mutex(date) }
-        var now: Date { value.withLock { $0 } }
-        func set(_ date: Date) { value.withLock { $0 = date } }
-    }
+    typealias FakeClock = ClockSkewTests.FakeClock
 
     static let sixMonths: TimeInterval = 182 * 86_400
 
