@@ -24,9 +24,20 @@ struct StatusCommand: AsyncParsableCommand {
         func reports(_ app: String) -> ReportQueueStatus? { ReportQueueStatus(root: root, app: app) }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let data = app == nil
-            ? try encoder.encode(["apps": statuses.map { StatusJSON($0, lifecycles[$0.app], report: reports($0.app)) }])
-            : try encoder.encode(StatusJSON(statuses[0], lifecycles[statuses[0].app], report: reports(statuses[0].app)))
+        // Trusted TUF metadata is kept per repository, not per app: every answer carries all of it.
+        let trust = TUFTrustStatus.load(agentRoot: root, now: Date())
+        struct All: Encodable {
+            var apps: [StatusJSON]
+            var trust: [TUFTrustStatus]
+        }
+        let data: Data
+        if app == nil {
+            data = try encoder.encode(All(apps: statuses.map { StatusJSON($0, lifecycles[$0.app], report: reports($0.app)) }, trust: trust))
+        } else {
+            var one = StatusJSON(statuses[0], lifecycles[statuses[0].app], report: reports(statuses[0].app))
+            one.trust = trust
+            data = try encoder.encode(one)
+        }
         return String(decoding: data, as: UTF8.self)
     }
 
@@ -58,6 +69,12 @@ struct StatusCommand: AsyncParsableCommand {
                 print("  files: \(disk.alone) bytes this app's alone, \(disk.shared) shared with other apps; object store \(disk.store) bytes (all apps)")
                 if disk.packageZips > 0 { print("  packages: \(disk.packageZips) kept as whole zips (deflated entries)") }
                 for entry in status.installed?.whitelist ?? [] { print("  serves: \(entry)") }
+            }
+            // When trusted metadata expires, with a warning in the last eighth of its life (at most 7 days).
+            let now = Date()
+            for repository in TUFTrustStatus.load(agentRoot: agent.store.root, now: now) {
+                print("trusted metadata \(repository.repository):")
+                for role in repository.roles { print("  \(role.describe(now: now))") }
             }
         }
     }

@@ -7,11 +7,14 @@ import OfflineAgent
 /// nextCheck and failures (throttle, `Retry-After`, backoff),
 /// and the lifecycle: state, launches, maxTrialLaunches, held, badVersions, history;
 /// report: the app's fleet-report queue (`{"url", "pending", "dropped", "rejected",
-/// "failures"}`), null when its syncs do not report.
+/// "failures"}`), null when its syncs do not report; trust (one app's object only): the
+/// trusted TUF metadata of every repository (`[{"repository", "roles": [{"role",
+/// "version", "expires", "soon", "expired"}]}]`), as `{"apps", "trust"}` has it for all.
 struct StatusJSON: Encodable {
     var status: AppStatus
     var lifecycle: LifecycleStatus?
     var report: ReportQueueStatus?
+    var trust: [TUFTrustStatus]?
 
     init(_ status: AppStatus, _ lifecycle: LifecycleStatus?, report: ReportQueueStatus? = nil) {
         self.status = status
@@ -23,7 +26,7 @@ struct StatusJSON: Encodable {
         case app, version, miniVersion, usable, path, lastCheck, whitelist, rollout, previousVersion, diskBytes
         case nextCheck, failures
         case state, launches, maxTrialLaunches, held, badVersions, history
-        case report
+        case report, trust
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -47,5 +50,6 @@ struct StatusJSON: Encodable {
         try c.encode(status.nextCheck.map(RFC3339.string(from:)), forKey: .nextCheck)
         try c.encode(status.failures, forKey: .failures)
         try c.encode(report, forKey: .report)
+        try c.encodeIfPresent(trust, forKey: .trust)
     }
 }

@@ -17,6 +17,7 @@ struct HistoryCommand: AsyncParsableCommand {
         try await reportingFailures {
             let history = try ReleaseEditor.history(app: app, publishDirectory: out)
             print(json ? try history.json() : history.text)
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 }

@@ -27,6 +27,7 @@ struct PromoteCommand: AsyncParsableCommand {
                 app: app, version: parsed, from: from, to: to, key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("promoted \(app) \(parsed) to \(result.appDirectory)")
             print("  \(result.release.packageFile)  \(result.release.size) bytes  sha256 \(result.release.sha256)")
+            MetadataExpiryWarning.check(publishDirectory: to)
         }
     }
 }

@@ -16,14 +16,15 @@ struct PublishCommand: AsyncParsableCommand {
 
             Settings not given (mini version, whitelist, rollout, network type, expiry) keep their \
             previous values; a first publish defaults to: mini version = VERSION, rollout 100, \
-            network type any, no expiry. A whitelist is required (given now or kept): without one \
+            network type any, no expiry, epoch 0. A whitelist is required (given now or kept): without one \
             devices would install the package and serve none of it. --key FILE signs the manifest; \
             publishing unsigned needs --unsigned (devices then need --allow-unsigned).
 
             --trial-launches N asks devices to keep this version on trial: unless the page or its host \
             confirms it (offline-agent mark-good, or POST /.offline-agent/mark-good through serve) within \
             N launches, it is rolled back. Without it the version is good once installed. Each version \
-            asks for itself (docs/PUBLISHING.md, "Trials"). VERSION must be greater than the latest, and an \
+            asks for itself (docs/PUBLISHING.md, "Trials"). VERSION must be greater than the latest (unless \
+            --epoch N is above the latest's epoch: the recovery from a version published too high), and an \
             expiry that has already passed (given or kept) is refused: no device would accept it.
 
             --stage (default 100) or --stage-schedule starts a staged rollout: devices whose bucket is \
@@ -57,6 +58,8 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Staged rollout: share of devices (0-100) that may take this version (default 100).") var stage: Int?
     @Option(help: "Staged rollout in time after publishing: PERCENT@OFFSET,... (e.g. 5@0h,25@24h,100@72h; units s m h d).")
     var stageSchedule: String?
+    @Option(help: "The release epoch (default: the latest's). A higher epoch may publish a version below the latest; it never goes down.")
+    var epoch: Int?
     @Flag(help: "Publish a source with no entry page at its root (no index.html, no --fallback file): files other pages load, not a site.")
     var noEntryPage = false
     @OptionGroup var lock: LockOptions
@@ -72,6 +75,7 @@ struct PublishCommand: AsyncParsableCommand {
                 print("  \(patch.file)  \(patch.size) bytes  sha256 \(patch.sha256)")
             }
             print("  \(Publisher.manifestFile)\(result.signaturePath == nil ? "" : " + \(Publisher.signatureFile)")")
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 
@@ -86,6 +90,7 @@ struct PublishCommand: AsyncParsableCommand {
             app: app, version: version, sourceDirectory: source, publishDirectory: out,
             whitelist: whitelist.isEmpty ? nil : whitelist, rollout: rollout, baseURL: baseUrl, fallback: fallback)
         options.trialLaunches = trialLaunches
+        options.epoch = epoch
         options.lockWait = try lock.wait()
         options.requireWhitelist = true
         options.requireEntryPage = !noEntryPage

@@ -33,6 +33,7 @@ struct SetCommand: AsyncParsableCommand {
                 app: app, publishDirectory: out, settings: try settings(now: Date()),
                 key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("\(app) \(state.latest): \(state.revisions?.last?.reason ?? "set")")
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 

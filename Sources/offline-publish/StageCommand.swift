@@ -26,6 +26,7 @@ struct StageCommand: AsyncParsableCommand {
             let state = try ReleaseEditor.stage(
                 app: app, publishDirectory: out, percent: percent, key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("\(app) \(state.latest): stage \(percent)%\(percent == 0 ? " (halted)" : "")")
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 }

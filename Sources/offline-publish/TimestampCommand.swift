@@ -35,6 +35,7 @@ struct TimestampCommand: AsyncParsableCommand {
             let version = try TUFRepository.refreshTimestamp(
                 publishDirectory: out, key: try SigningKey(contentsOfFile: key), expires: until)
             print("timestamp v\(version), expires \(RFC3339.string(from: until))")
+            MetadataExpiryWarning.check(publishDirectory: out)
         }
     }
 }

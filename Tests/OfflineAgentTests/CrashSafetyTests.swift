@@ -10,7 +10,9 @@ import TestSupport
 struct CrashSafetyTests {
     /// Every step a patch update reaches. Extraction's object writes (`after-object-written`,
     /// `after-object-stored`) are a full install's: ObjectStoreTests kills there.
-    static let points = CrashPoint.allCases.filter { ![.afterObjectWritten, .afterObjectStored].contains($0) }.map(\.rawValue)
+    /// The TUF metadata store's points are a trusted-root sync's: TUFCrashTests kills there.
+    static let points = CrashPoint.allCases.filter { ![.afterObjectWritten, .afterObjectStored].contains($0) && !CrashPoint.tuf.contains($0) }
+        .map(\.rawValue)
     /// The steps of a streamed patch update before its swap: a crash there leaves the old version active.
     static let beforeSwap: Set<String> = Set([CrashPoint.afterPatchObjectWritten, .afterPatch, .afterPatchVerified, .afterObjectLinked,
                                               .beforeTreeRename, .afterExtract].map(\.rawValue))

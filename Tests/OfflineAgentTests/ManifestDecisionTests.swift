@@ -24,11 +24,15 @@ struct ManifestDecisionTests {
         var originRefusal: OfflineAgentError?
         var bucket = 50
         var network = NetworkKind.unmetered
+        /// The manifest's epoch, the highest the device accepted and its installed version's.
+        var epoch = 0
+        var knownEpoch = 0
+        var installedEpoch = 0
         var expected: Expected
         var asked: [ManifestDecision.Fact]
 
         enum Expected: Sendable, Equatable {
-            case downgrade, refused(SyncResult), originRefused(OfflineAgentError.Cause), differentPackage, sameVersion, notInStage(Int, Int), deferred, install
+            case epochRollback, downgrade, refused(SyncResult), originRefused(OfflineAgentError.Cause), differentPackage, sameVersion, notInStage(Int, Int), deferred, install
         }
 
         var testDescription: String { name }
@@ -39,6 +43,7 @@ struct ManifestDecisionTests {
                 sha256: packageSha256, packageSha256: packageSha256, whitelist: ["https://h5.example.com/new/"],
                 networkType: wifiOnly ? .wifi : .any, rollout: 30)
             manifest.stage = stage
+            manifest.epoch = epoch
             if let schedule {
                 manifest.format = 2
                 manifest.publishedAt = ManifestDecisionTests.now.addingTimeInterval(-schedule.publishedAgo)
@@ -96,11 +101,27 @@ struct ManifestDecisionTests {
             expected: .deferred, asked: [.lifecycleRefusal, .originClaim, .bucket, .network]),
         Row(name: "an any-network manifest on a metered network installs", network: .metered, expected: .install,
             asked: [.lifecycleRefusal, .originClaim]),
+        // Epochs: (epoch, version) never goes down; a lower epoch is a replay.
+        Row(name: "a higher epoch offers a lower version: the recovery installs", offered: "1.0.1", installed: "999999999.0.0",
+            epoch: 1, expected: .install, asked: [.lifecycleRefusal, .originClaim]),
+        Row(name: "the same epoch still refuses a lower version", offered: "1.0.1", installed: "999999999.0.0",
+            epoch: 1, knownEpoch: 1, installedEpoch: 1, expected: .downgrade, asked: []),
+        Row(name: "a lower epoch is refused before anything, even offering a newer version", offered: "2.0.0",
+            epoch: 0, knownEpoch: 1, installedEpoch: 1, expected: .epochRollback, asked: []),
+        Row(name: "a replay of the version published too high is refused after the recovery", offered: "999999999.0.0", installed: "1.0.1",
+            epoch: 0, knownEpoch: 1, installedEpoch: 1, expected: .epochRollback, asked: []),
+        Row(name: "a device that saw the new epoch but kept the old version still moves down", offered: "1.0.1", installed: "999999999.0.0",
+            stage: 50, bucket: 10, epoch: 1, knownEpoch: 1, installedEpoch: 0, expected: .install, asked: [.lifecycleRefusal, .originClaim, .bucket]),
+        Row(name: "a higher epoch is refused as usual by the lifecycle", offered: "1.0.1", installed: "999999999.0.0",
+            refusal: .knownBad, epoch: 2, knownEpoch: 1, installedEpoch: 1, expected: .refused(.knownBad), asked: [.lifecycleRefusal]),
+        Row(name: "a higher epoch with the installed version rewrites its record", offered: "1.0.0",
+            epoch: 1, expected: .sameVersion, asked: [.lifecycleRefusal, .originClaim]),
     ]
 
     @Test("each manifest and device gets its decision, asking only for the facts it needs", arguments: rows)
     func table(_ row: Row) throws {
-        var facts = ManifestFacts(manifest: row.manifest, installed: row.record, now: Self.now)
+        var facts = ManifestFacts(
+            manifest: row.manifest, installed: row.record, now: Self.now, knownEpoch: row.knownEpoch, installedEpoch: row.installedEpoch)
         var asked: [ManifestDecision.Fact] = []
         var decision = ManifestDecision.decide(facts)
         // Each fact is asked once at most: four facts, five steps bound the loop.
@@ -118,6 +139,7 @@ struct ManifestDecisionTests {
         }
         #expect(asked == row.asked)
         let got: Row.Expected? = switch decision {
+        case .refuseEpoch(let offered, let known): offered == row.epoch && known == row.knownEpoch ? .epochRollback : nil
         case .refuseDowngrade(let offered, let installed):
             offered == row.manifest.version && installed == row.record?.version ? .downgrade : nil
         case .refused(let result): .refused(result)
@@ -163,11 +185,35 @@ struct ManifestDecisionTests {
         for (known, offered, kept) in [("1.2.0", "0.9.0", "1.2.0"), ("0.5.0", "0.9.0", "0.9.0"), (nil, "0.9.0", "0.9.0")] as [(String?, String, String)] {
             manifest.miniVersion = Version(offered)!
             let check = CheckState(etag: "\"old\"", etagCurrent: "1.0.0", knownMiniVersion: known.flatMap(Version.init))
-            let planned = ManifestDecision.planned(check, manifest: manifest)
+            let planned = ManifestDecision.planned(check, manifest: manifest, installed: Version("1.0.0"))
             #expect(planned.knownMiniVersion == Version(kept))
             #expect(planned.etag == nil)
-            let settled = ManifestDecision.settled(planned, etag: "\"new\"", current: manifest.version)
+            let settled = ManifestDecision.settled(planned, etag: "\"new\"", current: manifest.version, epoch: 0)
             #expect(settled.etag == "\"new\"" && settled.etagCurrent == "1.1.0" && settled.knownMiniVersion == Version(kept))
         }
+    }
+
+    @Test("a higher epoch is recorded once trusted, pins the installed version's epoch and restarts miniVersion; only a settle moves it")
+    func epochStates() {
+        let row = Row(name: "epoch", offered: "1.0.1", epoch: 1, expected: .install, asked: [])
+        let high = Version("999999999.0.0")!
+        let before = CheckState(knownMiniVersion: high)
+        // Before any epoch: the installed version counts as epoch 0.
+        #expect(ManifestDecision.installedEpoch(before, installed: high) == 0)
+        let planned = ManifestDecision.planned(before, manifest: row.manifest, installed: high)
+        #expect(planned.knownEpoch == 1)
+        #expect(planned.knownMiniVersion == Version("0.9.0"), "the old epoch's miniVersion would make the recovery unusable")
+        // Not installed yet (outside the stage): the installed version is still of epoch 0, so the recovery stays open.
+        #expect(ManifestDecision.installedEpoch(planned, installed: high) == 0)
+        // A replay of epoch 0 neither lowers the epoch nor raises miniVersion past the new epoch's rules.
+        var replay = row.manifest
+        replay.epoch = 0
+        replay.miniVersion = high
+        let replayed = ManifestDecision.planned(planned, manifest: replay, installed: high)
+        #expect(replayed.knownEpoch == 1)
+        let settled = ManifestDecision.settled(planned, etag: nil, current: row.manifest.version, epoch: 1)
+        #expect(ManifestDecision.installedEpoch(settled, installed: row.manifest.version) == 1)
+        // A version the lifecycle rolled back to has no epoch of its own: it counts as the highest accepted.
+        #expect(ManifestDecision.installedEpoch(settled, installed: high) == 1)
     }
 }

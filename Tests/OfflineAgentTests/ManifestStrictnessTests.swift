@@ -86,6 +86,12 @@ struct ManifestStrictnessTests {
         Case(label: "rollout 101", reason: "rollout must be an integer 0…100") { body(["rollout": "101"]) },
         Case(label: "rollout as a string", reason: "rollout must be an integer 0…100") { body(["rollout": "\"50\""]) },
         Case(label: "rollout 50.5", reason: "rollout must be an integer 0…100") { body(["rollout": "50.5"]) },
+        Case(label: "epoch -1", reason: "epoch must be an integer 0…999999999") { body(["epoch": "-1"]) },
+        Case(label: "epoch 1.0", reason: "epoch must be an integer 0…999999999") { body(["epoch": "1.0"]) },
+        Case(label: "epoch 1e3", reason: "epoch must be an integer 0…999999999") { body(["epoch": "1e3"]) },
+        Case(label: "epoch past its range", reason: "epoch must be an integer 0…999999999") { body(["epoch": "1000000000"]) },
+        Case(label: "epoch past Int64", reason: "epoch must be an integer 0…999999999") { body(["epoch": "9223372036854775808"]) },
+        Case(label: "epoch as a string", reason: "epoch must be an integer 0…999999999") { body(["epoch": "\"1\""]) },
         Case(label: "size as a string", reason: "size must be an integer 0…9223372036854775807") { body(["size": "\"100\""]) },
         Case(label: "size null", reason: "missing field 'size'") { body(["size": "null"]) },
         Case(label: "version with a letter", reason: "version must be dotted decimal numbers (1 to 8 components, each 0…999999999)") {

@@ -277,3 +277,67 @@ struct ReleaseVerbTests {
         #expect(F.tree(out) == before)
     }
 }
+
+/// Epochs on the publisher: a higher epoch may go below the latest version, the epoch
+/// never goes down, a version is never published twice, and the manifest carries it.
+@Suite("Release epochs")
+struct ReleaseEpochTests {
+    typealias F = PublishFixtures
+    typealias R = ReleaseVerbTests
+
+    static func options(_ out: String, _ version: String, source: String = "1.0.0", key: SigningKey?, epoch: Int? = nil) -> PublishOptions {
+        var options = PublishOptions(
+            app: "sample", version: Version(version)!, sourceDirectory: F.sampleApp(source), publishDirectory: out,
+            whitelist: ["https://h5.example.com/sample/"], signingKey: key)
+        options.now = F.fixedPublishTime
+        options.epoch = epoch
+        return options
+    }
+
+    @Test("publish --epoch goes below the latest, keeps the epoch after, refuses a lower epoch or a version published before")
+    func publishEpoch() throws {
+        let (out, key) = try R.published()
+        defer { F.cleanUp(out) }
+        #expect(try R.manifest(out).epoch == 0)
+        // Bytes of states and manifests from before epochs stay: no epoch field at 0.
+        #expect(!String(decoding: try Data(contentsOf: URL(fileURLWithPath: "\(out)/sample/state.json")), as: UTF8.self).contains("epoch"))
+        let lower = try Publisher.publish(Self.options(out, "1.0.5", key: key, epoch: 1))
+        #expect(lower.state.epoch == 1 && lower.state.latest == Version("1.0.5"))
+        // A patch goes up only: from 1.0.0, not from 1.1.0.
+        #expect(lower.patches.map(\.from) == [Version("1.0.0")!])
+        let manifest = try R.manifest(out)
+        #expect(manifest.epoch == 1 && manifest.version == Version("1.0.5") && manifest.miniVersion <= manifest.version)
+        // Kept: the next publish without --epoch is of epoch 1 and must rise within it.
+        #expect(try Publisher.publish(Self.options(out, "1.0.6", key: key)).state.epoch == 1)
+        R.expectRefused(out, "below the latest release's epoch 1") { _ = try Publisher.publish(Self.options(out, "2.0.0", key: key, epoch: 0)) }
+        R.expectRefused(out, "was published already") { _ = try Publisher.publish(Self.options(out, "1.1.0", key: key, epoch: 2)) }
+        R.expectRefused(out, "outside 0…999999999") { _ = try Publisher.publish(Self.options(out, "3.0.0", key: key, epoch: 1_000_000_000)) }
+        do {
+            _ = try Publisher.publish(Self.options(out, "1.0.1", key: key))
+            Issue.record("a lower version in the same epoch was published")
+        } catch let error as OfflineAgentError {
+            #expect(error.reason.contains("--epoch 2"), "the refusal names the recovery: \(error.reason)")
+        }
+    }
+
+    @Test("revert --new-epoch publishes the package as the next unpublished patch after it, one epoch up; a kept miniVersion above it is lowered")
+    func revertNewEpoch() throws {
+        let (out, key) = try R.published()
+        defer { F.cleanUp(out) }
+        var settings = ReleaseSettings()
+        settings.miniVersion = Version("1.1.0")
+        _ = try ReleaseEditor.set(app: "sample", publishDirectory: out, settings: settings, key: key)
+        let result = try ReleaseEditor.revert(app: "sample", publishDirectory: out, to: Version("1.0.0")!, newEpoch: true, key: key)
+        #expect(result.release.version == Version("1.0.1") && result.release.epoch == 1 && result.release.sha256 == result.state.versions[0].sha256)
+        #expect(result.state.miniVersion == Version("1.0.1"))
+        let manifest = try R.manifest(out)
+        #expect(manifest.epoch == 1 && manifest.version == Version("1.0.1"))
+        // Again: 1.0.1 is taken, so 1.0.2, epoch 2.
+        let again = try ReleaseEditor.revert(app: "sample", publishDirectory: out, to: Version("1.0.0")!, newEpoch: true, key: key)
+        #expect(again.release.version == Version("1.0.2") && again.release.epoch == 2)
+        // A state whose epochs go down is refused whole (a hand edit devices would refuse).
+        var state = again.state
+        state.versions[state.versions.count - 1].epoch = 0
+        #expect(throws: OfflineAgentError.self) { try state.check(path: nil) }
+    }
+}

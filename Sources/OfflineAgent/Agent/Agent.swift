@@ -397,8 +397,10 @@ public actor Agent {
         report.fullSize = manifest.isPatch ? manifest.fullSize : manifest.size
         // What to do with the manifest is `ManifestDecision`'s; this runs it, learning
         // each fact it asks for (a few steps: every fact is asked at most once).
-        let planned = ManifestDecision.planned(check, manifest: manifest)
-        var facts = ManifestFacts(manifest: manifest, installed: installed, now: now)
+        let planned = ManifestDecision.planned(check, manifest: manifest, installed: installed?.version)
+        var facts = ManifestFacts(
+            manifest: manifest, installed: installed, now: now, knownEpoch: check.knownEpoch ?? 0,
+            installedEpoch: ManifestDecision.installedEpoch(check, installed: installed?.version))
         decide: while true {
             switch ManifestDecision.decide(facts) {
             case .needs(.lifecycleRefusal):
@@ -427,6 +429,10 @@ public actor Agent {
                 facts.bucket = Resolver.rolloutBucket(deviceID: deviceID, app: app)
             case .needs(.network):
                 facts.network = try await pool.run(.manifest, { [logger] in options.networkKind(logger: logger) })
+            case .refuseEpoch(let offered, let known):
+                throw OfflineAgentError(
+                    .manifest, "manifest is of epoch \(offered), below epoch \(known) this device accepted (a replay from before a recovery)",
+                    cause: .epochRollback)
             case .refuseDowngrade(let offered, let installed):
                 throw OfflineAgentError(.manifest, "manifest offers \(offered), below installed \(installed) (downgrade refused)", cause: .downgrade)
             case .refused(let refusal):
@@ -439,7 +445,7 @@ public actor Agent {
             case .recordSameVersion(let updated):
                 try await pool.run(.install) {
                     try store.updateRecord(updated, app: app)
-                    try store.saveCheckState(ManifestDecision.settled(planned, etag: newETag, current: updated.version), for: app)
+                    try store.saveCheckState(ManifestDecision.settled(planned, etag: newETag, current: updated.version, epoch: manifest.epoch), for: app)
                 }
                 report.result = .upToDate
                 return
@@ -478,7 +484,7 @@ public actor Agent {
                 // Installed all the same: the next lifecycle step records it (its trial is in its record).
                 logger.warning("\(app): cannot record the install in the lifecycle: \(error)")
             }
-            try store.saveCheckState(ManifestDecision.settled(planned, etag: newETag, current: version), for: app)
+            try store.saveCheckState(ManifestDecision.settled(planned, etag: newETag, current: version, epoch: manifest.epoch), for: app)
         }
     }
 

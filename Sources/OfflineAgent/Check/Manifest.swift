@@ -65,6 +65,12 @@ public struct Manifest: Sendable, Equatable, Codable {
     public var stage: Int?
     /// The staged rollout as steps in time after `publishedAt`; empty when not given.
     public var stageSchedule: [ManifestStageStep] = []
+    /// The release epoch (`docs/PROTOCOL.md`, "Epochs"): 0 when absent. A device never
+    /// accepts a lower epoch than one it accepted, and a higher epoch may offer a
+    /// version below the installed one: the recovery from a version published too high.
+    public var epoch: Int = 0
+    /// The largest `epoch` a manifest may give.
+    public static let maxEpoch = 999_999_999
 
     /// A manifest with every field given; `Manifest.decode` is what checks a server's manifest.
     public init(
@@ -102,6 +108,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         case fullUrl, fullSize, fullSha256, whitelist, networkType, rollout, expires, compression, patches, fallback
         case trialLaunches
         case format, publishedAt, stage, stageSchedule
+        case epoch
     }
 
     /// Decodes the wire form (see `Manifest.decode` for the strict checks a server's bytes get).
@@ -129,6 +136,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         format = try c.decodeIfPresent(Int.self, forKey: .format) ?? 1
         stage = try c.decodeIfPresent(Int.self, forKey: .stage)
         stageSchedule = try c.decodeIfPresent([ManifestStageStep].self, forKey: .stageSchedule) ?? []
+        epoch = try c.decodeIfPresent(Int.self, forKey: .epoch) ?? 0
         if let text = try c.decodeIfPresent(String.self, forKey: .publishedAt) {
             guard let date = RFC3339.date(from: text) else {
                 throw DecodingError.dataCorruptedError(forKey: .publishedAt, in: c, debugDescription: "invalid RFC 3339 time '\(text)'")
@@ -174,6 +182,8 @@ public struct Manifest: Sendable, Equatable, Codable {
         try c.encodeIfPresent(publishedAt.map(RFC3339.string(from:)), forKey: .publishedAt)
         try c.encodeIfPresent(stage, forKey: .stage)
         if !stageSchedule.isEmpty { try c.encode(stageSchedule, forKey: .stageSchedule) }
+        // Epoch 0 is absent: manifests from before epochs keep their bytes.
+        if epoch != 0 { try c.encode(epoch, forKey: .epoch) }
     }
 
     /// Decodes and checks a manifest body on its own terms (fields, ranges, hashes);
@@ -219,6 +229,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         manifest.publishedAt = try fields.optional("publishedAt", fields.time)
         manifest.stage = try fields.optional("stage", fields.percent)
         manifest.stageSchedule = try fields.optional("stageSchedule", fields.stageSchedule) ?? []
+        manifest.epoch = try fields.optional("epoch", fields.epoch) ?? 0
         try manifest.checkFields()
         return manifest
     }
@@ -231,6 +242,7 @@ public struct Manifest: Sendable, Equatable, Codable {
         guard SHA256Hex.isValid(sha256) else { throw fail(ManifestFields.rule("sha256")) }
         guard SHA256Hex.isValid(packageSha256) else { throw fail(ManifestFields.rule("packageSha256")) }
         guard (0...100).contains(rollout) else { throw fail(ManifestFields.rule("rollout")) }
+        guard (0...Manifest.maxEpoch).contains(epoch) else { throw fail(ManifestFields.rule("epoch")) }
         if let fullSha256, !SHA256Hex.isValid(fullSha256) { throw fail(ManifestFields.rule("fullSha256")) }
         if let fullSize, fullSize < 0 { throw fail(ManifestFields.rule("fullSize")) }
         if let fallback, !ManifestFields.isPackagePath(fallback) { throw fail(ManifestFields.rule("fallback")) }

@@ -9,7 +9,11 @@ import FoundationEssentials
 /// is asked for with `needs` only when the rules before it let the manifest through, so
 /// the caller learns it, fills it in and decides again. The rules apply in this order
 /// (docs/PROTOCOL.md):
-/// 1. an offered version below the installed one is refused (`downgrade`);
+/// 0. an epoch below the highest one the device accepted is refused (`epoch-rollback`):
+///    a replay from before a recovery;
+/// 1. an offered version below the installed one is refused (`downgrade`), unless the
+///    manifest's epoch is above the one the installed version came with: comparing
+///    (epoch, version), a recovery from a version published too high moves down;
 /// 2. a version the lifecycle refuses (marked bad, or a held app) is not downloaded;
 /// 3. a whitelist claiming an origin the device does not allow the app, or one another
 ///    installed app holds, is refused (`origin-not-allowed`, `origin-claimed`), even for
@@ -35,6 +39,8 @@ enum ManifestDecision: Sendable {
 
     /// Learn `Fact`, then decide again.
     case needs(Fact)
+    /// The manifest's epoch is below the highest one accepted: a failure (cause `epoch-rollback`).
+    case refuseEpoch(offered: Int, known: Int)
     /// The manifest offers `offered`, below `installed`: a failure (cause `downgrade`).
     case refuseDowngrade(offered: Version, installed: Version)
     /// The lifecycle refuses the offered version (`held`, `knownBad`): nothing downloaded.
@@ -55,7 +61,10 @@ enum ManifestDecision: Sendable {
     /// The decision for `facts`, or the next fact it needs.
     static func decide(_ facts: ManifestFacts) -> ManifestDecision {
         let manifest = facts.manifest
-        if let installed = facts.installed?.version, manifest.version < installed {
+        if manifest.epoch < facts.knownEpoch {
+            return .refuseEpoch(offered: manifest.epoch, known: facts.knownEpoch)
+        }
+        if let installed = facts.installed?.version, manifest.epoch <= facts.installedEpoch, manifest.version < installed {
             return .refuseDowngrade(offered: manifest.version, installed: installed)
         }
         guard let refusal = facts.lifecycleRefusal else { return .needs(.lifecycleRefusal) }
@@ -90,24 +99,50 @@ enum ManifestDecision: Sendable {
         check.etagCurrent == (installed?.description ?? "") ? check.etag : nil
     }
 
+    /// The epoch the installed version came with: the one recorded for it, else the
+    /// highest accepted (a version the lifecycle rolled back to, or one installed before
+    /// epochs: only a strictly higher epoch may then offer a lower version).
+    static func installedEpoch(_ check: CheckState, installed: Version?) -> Int {
+        if let installed, check.installedEpochVersion == installed.description, let epoch = check.installedEpoch { return epoch }
+        return check.knownEpoch ?? 0
+    }
+
     /// The check state to record once a manifest is trusted (before any download): its
     /// `miniVersion` holds from now on, whatever happens to the download, and no ETag is
     /// kept until the outcome is known, so a sync that ends without installing (outside
     /// the stage, deferred, failed) reads the manifest again next time: a schedule widens
     /// with time while the bytes (and their ETag) stay the same.
-    static func planned(_ check: CheckState, manifest: Manifest) -> CheckState {
+    ///
+    /// A higher epoch is recorded now, so no replay from before it is accepted again; the
+    /// installed version keeps the epoch it came with (a device outside the new epoch's
+    /// stage still moves down later), and the new epoch's `miniVersion` replaces the old
+    /// one (the old epoch's versions are not the measure of the new one's).
+    static func planned(_ check: CheckState, manifest: Manifest, installed: Version?) -> CheckState {
         var check = check
-        check.knownMiniVersion = max(check.knownMiniVersion ?? manifest.miniVersion, manifest.miniVersion)
+        let known = check.knownEpoch ?? 0
+        if manifest.epoch > known {
+            if let installed {
+                check.installedEpoch = installedEpoch(check, installed: installed)
+                check.installedEpochVersion = installed.description
+            }
+            check.knownEpoch = manifest.epoch
+            check.knownMiniVersion = manifest.miniVersion
+        } else {
+            check.knownMiniVersion = max(check.knownMiniVersion ?? manifest.miniVersion, manifest.miniVersion)
+        }
         check.etag = nil
         return check
     }
 
     /// The check state once the offered version is the installed one (installed now, or
-    /// its record rewritten): the answer's ETag is kept, tied to that version.
-    static func settled(_ check: CheckState, etag: String?, current: Version) -> CheckState {
+    /// its record rewritten): the answer's ETag is kept, tied to that version, and the
+    /// version is recorded as of the manifest's epoch.
+    static func settled(_ check: CheckState, etag: String?, current: Version, epoch: Int) -> CheckState {
         var check = check
         check.etag = etag
         check.etagCurrent = current.description
+        check.installedEpoch = epoch
+        check.installedEpochVersion = current.description
         return check
     }
 }

@@ -8,6 +8,10 @@ struct ManifestFacts: Sendable {
     var installed: InstalledVersion?
     /// The device's clock, for the stage schedule.
     var now: Date
+    /// The highest epoch this device accepted (`CheckState.knownEpoch`, 0 when none).
+    var knownEpoch: Int = 0
+    /// The epoch the installed version came with (`ManifestDecision.installedEpoch`).
+    var installedEpoch: Int = 0
     /// The lifecycle's refusal of the offered version (`held`, `knownBad`, or none: `.some(nil)`); nil while not learned.
     var lifecycleRefusal: SyncResult??
     /// `OriginClaims.refusal` of the manifest's whitelist (`.some(nil)`: the claim is allowed); nil while not learned.
@@ -17,11 +21,13 @@ struct ManifestFacts: Sendable {
     /// The kind of network the device is on; nil while not learned.
     var network: NetworkKind?
 
-    init(manifest: Manifest, installed: InstalledVersion?, now: Date,
+    init(manifest: Manifest, installed: InstalledVersion?, now: Date, knownEpoch: Int = 0, installedEpoch: Int = 0,
          lifecycleRefusal: SyncResult?? = nil, originRefusal: OfflineAgentError?? = nil, bucket: Int? = nil, network: NetworkKind? = nil) {
         self.manifest = manifest
         self.installed = installed
         self.now = now
+        self.knownEpoch = knownEpoch
+        self.installedEpoch = installedEpoch
         self.lifecycleRefusal = lifecycleRefusal
         self.originRefusal = originRefusal
         self.bucket = bucket

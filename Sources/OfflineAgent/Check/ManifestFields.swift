@@ -36,6 +36,7 @@ package struct ManifestFields {
         case "stage": "stage must be an integer 0…100"
         case "stageSchedule":
             "stageSchedule must be an array of 1 to \(ManifestStageStep.maxCount) objects {afterSeconds, percent}"
+        case "epoch": "epoch must be an integer 0…\(Manifest.maxEpoch)"
         default: "\(field) is invalid"
         }
     }
@@ -144,6 +145,11 @@ package struct ManifestFields {
 
     func format(_ field: String) throws -> Int {
         guard let value = try integer(field), (1...Int64(Manifest.formatVersion)).contains(value) else { throw invalid(field) }
+        return Int(value)
+    }
+
+    func epoch(_ field: String) throws -> Int {
+        guard let value = try integer(field), value <= Int64(Manifest.maxEpoch) else { throw invalid(field) }
         return Int(value)
     }
 

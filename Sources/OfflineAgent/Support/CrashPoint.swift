@@ -31,6 +31,17 @@ enum CrashPoint: String, CaseIterable {
     case afterLinkCreated = "after-link-created"
     case afterSwap = "after-swap"
     case afterGarbageCollection = "after-gc"
+    /// TUF metadata store (`TUFClient.refresh`): a verified root of the chain was just kept.
+    case afterTUFRoot = "after-tuf-root"
+    /// A new trusted timestamp was just kept; its snapshot not yet.
+    case afterTUFTimestamp = "after-tuf-timestamp"
+    /// A new trusted snapshot was just kept; its targets not yet.
+    case afterTUFSnapshot = "after-tuf-snapshot"
+    /// New trusted targets were just kept; the manifest not yet fetched.
+    case afterTUFTargets = "after-tuf-targets"
+
+    /// The points a TUF refresh reaches (`TUFCrashTests`); the others are an install's.
+    static let tuf: [CrashPoint] = [.afterTUFRoot, .afterTUFTimestamp, .afterTUFSnapshot, .afterTUFTargets]
 
     private static let armed = ProcessInfo.processInfo.environment["OFFLINE_AGENT_CRASH_AT"].flatMap(CrashPoint.init(rawValue:))
     private static let failing = ProcessInfo.processInfo.environment["OFFLINE_AGENT_FAIL_AT"].flatMap(CrashPoint.init(rawValue:))

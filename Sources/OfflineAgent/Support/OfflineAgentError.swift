@@ -43,6 +43,9 @@ public struct OfflineAgentError: Error, Sendable, CustomStringConvertible {
         case signatureInvalid = "signature-invalid"
         /// The manifest offers a version below the installed one.
         case downgrade
+        /// The manifest's `epoch` is below the highest epoch this device accepted (a
+        /// replay of a manifest from before a recovery).
+        case epochRollback = "epoch-rollback"
         /// The manifest's `expires` instant has passed.
         case expired
         /// The manifest is for another app.

@@ -38,6 +38,7 @@ public enum PublishManifest {
             },
             fallback: state.fallback)
         manifest.trialLaunches = release.trialLaunches
+        manifest.epoch = release.epochValue
         manifest.format = Manifest.formatVersion
         manifest.publishedAt = state.publishedAt.flatMap(RFC3339.date(from:))
         if let schedule = state.stageSchedule, !schedule.isEmpty {

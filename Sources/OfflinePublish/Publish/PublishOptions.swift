@@ -61,6 +61,10 @@ public struct PublishOptions: Sendable {
     /// The staged rollout as steps after the publish time (`5@0h,25@24h,100@72h`);
     /// exclusive with `stage`.
     public var stageSchedule: [ManifestStageStep]?
+    /// The release epoch (`--epoch`); nil: the latest release's. Never below it; above
+    /// it, `version` may be lower than the latest (the recovery from a version published
+    /// too high, docs/PUBLISHING.md "Recovering from a version published too high").
+    public var epoch: Int?
     /// The publish time the manifest carries (`publishedAt`) and the revision records.
     public var now: Date = Date()
     /// The operator's reason, recorded in the revision (`history`).

@@ -22,6 +22,9 @@ public struct PublishState: Sendable, Equatable, Codable {
         /// written into its manifest as `trialLaunches`; nil: no trial (absent from
         /// older states, whose bytes stay as they were).
         public var trialLaunches: Int?
+        /// The release epoch its manifest carries (`publish --epoch`, `revert --new-epoch`);
+        /// nil: 0 (absent from states written before epochs, whose bytes stay as they were).
+        public var epoch: Int?
 
         public init(version: Version, size: Int64, sha256: String, gzipSize: Int64, gzipSha256: String, trialLaunches: Int? = nil) {
             self.version = version
@@ -30,6 +33,15 @@ public struct PublishState: Sendable, Equatable, Codable {
             self.gzipSize = gzipSize
             self.gzipSha256 = gzipSha256
             self.trialLaunches = trialLaunches
+        }
+
+        /// The epoch, 0 when none was given.
+        public var epochValue: Int { epoch ?? 0 }
+
+        /// Whether this release comes after `other` for a device: a higher epoch, or the
+        /// same epoch and a higher version.
+        public func isAfter(_ other: Release) -> Bool {
+            epochValue != other.epochValue ? epochValue > other.epochValue : version > other.version
         }
 
         /// File name of the package, relative to the app directory.
@@ -118,6 +130,8 @@ public struct PublishState: Sendable, Equatable, Codable {
 
     /// The release of `latest`.
     public var latestRelease: Release? { versions.last { $0.version == latest } }
+    /// The epoch of `latest` (0 when none): what devices hold as their floor.
+    public var epoch: Int { latestRelease?.epochValue ?? 0 }
 
     // MARK: Reading and writing
 
@@ -167,8 +181,13 @@ public struct PublishState: Sendable, Equatable, Codable {
         func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.publish, "invalid publish state: \(reason)", path: path) }
         guard AppName.isValid(app) else { throw fail("invalid app name '\(app)'") }
         guard let last = versions.last, last.version == latest else { throw fail("latest \(latest) is not the last published version") }
-        guard zip(versions, versions.dropFirst()).allSatisfy({ $0.version < $1.version }) else {
-            throw fail("versions are not strictly increasing")
+        // In publish order (epoch, version) rises; the version names files, so none repeats.
+        guard zip(versions, versions.dropFirst()).allSatisfy({ $1.isAfter($0) }) else {
+            throw fail("versions are not strictly increasing (by epoch, then version)")
+        }
+        guard Set(versions.map(\.version.description)).count == versions.count else { throw fail("a version is published twice") }
+        if let bad = versions.first(where: { !(0...Manifest.maxEpoch).contains($0.epochValue) }) {
+            throw fail("epoch of \(bad.version) is outside 0…\(Manifest.maxEpoch)")
         }
         guard miniVersion <= latest else { throw fail("miniVersion \(miniVersion) is above latest \(latest)") }
         guard (0...100).contains(rollout) else { throw fail("rollout \(rollout) is outside 0…100") }

@@ -60,9 +60,7 @@ public enum Publisher {
             guard previous.app == options.app else {
                 throw OfflineAgentError(.publish, "state.json belongs to app '\(previous.app)'", path: appDirectory)
             }
-            guard options.version > previous.latest else {
-                throw OfflineAgentError(.publish, "version \(options.version) is not greater than the latest published \(previous.latest)")
-            }
+            try checkEpoch(options, previous: previous)
             // Keeping an expiry that has passed since would publish a manifest every device rejects.
             if options.expires == .keep, let kept = previous.expires, let date = RFC3339.date(from: kept), date <= Date() {
                 throw OfflineAgentError(
@@ -96,6 +94,32 @@ public enum Publisher {
             signaturePath: options.signingKey == nil ? nil : "\(appDirectory)/\(signatureFile)")
     }
 
+    /// The version rule with epochs: in the same epoch the version must rise; a higher
+    /// epoch may go to any version not published yet; the epoch never goes down.
+    static func checkEpoch(_ options: PublishOptions, previous: PublishState) throws {
+        let epoch = options.epoch ?? previous.epoch
+        guard (0...Manifest.maxEpoch).contains(epoch) else { throw OfflineAgentError(.usage, "epoch \(epoch) is outside 0…\(Manifest.maxEpoch)") }
+        guard epoch >= previous.epoch else {
+            throw OfflineAgentError(.usage, "epoch \(epoch) is below the latest release's epoch \(previous.epoch): devices refuse a lower epoch (epoch-rollback)")
+        }
+        if epoch == previous.epoch {
+            guard options.version > previous.latest else {
+                let hint = options.version < previous.latest
+                    ? "; to move devices down from \(previous.latest), publish with --epoch \(previous.epoch + 1) (docs/PUBLISHING.md, \"Recovering from a version published too high\")"
+                    : ""
+                throw OfflineAgentError(.publish, "version \(options.version) is not greater than the latest published \(previous.latest)\(hint)")
+            }
+        } else if previous.versions.contains(where: { $0.version == options.version }) {
+            throw OfflineAgentError(.usage, "version \(options.version) was published already: a new epoch needs a version not published before")
+        }
+    }
+
+    /// The kept miniVersion; a new epoch that goes below it takes its own version as the
+    /// floor (the old epoch's kill switch is no measure of the new one's versions).
+    private static func keptMiniVersion(_ previous: PublishState, version: Version, epoch: Int) -> Version {
+        epoch > previous.epoch && previous.miniVersion > version ? version : previous.miniVersion
+    }
+
     // MARK: Steps
 
     /// Writes every new immutable file into `staging` and returns the commit of the new
@@ -113,13 +137,16 @@ public enum Publisher {
             package = try PublishZip.write(entries, to: "\(staging)/\(version).zip")
         }
         let gzip = try PublishGzip.compress("\(staging)/\(version).zip", to: "\(staging)/\(version).zip.gz")
-        let release = PublishState.Release(
+        var release = PublishState.Release(
             version: version, size: package.size, sha256: package.sha256, gzipSize: gzip.size, gzipSha256: gzip.sha256,
             trialLaunches: (options.trialLaunches ?? 0) > 0 ? options.trialLaunches : nil)
+        let epoch = options.epoch ?? previous?.epoch ?? 0
+        release.epoch = epoch > 0 ? epoch : nil
         var files = [release.packageFile, release.gzipFile]
 
         var patches: [PublishState.Patch] = []
-        for base in (previous?.versions ?? []).suffix(max(0, options.patchBaseCount)) {
+        // A patch goes up from its base: after a new epoch's lower version, from the lower bases only.
+        for base in (previous?.versions ?? []).suffix(max(0, options.patchBaseCount)) where base.version < version {
             let patch = try makePatch(from: base, to: release, appDirectory: appDirectory, staging: staging)
             patches.append(patch)
             files.append(patch.file)
@@ -133,7 +160,7 @@ public enum Publisher {
 
         var state = PublishState(
             app: options.app, latest: version,
-            miniVersion: options.miniVersion ?? previous?.miniVersion ?? version,
+            miniVersion: options.miniVersion ?? previous.map { keptMiniVersion($0, version: version, epoch: epoch) } ?? version,
             whitelist: options.whitelist ?? previous?.whitelist ?? [],
             rollout: options.rollout ?? previous?.rollout ?? 100,
             networkType: options.networkType ?? previous?.networkType ?? .any,

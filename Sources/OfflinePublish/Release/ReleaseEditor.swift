@@ -125,9 +125,14 @@ public enum ReleaseEditor {
     /// Publishes the exact package of the earlier version `target` as a new version
     /// (`newVersion`, by default the next patch number after the latest), with patches
     /// from the last 3 versions: devices on the bad version move back with a small patch.
+    ///
+    /// With `newEpoch` the release goes to the next epoch and the new version may be below
+    /// the latest (by default the next patch number after `target` that was never
+    /// published): the recovery from a version published too high, which devices of the
+    /// old epoch take although it is lower than theirs.
     @discardableResult
     public static func revert(
-        app: String, publishDirectory: String, to target: Version, newVersion: Version? = nil, key: SigningKey?,
+        app: String, publishDirectory: String, to target: Version, newVersion: Version? = nil, newEpoch: Bool = false, key: SigningKey?,
         reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishResult {
         let directory = try appDirectory(app, publishDirectory)
@@ -136,9 +141,11 @@ public enum ReleaseEditor {
         guard let release = state.versions.first(where: { $0.version == target }) else {
             throw usage("version \(target) was never published for \(app) in \(publishDirectory)")
         }
-        let version = newVersion ?? nextPatch(after: state.latest)
-        guard version > state.latest else {
-            throw usage("new version \(version) is not greater than the latest published \(state.latest)")
+        let version = newVersion ?? (newEpoch ? nextUnpublished(after: target, in: state) : nextPatch(after: state.latest))
+        if !newEpoch {
+            guard version > state.latest else {
+                throw usage("new version \(version) is not greater than the latest published \(state.latest)")
+            }
         }
         try checkSigning(appDirectory: directory, key: key)
         try checkKeptExpiry(state, now: now)
@@ -146,6 +153,7 @@ public enum ReleaseEditor {
             app: app, version: version, sourceDirectory: "", publishDirectory: publishDirectory, signingKey: key,
             baseURL: try baseURL(app: app, appDirectory: directory, state: state))
         options.existingPackage = (path: "\(directory)/\(release.packageFile)", sha256: release.sha256)
+        if newEpoch { options.epoch = state.epoch + 1 }
         options.verb = "revert"
         options.reason = PublishRevision.reason("the package of \(target)", reason)
         options.now = now
@@ -342,6 +350,16 @@ public enum ReleaseEditor {
     }
 
     /// The next patch number: `1.1.0` -> `1.1.1`, `2` -> `2.0.1`, `1.2.3.4` -> `1.2.3.5`.
+    /// The next patch number after `version` that the state never published (each
+    /// published one names files); bounded by the number of versions.
+    static func nextUnpublished(after version: Version, in state: PublishState) -> Version {
+        var candidate = nextPatch(after: version)
+        for _ in state.versions where state.versions.contains(where: { $0.version == candidate }) {
+            candidate = nextPatch(after: candidate)
+        }
+        return candidate
+    }
+
     static func nextPatch(after version: Version) -> Version {
         var components = version.components
         while components.count < 3 { components.append(0) }

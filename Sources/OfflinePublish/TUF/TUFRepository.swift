@@ -73,19 +73,29 @@ public enum TUFRepository {
         if let (_, latest) = try latestRoot(in: directory) {
             root = latest
             if expiry.isDue("root", expires: root.metadata.expires, now: now), !keys.root.isEmpty {
-                root = try write(renewed(root, expires: now + expiry.root, version: root.metadata.version + 1), keys: keys.root, as: "root", in: directory)
+                // Renewed only when the keys given meet the root threshold (an m-of-n root is
+                // renewed with `root propose|sign|commit`): devices would refuse it otherwise.
+                let file = try TUFSigner.file(renewed(root, expires: now + expiry.root, version: root.metadata.version + 1), keys: keys.root)
+                if (try? root.verify(TUFRoot(file).metadata, as: "root")) != nil {
+                    root = try write(file, in: directory)
+                }
             }
         } else {
             guard ["root", "targets", "snapshot", "timestamp"].allSatisfy({ !keys.keys($0).isEmpty }) else {
                 throw OfflineAgentError(.usage, "a publish directory without metadata/ needs a key for every role to write its 1.root.json")
             }
-            root = try write(newRoot(keys: keys, expires: now + expiry.root), keys: keys.root, as: "root", in: directory)
+            root = try write(TUFSigner.file(newRoot(keys: keys, expires: now + expiry.root), keys: keys.root), in: directory)
         }
 
+        // After a rotation, metadata the new root's keys did not sign is re-signed: devices
+        // on the new root would refuse it (threshold-not-met).
         let current = currentChain(in: directory)
+        func unsigned(_ metadata: TUFMetadata?, _ role: String) -> Bool {
+            metadata.map { (try? root.verify($0, as: role)) == nil } ?? true
+        }
         let desired = try collectTargets(out)
         var targetsVersion = current.targets?.metadata.version
-        if current.targets == nil || current.targets?.targets != desired
+        if current.targets == nil || current.targets?.targets != desired || unsigned(current.targets?.metadata, "targets")
             || expiry.isDue("targets", expires: current.targets?.metadata.expires ?? now, now: now) {
             let version = nextVersion("targets", in: directory)
             var signed = TUFSigner.common(type: "targets", version: version, expires: now + expiry.targets)
@@ -97,7 +107,7 @@ public enum TUFRepository {
 
         var snapshotVersion = current.snapshot?.metadata.version
         if snapshotVersion == nil || current.snapshot?.meta["targets.json"]?.version != targetsVersion
-            || expiry.isDue("snapshot", expires: current.snapshot?.metadata.expires ?? now, now: now) {
+            || unsigned(current.snapshot?.metadata, "snapshot") || expiry.isDue("snapshot", expires: current.snapshot?.metadata.expires ?? now, now: now) {
             let version = nextVersion("snapshot", in: directory)
             var signed = TUFSigner.common(type: "snapshot", version: version, expires: now + expiry.snapshot)
             signed["meta"] = .object(["targets.json": TUFMetaFile(version: targetsVersion).json])
@@ -107,7 +117,7 @@ public enum TUFRepository {
         guard let snapshotVersion else { throw OfflineAgentError(.publish, "no snapshot metadata", path: directory) }
 
         var timestampVersion = current.timestamp?.metadata.version ?? 0
-        if current.timestamp?.snapshot.version != snapshotVersion
+        if current.timestamp?.snapshot.version != snapshotVersion || unsigned(current.timestamp?.metadata, "timestamp")
             || expiry.isDue("timestamp", expires: current.timestamp?.metadata.expires ?? now, now: now) {
             timestampVersion += 1
             try writeTimestamp(version: timestampVersion, snapshot: snapshotVersion, expires: now + expiry.timestamp, keys: keys.timestamp, in: directory)
@@ -136,6 +146,21 @@ public enum TUFRepository {
         let version = timestamp.metadata.version + 1
         try writeTimestamp(version: version, snapshot: timestamp.snapshot.version, expires: expires, keys: keys.timestamp, in: directory)
         return version
+    }
+
+    /// When the directory's root and the metadata its timestamp leads to expire, each
+    /// marked `soon` within an eighth of its default life (at most 7 days): what
+    /// `offline-publish` warns about after each command. Empty without metadata.
+    package static func expiryNotices(publishDirectory: String, now: Date, expiry: TUFExpiry = TUFExpiry()) -> [TUFExpiryNotice] {
+        let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
+        let chain = currentChain(in: directory)
+        let root = (try? latestRoot(in: directory))??.1.metadata
+        let all: [(String, TUFMetadata?)] = [
+            ("root", root), ("targets", chain.targets?.metadata), ("snapshot", chain.snapshot?.metadata), ("timestamp", chain.timestamp?.metadata),
+        ]
+        return all.compactMap { role, metadata in
+            metadata.map { TUFExpiryNotice(role: role, version: $0.version, expires: $0.expires, lifetime: expiry.lifetime(role), now: now) }
+        }
     }
 
     // MARK: Steps
@@ -215,8 +240,7 @@ public enum TUFRepository {
         return signed
     }
 
-    private static func write(_ signed: [String: StrictJSON], keys: [SigningKey], as role: String, in directory: String) throws -> TUFRoot {
-        let file = try TUFSigner.file(signed, keys: keys)
+    private static func write(_ file: Data, in directory: String) throws -> TUFRoot {
         let root = try TUFRoot(file)
         try writeFile(file, "\(root.metadata.version).root.json", in: directory)
         return root

@@ -34,23 +34,27 @@ struct TUFClient: Sendable {
             set = local
         }
         // 5.3: N+1 until the repository has none; each version signed by the old and the new keys.
-        var rotated = false
         for _ in 0..<Self.maxRootRotations {
             let version = set.root.metadata.version + 1
             guard let bytes = try await download("metadata/\(version).root.json", cap: Self.rootCap, missingIsNil: true) else { break }
-            if try set.updateRoot(bytes) { rotated = true }
+            if try set.updateRoot(bytes) {
+                // 5.3.11: new timestamp or snapshot keys: the old versions say nothing any more
+                // (fast-forward recovery: a repository can restart their versions). Removed
+                // before the new root is kept: a crash between the two finds the old root
+                // and rotates again, never the new root with the old floor.
+                store.remove("timestamp")
+                store.remove("snapshot")
+            }
             try store.write("root", bytes)
-        }
-        if rotated {
-            // 5.3.11: new timestamp or snapshot keys: the old versions say nothing any more
-            // (fast-forward recovery: a repository can restart their versions).
-            store.remove("timestamp")
-            store.remove("snapshot")
+            CrashPoint.afterTUFRoot.hit()
         }
         // 5.4: the persisted timestamp is the floor (it may have expired: it still is).
         if let local = store.read("timestamp") { _ = try? set.updateTimestamp(local) }
         let timestamp = try await download("metadata/timestamp.json", cap: Self.timestampCap)
-        if try set.updateTimestamp(timestamp) { try store.write("timestamp", timestamp) }
+        if try set.updateTimestamp(timestamp) {
+            try store.write("timestamp", timestamp)
+            CrashPoint.afterTUFTimestamp.hit()
+        }
         guard let snapshotMeta = set.timestamp?.snapshot else { throw TUFKey.invalid("no trusted timestamp") }
 
         // 5.5: the persisted snapshot when it is still the one timestamp names.
@@ -63,6 +67,7 @@ struct TUFClient: Sendable {
             let bytes = try await download("metadata/\(name)", cap: snapshotMeta.length ?? Self.snapshotCap)
             try set.updateSnapshot(bytes)
             try store.write("snapshot", bytes)
+            CrashPoint.afterTUFSnapshot.hit()
         }
         // 5.6: likewise targets.
         if let local = store.read("targets"), (try? set.updateTargets(local)) != nil { return set }
@@ -71,6 +76,7 @@ struct TUFClient: Sendable {
         let bytes = try await download("metadata/\(name)", cap: targetsMeta.length ?? Self.targetsCap)
         try set.updateTargets(bytes)
         try store.write("targets", bytes)
+        CrashPoint.afterTUFTargets.hit()
         return set
     }
 
