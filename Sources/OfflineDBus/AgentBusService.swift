@@ -46,6 +46,8 @@ public final class AgentBusService: Sendable {
         /// that sees that sync end: its `SyncFinished` then says `updated`.
         var installedBySync: Set<String> = []
         var watched: Set<String> = []
+        /// The progress record of another process's sync last sent on, by app.
+        var lastProgress: [String: ProgressRecord] = [:]
         /// Readings asked for and done: a caller waiting for a reading that started after
         /// it asked (`refreshed()`) waits until `done` reaches its ticket.
         var asked: UInt64 = 0
@@ -153,6 +155,20 @@ public final class AgentBusService: Sendable {
         changed.yield()
     }
 
+    /// Another process's sync replaced `app`'s progress record (bus thread): its step goes
+    /// out as `Progress`. A sync of this service reports through its own events instead.
+    func progressRecorded(_ app: String) {
+        guard state.withLock({ $0.syncing[app] == nil }),
+              let record = ProgressRecord.read(ProgressRecord.path(root: store.root, app: app)) else { return }
+        // Two events read after the second write see the same record: it is sent once.
+        let fresh = state.withLock { state in
+            defer { state.lastProgress[app] = record }
+            return state.lastProgress[app] != record
+        }
+        guard fresh else { return }
+        loop.enqueue { $0.emit(.progress(app: app, phase: record.phase, bytes: record.bytes, total: record.total)) }
+    }
+
     /// Returns once a reading of the root that started after this call has been
     /// published: a method that changed the root answers after its properties and
     /// signals went out, so a caller reading a property next sees the change.
@@ -215,7 +231,7 @@ public final class AgentBusService: Sendable {
             return (state.snapshots, state.syncing, ended.values.sorted().compactMap { state.jobs[$0] },
                     fresh.keys.filter { !state.watched.contains($0) })
         }
-        for app in unwatched { loop.watch("\(store.root)/apps/\(app)") }
+        for app in unwatched { loop.watch("\(store.root)/apps/\(app)", app: app) }
         var changes = Changes()
         if Set(old.keys) != Set(fresh.keys) { changes.properties.append((DBusNames.managerPath, ["Apps"])) }
         for (app, now) in fresh.sorted(by: { $0.key < $1.key }) {

@@ -83,7 +83,11 @@ final class BusDispatcher {
             _ = c_sdbus_timeout(bus, &deadline)
             _ = poll(&fds, nfds_t(fds.count), Self.milliseconds(until: deadline))
             if fds[1].revents != 0 { loop.clearWake() }
-            if fds[2].revents != 0, loop.drainInotify() { service.rootChanged() }
+            if fds[2].revents != 0 {
+                let events = loop.drainInotify()
+                if events.changed { service.rootChanged() }
+                for app in events.progress { service.progressRecorded(app) }
+            }
         }
         for (_, call) in pending { call.reply(.failure(BusError(name: DBusNames.errorName(.cancelled), message: "cancelled: the service is stopping"))) }
         pending = [:]

@@ -12,7 +12,11 @@ struct BusSignal: Sendable, Equatable {
     }
 
     static func progress(app: String, phase: String, bytes: Int64, total: Int64) -> BusSignal {
-        BusSignal(member: "Progress", arguments: [.string(app), .string(phase), .uint64(UInt64(clamping: bytes)), .uint64(UInt64(clamping: total))])
+        progress(app: app, phase: phase, bytes: UInt64(clamping: bytes), total: UInt64(clamping: total))
+    }
+
+    static func progress(app: String, phase: String, bytes: UInt64, total: UInt64) -> BusSignal {
+        BusSignal(member: "Progress", arguments: [.string(app), .string(phase), .uint64(bytes), .uint64(total)])
     }
 
     static func syncFinished(app: String, outcome: String, errorCode: String, job: String) -> BusSignal {

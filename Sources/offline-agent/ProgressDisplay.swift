@@ -21,10 +21,15 @@ final class ProgressDisplay: Sendable {
     static let reportInterval = 5.0
     static let reportFraction = 0.1
 
-    init(events: AsyncStream<ProgressEvent>, verbose: Bool = false, terminal: Bool = isatty(STDERR_FILENO) == 1) {
+    /// - Parameter record: also given every event (the progress record the D-Bus service reads).
+    init(
+        events: AsyncStream<ProgressEvent>, verbose: Bool = false, terminal: Bool = isatty(STDERR_FILENO) == 1,
+        record: (@Sendable (ProgressEvent) -> Void)? = nil
+    ) {
         task = Task {
             var state = ProgressLines(terminal: terminal, verbose: verbose)
             for await event in events {
+                record?(event)
                 state.show(event, now: ContinuousClock.now)
             }
             state.clear()

@@ -3,6 +3,7 @@ import CommandSupport
 import FoundationEssentials
 import Logging
 import OfflineAgent
+import OfflineDBus
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -150,7 +151,10 @@ struct SyncCommand: AsyncParsableCommand {
             let sync = agent.startSync(requests, concurrency: Self.concurrency)
             interruption.watch { sync.cancel() }
             // --json is for programs: no line is drawn on the terminal either.
-            let display = ProgressDisplay(events: sync.events, verbose: verbose, terminal: !json && isatty(STDERR_FILENO) == 1)
+            // Progress for the D-Bus service, whose hosts hear of this sync too (docs/DBUS.md).
+            let records = ProgressRecordWriter(root: root)
+            let display = ProgressDisplay(
+                events: sync.events, verbose: verbose, terminal: !json && isatty(STDERR_FILENO) == 1, record: records.note)
             let reports = await sync.value
             await display.finish()
             await agent.shutdown()
