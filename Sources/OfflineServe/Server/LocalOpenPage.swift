@@ -1,5 +1,6 @@
 import Hummingbird
 import NIOCore
+import OfflineHTTP
 
 /// What `GET /open` answers a browser navigation whose page is on a mirror host (see
 /// `LocalServer`): a `200` document that loads the mirror URL itself, instead of a `302`.
@@ -18,7 +19,9 @@ enum LocalOpenPage {
 
     /// The page loading `location` (an absolute URL).
     static func html(_ location: String) -> String {
-        let url = attribute(location)
+        // The URL comes from `/open`'s query (any page may link to it): nothing in it may
+        // end the attribute or start markup.
+        let url = HTMLText.escape(location)
         return """
             <!DOCTYPE html>
             <html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=\(url)"><title>Opening</title>
@@ -40,24 +43,5 @@ enum LocalOpenPage {
             LocalServerResponder.referrerPolicy: "no-referrer",
         ]
         return Response(status: .ok, headers: headers, body: head ? ResponseBody() : ResponseBody(byteBuffer: buffer))
-    }
-
-    /// `text` inside a double-quoted attribute: the URL comes from `/open`'s query (any page
-    /// may link to it), so nothing in it may end the attribute or start markup. Escaped per
-    /// Unicode scalar: a walk by `Character` sees `"` followed by a combining scalar as
-    /// one cluster that is not `"`.
-    static func attribute(_ text: String) -> String {
-        var out = String.UnicodeScalarView()
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "&": out.append(contentsOf: "&amp;".unicodeScalars)
-            case "<": out.append(contentsOf: "&lt;".unicodeScalars)
-            case ">": out.append(contentsOf: "&gt;".unicodeScalars)
-            case "\"": out.append(contentsOf: "&quot;".unicodeScalars)
-            case "'": out.append(contentsOf: "&#39;".unicodeScalars)
-            default: out.append(scalar)
-            }
-        }
-        return String(out)
     }
 }
