@@ -323,6 +323,72 @@ struct MirrorRoutingTests {
         }
     }
 
+    @Test("a browser navigation to /open on a mirrored origin gets a page that loads the mirror URL (no cross-origin redirect), escaped; other requests get the 302")
+    func openPageForNavigations() async throws {
+        let f = try Self.store()
+        try await withLocalServer(f) { server in
+            let port = server.port
+            let urls = [
+                "http://127.0.0.1:1/shop/orders/42?tab=1#top",
+                "https://h5.example.invalid/mall/pages/about.html?x=1&y=2#top",
+                // As an attacker links to it: quotes, markup and entities in path, query and fragment.
+                "http://127.0.0.1:1/a'b\"c<d>e?q=\"><script>alert(1)</script>&amp;x=&quot;&lt;#'\"><img src=x>",
+                "http://127.0.0.1:1/x?a&quot;=1&#39;&#x22;&",
+            ]
+            let navigations: [[(String, String)]] = [
+                [("Sec-Fetch-Mode", "navigate"), ("Sec-Fetch-Dest", "document"), ("Sec-Fetch-Site", "none")],
+                [("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")],
+            ]
+            for url in urls {
+                let encoded = url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+                // A client that asks for no page (curl, a host's HTTP client, a fetch) keeps the 302.
+                for headers in [[], [("Accept", "*/*")], [("Sec-Fetch-Mode", "cors"), ("Accept", "text/html")]] {
+                    let redirect = try await LocalHTTP.request(port: port, "/open?url=\(encoded)", headers: headers)
+                    #expect(redirect.status == 302, "\(url) \(headers)")
+                }
+                let location = try #require(try await LocalHTTP.request(port: port, "/open?url=\(encoded)").header("location"), "\(url)")
+                #expect(location.hasPrefix("http://") && location.contains(".localhost:\(port)/"), "\(location)")
+                for headers in navigations {
+                    let page = try await LocalHTTP.request(port: port, "/open?url=\(encoded)", headers: headers)
+                    #expect(page.status == 200 && page.header("location") == nil, "\(url) \(headers): \(page.status)")
+                    #expect(page.header("content-type") == "text/html; charset=utf-8")
+                    #expect(page.header("cache-control") == "no-store")
+                    #expect(page.header("referrer-policy") == "no-referrer")
+                    #expect(page.header("content-security-policy") == "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+                    #expect(page.header("content-length") == String(page.body.count))
+                    // Whatever the URL holds, the page has its own markup only: four attributes, no other element.
+                    let text = page.text
+                    #expect(text.filter { $0 == "\"" }.count == 8 && text.filter { $0 == "<" }.count == 13, "\(text)")
+                    #expect(!text.contains("<script") && !text.contains("<img"), "\(text)")
+                    // Both the refresh and the link name the 302's Location exactly, once unescaped.
+                    #expect(Self.attribute(text, after: "content=\"0;url=") == location, "\(text)")
+                    #expect(Self.attribute(text, after: "<a href=\"") == location, "\(text)")
+                    // HEAD: the same answer without its body.
+                    let head = try await LocalHTTP.request(port: port, "/open?url=\(encoded)", method: "HEAD", headers: headers)
+                    #expect(head.status == 200 && head.body.isEmpty && head.header("content-length") == page.header("content-length"))
+                }
+                // A restored history entry keeps its redirect (it is not where a page is opened).
+                let item = try await LocalHTTP.request(port: port, "/session/item?url=\(encoded)", headers: navigations[0])
+                #expect(item.status == 302 && item.header("location") == location)
+            }
+            // Not a mirror host: the page's origin is not the server's, and a 302 hides nothing of ours.
+            let elsewhere = "https://elsewhere.example/a?b".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let network = try await LocalHTTP.request(port: port, "/open?url=\(elsewhere)", headers: navigations[0])
+            #expect(network.status == 302 && network.header("location") == "https://elsewhere.example/a?b")
+        }
+    }
+
+    /// The double-quoted attribute value that follows `prefix` in `html`, its character
+    /// references decoded the way a browser decodes the ones `serve` writes.
+    static func attribute(_ html: String, after prefix: String) -> String? {
+        guard let start = html.range(of: prefix), let end = html[start.upperBound...].firstIndex(of: "\"") else { return nil }
+        var value = String(html[start.upperBound..<end])
+        for (reference, character) in [("&lt;", "<"), ("&gt;", ">"), ("&quot;", "\""), ("&#39;", "'"), ("&amp;", "&")] {
+            value = value.replacingOccurrences(of: reference, with: character)
+        }
+        return value
+    }
+
     @Test("with the kill switch on, /open still sends a mirrored origin to its mirror")
     func openUnderKillSwitch() async throws {
         let f = try Self.store(rollout: 0)
