@@ -41,18 +41,26 @@ public struct ServerError: Error, Sendable, CustomStringConvertible {
     /// The error that caused this one, when there is one.
     public let underlying: (any Error & Sendable)?
 
-    /// An error of phase `code` for cause `cause`.
-    public init(_ code: Code, _ reason: String, cause: Cause, path: String? = nil, underlying: (any Error & Sendable)? = nil) {
+    /// An error of phase `code`.
+    ///
+    /// - Parameters:
+    ///   - code: The phase that failed.
+    ///   - reason: One line for people.
+    ///   - cause: The stable code; the phase's default when nil.
+    ///   - path: The file or URL concerned.
+    ///   - underlying: The error that caused this one.
+    public init(_ code: Code, _ reason: String, cause: Cause? = nil, path: String? = nil, underlying: (any Error & Sendable)? = nil) {
         self.code = code
-        self.cause = cause
+        let phaseDefault: Cause = switch code {
+        case .usage: .usage
+        case .catalog: .stateInvalid
+        case .reports: .io
+        case .fault: .network
+        }
+        self.cause = cause ?? phaseDefault
         self.reason = reason
         self.path = path
         self.underlying = underlying
-    }
-
-    /// A usage error: `usage` for phase and cause.
-    public static func usage(_ reason: String, path: String? = nil) -> ServerError {
-        ServerError(.usage, reason, cause: .usage, path: path)
     }
 
     /// The process exit status: 64 (`EX_USAGE`) for usage, 1 otherwise.
