@@ -1,7 +1,7 @@
 import ArgumentParser
 import OfflineAgent
 
-extension OfflineAgentError {
+extension OfflineAgentError: CommandFailure {
     /// The process exit status the command-line tools use for this error: 75 (`EX_TEMPFAIL`)
     /// when another run holds the lock, 64 (`EX_USAGE`) for usage, 1 otherwise.
     ///
@@ -13,6 +13,9 @@ extension OfflineAgentError {
         default: 1
         }
     }
+
+    /// `phase: reason (path): underlying`.
+    public var messageLine: String { description }
 
     /// The same status as an `ExitCode` for swift-argument-parser.
     public var exitCode: ExitCode { ExitCode(exitStatus) }

@@ -38,7 +38,7 @@ final class ReferenceServerCatalog: Sendable {
         // Render outside the lock: concurrent first requests may both do it, harmlessly.
         guard let state = try PublishState.load(appDirectory: "\(directory)/\(app)") else { return nil }
         guard state.app == app else {
-            throw OfflineAgentError(.publish, "state.json names app '\(state.app)'", path: statePath)
+            throw ServerError(.catalog, "state.json names app '\(state.app)'", path: statePath)
         }
         let entry = try render(state)
         cache.withLock { $0[app] = (fingerprint, entry) }

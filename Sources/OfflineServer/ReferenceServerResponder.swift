@@ -38,7 +38,7 @@ struct ReferenceServerResponder: HTTPResponder {
         let response: Response
         do {
             response = try await route(request, context: context)
-        } catch let error as OfflineAgentError {
+        } catch let error where error is ServerError || error is PublishError || error is OfflineAgentError {
             // A broken state.json or unreadable file: the operator's problem, say so in the log.
             logger.error("\(request.method) \(request.uri): \(error)")
             response = Self.text(.internalServerError, "internal error\n")
@@ -91,7 +91,7 @@ struct ReferenceServerResponder: HTTPResponder {
         }
         guard let entry = try catalog.entry(app: app) else { return Self.text(.notFound, "unknown app\n") }
         guard let rendered = entry.manifest(route: route, current: current) else {
-            throw OfflineAgentError(.publish, "no manifest for app '\(app)'")
+            throw ServerError(.catalog, "no manifest for app '\(app)'")
         }
         var headers: HTTPFields = [.eTag: rendered.etag, .cacheControl: manifestCacheControl]
         if HTTPValidators.noneMatchHits(request.headers[.ifNoneMatch], etag: rendered.etag) {

@@ -10,7 +10,7 @@ struct LockOptions: ParsableArguments {
     /// `--lock-wait` as a duration; refuses a negative or non-finite number.
     func wait() throws -> Duration {
         guard lockWait.isFinite, (0...86_400).contains(lockWait) else {
-            throw OfflineAgentError(.usage, "--lock-wait \(lockWait) is outside 0…86400 seconds")
+            throw PublishError(.usage, "--lock-wait \(lockWait) is outside 0…86400 seconds")
         }
         return .milliseconds(Int64((lockWait * 1000).rounded()))
     }

@@ -22,7 +22,7 @@ struct PromoteCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            guard let parsed = Version(version) else { throw OfflineAgentError(.usage, "invalid version '\(version)'") }
+            guard let parsed = Version(version) else { throw PublishError(.usage, "invalid version '\(version)'") }
             let result = try ReleaseEditor.promote(
                 app: app, version: parsed, from: from, to: to, key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("promoted \(app) \(parsed) to \(result.appDirectory)")

@@ -80,7 +80,7 @@ struct PublishCommand: AsyncParsableCommand {
     }
 
     private func options() throws -> PublishOptions {
-        func usage(_ reason: String) -> OfflineAgentError { OfflineAgentError(.usage, reason) }
+        func usage(_ reason: String) -> PublishError { PublishError(.usage, reason) }
         guard let version = Version(version) else { throw usage("invalid version '\(self.version)': \(Version.format)") }
         if key == nil, !unsigned {
             throw usage("no --key: give --key FILE (offline-publish keygen makes one) to sign the manifest, or --unsigned to publish without a signature")

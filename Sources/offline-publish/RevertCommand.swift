@@ -32,10 +32,10 @@ struct RevertCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            guard let target = Version(to) else { throw OfflineAgentError(.usage, "invalid version '\(to)'") }
+            guard let target = Version(to) else { throw PublishError(.usage, "invalid version '\(to)'") }
             var newVersion: Version?
             if let version {
-                guard let parsed = Version(version) else { throw OfflineAgentError(.usage, "invalid version '\(version)'") }
+                guard let parsed = Version(version) else { throw PublishError(.usage, "invalid version '\(version)'") }
                 newVersion = parsed
             }
             let result = try ReleaseEditor.revert(

@@ -38,7 +38,7 @@ struct SetCommand: AsyncParsableCommand {
     }
 
     private func settings(now: Date) throws -> ReleaseSettings {
-        func usage(_ reason: String) -> OfflineAgentError { OfflineAgentError(.usage, reason) }
+        func usage(_ reason: String) -> PublishError { PublishError(.usage, reason) }
         var settings = ReleaseSettings(rollout: rollout, whitelist: whitelist.isEmpty ? nil : whitelist, fallback: fallback)
         if let miniVersion {
             guard let parsed = Version(miniVersion) else { throw usage("invalid mini version '\(miniVersion)'") }

@@ -30,7 +30,7 @@ struct TimestampCommand: AsyncParsableCommand {
             } else if let date = RFC3339.date(from: text), date > now {
                 until = date
             } else {
-                throw OfflineAgentError(.usage, "--expires '\(text)' is not a future RFC 3339 time nor a duration like 1d")
+                throw PublishError(.usage, "--expires '\(text)' is not a future RFC 3339 time nor a duration like 1d")
             }
             let version = try TUFRepository.refreshTimestamp(
                 publishDirectory: out, key: try SigningKey(contentsOfFile: key), expires: until)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandSupport
 import Foundation
 import Logging
 import OfflineServer
@@ -28,7 +29,9 @@ struct CopyReportsCommand: AsyncParsableCommand {
             handler.logLevel = .warning
             return handler
         }
-        let result = try await ReportCopy.copy(from: from, to: to, logger: Logger(label: "offline-server"))
+        let result = try await reportingFailures(tool: "offline-server") {
+            try await ReportCopy.copy(from: from, to: to, logger: Logger(label: "offline-server"))
+        }
         print("copied \(result.copied), duplicates \(result.duplicates), refused \(result.refused)")
     }
 }

@@ -147,9 +147,12 @@ struct OfflineServerCommand: AsyncParsableCommand {
             configuration.collectorSecret = ReferenceServer.secretPath(beside: ReportDatabaseLocation.defaultPath(directory: dir).path)
         }
         let server = ReferenceServer(configuration: configuration, logger: Logger(label: "offline-server"))
-        try await server.run(stopOnSignals: true) { host, port in
-            // Written unbuffered: a parent process waits for this line to learn the port.
-            FileHandle.standardOutput.write(Data("listening on \(host):\(port)\n".utf8))
+        // One line and its exit status (64 usage, 1 otherwise) for what fails once running.
+        try await reportingFailures(tool: "offline-server") {
+            try await server.run(stopOnSignals: true) { host, port in
+                // Written unbuffered: a parent process waits for this line to learn the port.
+                FileHandle.standardOutput.write(Data("listening on \(host):\(port)\n".utf8))
+            }
         }
     }
 }

@@ -205,7 +205,7 @@ import TestSupport
         let out = dir.url("out")
         try FileManager.default.createDirectory(at: out, withIntermediateDirectories: false)
 
-        let error = #expect(throws: OfflineAgentError.self) {
+        let error = #expect(throws: PublishError.self) {
             try Differ.makePatch(from: dir.url("missing"), to: new, writingTo: out.appendingPathComponent("p"))
         }
         #expect(error?.code == .publish)
@@ -217,7 +217,7 @@ import TestSupport
         let dir = try DifferTestDir()
         let old = dir.url("old")
         try DifferTestBundle.text(seed: 4, bytes: 10_000).write(to: old)
-        let error = #expect(throws: OfflineAgentError.self) {
+        let error = #expect(throws: PublishError.self) {
             try Differ.makePatch(from: old, to: dir.url("missing"), writingTo: dir.url("p"))
         }
         #expect(error?.code == .publish)
@@ -233,7 +233,7 @@ import TestSupport
         // A directory that does not exist, and a "directory" that is a regular file:
         // both unwritable even for root.
         for target in [dir.url("absent/p"), dir.url("old/p")] {
-            let error = #expect(throws: OfflineAgentError.self) {
+            let error = #expect(throws: PublishError.self) {
                 try Differ.makePatch(from: old, to: new, writingTo: target)
             }
             #expect(error?.code == .publish)
@@ -255,7 +255,7 @@ import TestSupport
             if mounted { _ = try? TestSupport.run("umount", ["-l", locked.path]) }
             try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: locked.path)
         }
-        let lockedError = #expect(throws: OfflineAgentError.self) {
+        let lockedError = #expect(throws: PublishError.self) {
             try Differ.makePatch(from: old, to: new, writingTo: locked.appendingPathComponent("p"))
         }
         #expect(lockedError?.code == .publish)
@@ -270,7 +270,7 @@ import TestSupport
         try FileManager.default.createDirectory(at: target, withIntermediateDirectories: false)
         try Data().write(to: target.appendingPathComponent("keep"))
         // The rename at the very end fails: the finished temporary file must go.
-        let error = #expect(throws: OfflineAgentError.self) {
+        let error = #expect(throws: PublishError.self) {
             try Differ.makePatch(from: old, to: new, writingTo: target)
         }
         #expect(error?.code == .publish)

@@ -105,7 +105,7 @@ struct PublishLockTests {
                 app: "sample", version: Version("1.1.0")!, publishDirectory: s.out, key: s.key, reason: "rule tripped",
                 lockWait: .milliseconds(300))
             Issue.record("halted while another verb held the publish directory")
-        } catch let error as OfflineAgentError {
+        } catch let error as PublishError {
             #expect(error.reason.contains("pid \(a.pid)") && error.reason.contains("set"), "\(error)")
         }
         #expect(F.tree("\(s.out)/sample") == before)

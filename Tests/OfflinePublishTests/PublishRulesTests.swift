@@ -91,7 +91,7 @@ struct PublishRulesTests {
             _ = try Publisher.publish(PublishOptions(
                 app: "app", version: Version("1.1.0")!, sourceDirectory: source, publishDirectory: out, limits: c.limits))
             #expect(c.refusal == nil, "published, expected a refusal containing '\(c.refusal ?? "")'")
-        } catch let error as OfflineAgentError {
+        } catch let error as PublishError {
             let refusal = try #require(c.refusal, "refused: \(error)")
             #expect(error.code == .publish)
             #expect(error.cause == .publish, "\(error)")

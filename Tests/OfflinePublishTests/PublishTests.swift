@@ -159,7 +159,7 @@ struct PublishTests {
         defer { F.cleanUp(out) }
         try F.publishSample(["1.0.0", "1.1.0"], to: out)
         let before = F.tree(out)
-        let error = try #require(throws: OfflineAgentError.self) {
+        let error = try #require(throws: PublishError.self) {
             try Publisher.publish(PublishOptions(
                 app: "sample", version: Version(version)!, sourceDirectory: F.sampleApp("1.2.0"), publishDirectory: out))
         }
@@ -175,7 +175,7 @@ struct PublishTests {
         let target = "\(out)/pub"
         let empty = "\(out)/empty"
         try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
-        func attempt(_ edit: (inout PublishOptions) -> Void) -> OfflineAgentError? {
+        func attempt(_ edit: (inout PublishOptions) -> Void) -> PublishError? {
             var options = PublishOptions(
                 app: "sample", version: Version("1.0.0")!, sourceDirectory: F.sampleApp("1.0.0"), publishDirectory: target)
             edit(&options)
@@ -183,7 +183,7 @@ struct PublishTests {
                 _ = try Publisher.publish(options)
                 return nil
             } catch {
-                return error as? OfflineAgentError
+                return error as? PublishError
             }
         }
         #expect(attempt { $0.sourceDirectory = "\(out)/missing" }?.code == .usage)
@@ -205,7 +205,7 @@ struct PublishTests {
         try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
         try Data("<html></html>".utf8).write(to: URL(fileURLWithPath: "\(source)/index.html"))
         try FileManager.default.createSymbolicLink(atPath: "\(source)/passwd", withDestinationPath: "/etc/passwd")
-        let error = try #require(throws: OfflineAgentError.self) {
+        let error = try #require(throws: PublishError.self) {
             try Publisher.publish(PublishOptions(
                 app: "linky", version: Version("1")!, sourceDirectory: source, publishDirectory: "\(out)/pub"))
         }
@@ -222,7 +222,7 @@ struct PublishTests {
         let file = "\(out)/a-file"
         try Data("x".utf8).write(to: URL(fileURLWithPath: file))
         for target in ["\(file)/pub", file] {
-            let error = try #require(throws: OfflineAgentError.self) {
+            let error = try #require(throws: PublishError.self) {
                 try Publisher.publish(PublishOptions(
                     app: "sample", version: Version("1.0.0")!, sourceDirectory: F.sampleApp("1.0.0"), publishDirectory: target))
             }
@@ -248,7 +248,7 @@ struct PublishTests {
         let before = F.tree(out)
         let names = try FileManager.default.contentsOfDirectory(atPath: "\(out)/sample").sorted()
 
-        let error = try #require(throws: OfflineAgentError.self) { try F.publishSample(["1.2.0"], to: out, key: key) }
+        let error = try #require(throws: PublishError.self) { try F.publishSample(["1.2.0"], to: out, key: key) }
         #expect(error.path?.hasSuffix("sample/manifest.json") == true, "failed at \(error)")
         #expect(F.tree(out) == before)
         #expect(try FileManager.default.contentsOfDirectory(atPath: "\(out)/sample").sorted() == names)

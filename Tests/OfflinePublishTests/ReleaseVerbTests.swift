@@ -32,7 +32,7 @@ struct ReleaseVerbTests {
         do {
             try body()
             Issue.record("not refused (expected '\(text)')", sourceLocation: sourceLocation)
-        } catch let error as OfflineAgentError {
+        } catch let error as PublishError {
             #expect(error.code == .usage, "\(error)", sourceLocation: sourceLocation)
             #expect(error.reason.contains(text), "\(error.reason)", sourceLocation: sourceLocation)
         } catch {
@@ -175,7 +175,7 @@ struct ReleaseVerbTests {
         bytes[bytes.count / 2] ^= 0xFF
         try bytes.write(to: URL(fileURLWithPath: zip))
         let before = F.tree(production)
-        #expect(throws: OfflineAgentError.self) {
+        #expect(throws: PublishError.self) {
             try ReleaseEditor.promote(app: "sample", version: Version("1.2.0")!, from: beta, to: production, key: key)
         }
         #expect(F.tree(production) == before)
@@ -256,7 +256,7 @@ struct ReleaseVerbTests {
         try FileManager.default.removeItem(atPath: "\(app)/manifest.json.sig")
         try FileManager.default.createDirectory(atPath: "\(app)/manifest.json.sig/x", withIntermediateDirectories: true)
         let before = F.tree(app)
-        #expect(throws: OfflineAgentError.self) { try ReleaseEditor.stage(app: "sample", publishDirectory: out, percent: 5, key: key) }
+        #expect(throws: PublishError.self) { try ReleaseEditor.stage(app: "sample", publishDirectory: out, percent: 5, key: key) }
         #expect(F.tree(app) == before)
         #expect(try Self.manifest(out).stage == nil, "the old manifest is back")
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: app).filter { $0.hasPrefix(".publish-") }
@@ -272,8 +272,8 @@ struct ReleaseVerbTests {
         object["stageSchedule"] = [["afterSeconds": 0, "percent": 50], ["afterSeconds": 10, "percent": 5]]
         try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
         let before = F.tree(out)
-        #expect(throws: OfflineAgentError.self) { try PublishState.load(appDirectory: "\(out)/sample") }
-        #expect(throws: OfflineAgentError.self) { try ReleaseEditor.stage(app: "sample", publishDirectory: out, percent: 5, key: key) }
+        #expect(throws: PublishError.self) { try PublishState.load(appDirectory: "\(out)/sample") }
+        #expect(throws: PublishError.self) { try ReleaseEditor.stage(app: "sample", publishDirectory: out, percent: 5, key: key) }
         #expect(F.tree(out) == before)
     }
 }

@@ -163,7 +163,7 @@ struct AutoHaltTests {
         for bad in ["", "min-devices=5", "failure-rate>5", "failure-rate>101%", "failure-rate>-1%", "failure-rate=5%",
                     "failure-rate>5%,failure-rate>6%", "failure-rate>5%,window=0h", "failure-rate>5%,window=1w",
                     "failure-rate>5%,min-devices=0", "failure-rate<5%", "failure-rate>5%,colour=red", "failure-rate>nan%"] {
-            #expect(throws: OfflineAgentError.self, "\(bad)") { try AutoHaltRules(parsing: bad) }
+            #expect(throws: ServerError.self, "\(bad)") { try AutoHaltRules(parsing: bad) }
         }
     }
 }

@@ -79,7 +79,7 @@ struct ReportCopyTests {
         await shared.stop()
         // A missing source is named, not created.
         let missing = try await CLI.run(["copy-reports", "--from", dir + "/none.sqlite", "--to", database.url], executable: executable)
-        #expect(missing.status != 0 && missing.stderr.contains("no such SQLite reports database"), "\(missing.stderr)")
+        #expect(missing.status == 64 && missing.stderr.contains("offline-server: usage: no such SQLite reports database (\(dir)/none.sqlite)\n"), "\(missing.stderr)")
         #expect(!FileManager.default.fileExists(atPath: dir + "/none.sqlite"))
     }
 }

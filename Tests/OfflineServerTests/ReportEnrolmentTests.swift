@@ -301,6 +301,9 @@ struct ReportEnrolmentTests {
         // A secret others may read is refused at start.
         chmod(secret, 0o644)
         let leaky = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", dir + "/db/reports.sqlite", "--report-token", Self.token], executable: executable)
-        #expect(leaky.status != 0 && leaky.stderr.contains("chmod 600"), "\(leaky.stderr)")
+        // One line of the server's own (not `offline-agent serve`'s, not swift-argument-parser's `Error:`), exit 1.
+        let told = leaky.stderr.split(separator: "\n").filter { $0.contains("collector secret") }
+        #expect(leaky.status == 1, "\(leaky.stderr)")
+        #expect(told == ["offline-server: reports: the collector secret may be read by other users: chmod 600 \(secret) (\(secret))"], "\(leaky.stderr)")
     }
 }

@@ -85,7 +85,7 @@ struct ServerFaultParsingTests {
 
     @Test("refused specs: usage, with a reason naming the spec", arguments: invalid)
     func refused(_ spec: String, _ reason: String) {
-        let error = #expect(throws: OfflineAgentError.self) { try ServerFault(parsing: spec) }
+        let error = #expect(throws: ServerError.self) { try ServerFault(parsing: spec) }
         #expect(error?.code == .usage && error?.cause == .usage)
         let description = error.map { "\($0)" } ?? ""
         #expect(description.contains("--fault '\(spec)': ") && description.contains(reason), "\(description)")

@@ -95,7 +95,7 @@ package struct PublishCommit {
             try Self.applyDerived(state.derivedFiles ?? [], from: [staging], appDirectory: appDirectory)
         } catch {
             let failure = Self.failure(error, path: appDirectory)
-            throw OfflineAgentError(
+            throw PublishError(
                 failure.code,
                 "\(PublishState.fileName) was committed, but its derived files are not all in place (\(failure.reason)); the next verb or an offline-server start finishes it",
                 path: failure.path, underlying: failure.underlying)
@@ -153,7 +153,7 @@ package struct PublishCommit {
     private func checkReplaceable(_ name: String) throws {
         let path = "\(appDirectory)/\(name)"
         guard FileSystem.exists(path), !Self.isRegularFile(path) else { return }
-        throw OfflineAgentError(.publish, "cannot replace: not a regular file", path: path)
+        throw PublishError(.publish, "cannot replace: not a regular file", path: path)
     }
 
     static func isRegularFile(_ path: String) -> Bool {
@@ -167,7 +167,9 @@ package struct PublishCommit {
         _ = try writer.finish()
     }
 
-    private static func failure(_ error: any Error, path: String) -> OfflineAgentError {
-        error as? OfflineAgentError ?? OfflineAgentError(.publish, "cannot write to the publish directory", path: path, underlying: error)
+    private static func failure(_ error: any Error, path: String) -> PublishError {
+        if let error = error as? PublishError { return error }
+        if let error = error as? OfflineAgentError { return PublishError(error) }
+        return PublishError(.publish, "cannot write to the publish directory", path: path, underlying: error)
     }
 }

@@ -36,7 +36,7 @@ public final class PublishLock: Sendable {
         // O_NOFOLLOW: a link planted in the directory must not make us create files elsewhere.
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard fd >= 0 else {
-            throw OfflineAgentError(.publish, "cannot open the publish lock", path: path, underlying: POSIXFailure("open"))
+            throw PublishError(.publish, "cannot open the publish lock", path: path, underlying: POSIXFailure("open"))
         }
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: max(.zero, wait))
@@ -45,12 +45,12 @@ public final class PublishLock: Sendable {
             let failure = POSIXFailure("flock")
             guard failure.errno == EWOULDBLOCK || failure.errno == EINTR else {
                 close(fd)
-                throw OfflineAgentError(.publish, "cannot lock the publish directory", path: path, underlying: failure)
+                throw PublishError(.publish, "cannot lock the publish directory", path: path, underlying: failure)
             }
             let holder = Self.holder(of: fd)
             guard clock.now < deadline else {
                 close(fd)
-                throw OfflineAgentError(
+                throw PublishError(
                     .busy, "another verb holds the publish directory (\(holder ?? "holder unknown")); gave up after waiting \(wait)",
                     path: path)
             }
@@ -73,7 +73,7 @@ public final class PublishLock: Sendable {
     static func tryTaking(app: String, publishDirectory: String) throws -> PublishLock? {
         do {
             return try PublishLock(app: app, publishDirectory: publishDirectory, wait: .zero)
-        } catch let error as OfflineAgentError where error.code == .busy {
+        } catch let error as PublishError where error.code == .busy {
             return nil
         }
     }

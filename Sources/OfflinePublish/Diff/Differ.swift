@@ -26,7 +26,7 @@ public enum Differ {
     ///   the patch cannot be written, memory runs out or the old file is too large.
     public static func makePatch(from old: URL, to new: URL, writingTo patch: URL) throws {
         for url in [old, new, patch] where !url.isFileURL {
-            throw OfflineAgentError(.publish, "patch inputs and output must be file URLs", path: url.absoluteString)
+            throw PublishError(.publish, "patch inputs and output must be file URLs", path: url.absoluteString)
         }
         var error = cbsdiff_error()
         let status = old.withUnsafeFileSystemRepresentation { oldPath in
@@ -42,7 +42,7 @@ public enum Differ {
             let message = withUnsafeBytes(of: error.message) { bytes in
                 String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
             }
-            throw OfflineAgentError(
+            throw PublishError(
                 .publish,
                 "cannot make patch: \(message.isEmpty ? "unknown error" : message)",
                 path: patch.path,

@@ -15,7 +15,7 @@ final class PublishFileWriter {
 
     init(creating path: String) throws {
         fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw OfflineAgentError(.publish, "cannot create file", path: path, underlying: POSIXFailure("open")) }
+        guard fd >= 0 else { throw PublishError(.publish, "cannot create file", path: path, underlying: POSIXFailure("open")) }
         self.path = path
     }
 
@@ -26,7 +26,7 @@ final class PublishFileWriter {
         hasher.update(bufferPointer: bytes)
         count += Int64(bytes.count)
         do { try FileDescriptor.writeAll(fd, bytes) } catch {
-            throw OfflineAgentError(.publish, "cannot write file", cause: error.isDiskFull ? .diskFull : .publish, path: path, underlying: error)
+            throw PublishError(.publish, "cannot write file", cause: error.isDiskFull ? .diskFull : .publish, path: path, underlying: error)
         }
     }
 
@@ -41,7 +41,7 @@ final class PublishFileWriter {
     /// fsyncs and closes the file, returning its size and hash.
     func finish() throws -> PublishedFile {
         defer { close(fd); fd = -1 }
-        guard fsync(fd) == 0 else { throw OfflineAgentError(.publish, "cannot flush file", path: path, underlying: POSIXFailure("fsync")) }
+        guard fsync(fd) == 0 else { throw PublishError(.publish, "cannot flush file", path: path, underlying: POSIXFailure("fsync")) }
         return PublishedFile(size: count, sha256: hasher.finalize().hex)
     }
 
@@ -51,7 +51,7 @@ final class PublishFileWriter {
             let (size, sha256) = try FileHasher.digest(of: path)
             return PublishedFile(size: size, sha256: sha256)
         } catch {
-            throw OfflineAgentError(.publish, "cannot read file", path: path, underlying: error as? POSIXFailure)
+            throw PublishError(.publish, "cannot read file", path: path, underlying: error as? POSIXFailure)
         }
     }
 }

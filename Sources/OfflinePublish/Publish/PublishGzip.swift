@@ -13,14 +13,14 @@ enum PublishGzip {
         do {
             input = try Data(contentsOf: URL(fileURLWithPath: source), options: .alwaysMapped)
         } catch {
-            throw OfflineAgentError(.publish, "cannot read file", path: source)
+            throw PublishError(.publish, "cannot read file", path: source)
         }
         let out = try PublishFileWriter(creating: destination)
         var stream = z_stream()
         // windowBits 15 + 16: a gzip wrapper instead of a zlib one.
         guard deflateInit2_(&stream, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY,
                             zlibVersion(), Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
-            throw OfflineAgentError(.publish, "zlib deflateInit2 failed", path: destination)
+            throw PublishError(.publish, "zlib deflateInit2 failed", path: destination)
         }
         defer { deflateEnd(&stream) }
 
@@ -43,7 +43,7 @@ enum PublishGzip {
                     stream.avail_out = uInt(chunk)
                     status = deflate(&stream, flush)
                     guard status == Z_OK || status == Z_STREAM_END || status == Z_BUF_ERROR else {
-                        throw OfflineAgentError(.publish, "zlib deflate failed (\(status))", path: destination)
+                        throw PublishError(.publish, "zlib deflate failed (\(status))", path: destination)
                     }
                     return chunk - Int(stream.avail_out)
                 }

@@ -143,7 +143,7 @@ public struct PublishState: Sendable, Equatable, Codable {
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: path))
         } catch {
-            throw OfflineAgentError(.publish, "cannot read publish state", path: path)
+            throw PublishError(.publish, "cannot read publish state", path: path)
         }
         return try decode(data, path: path)
     }
@@ -154,7 +154,7 @@ public struct PublishState: Sendable, Equatable, Codable {
         do {
             state = try JSONDecoder().decode(PublishState.self, from: data)
         } catch {
-            throw OfflineAgentError(.publish, "publish state is not valid JSON of the expected shape", path: path)
+            throw PublishError(.publish, "publish state is not valid JSON of the expected shape", path: path)
         }
         try state.check(path: path)
         return state
@@ -178,7 +178,7 @@ public struct PublishState: Sendable, Equatable, Codable {
 
     /// The invariants a server relies on; a state breaking them is refused whole.
     func check(path: String?) throws {
-        func fail(_ reason: String) -> OfflineAgentError { OfflineAgentError(.publish, "invalid publish state: \(reason)", path: path) }
+        func fail(_ reason: String) -> PublishError { PublishError(.publish, "invalid publish state: \(reason)", path: path) }
         guard AppName.isValid(app) else { throw fail("invalid app name '\(app)'") }
         guard let last = versions.last, last.version == latest else { throw fail("latest \(latest) is not the last published version") }
         // In publish order (epoch, version) rises; the version names files, so none repeats.

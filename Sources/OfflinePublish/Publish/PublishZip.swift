@@ -49,13 +49,13 @@ enum PublishZip {
             do {
                 names = try FileManager.default.contentsOfDirectory(atPath: dir)
             } catch {
-                throw OfflineAgentError(.publish, "cannot list source directory", path: dir)
+                throw PublishError(.publish, "cannot list source directory", path: dir)
             }
             for name in names {
                 let path = "\(dir)/\(name)"
                 let relative = prefix.isEmpty ? name : "\(prefix)/\(name)"
                 var st = stat()
-                guard lstat(path, &st) == 0 else { throw OfflineAgentError(.publish, "cannot read file", path: path, underlying: POSIXFailure("lstat")) }
+                guard lstat(path, &st) == 0 else { throw PublishError(.publish, "cannot read file", path: path, underlying: POSIXFailure("lstat")) }
                 let type = PackageRules.EntryType(mode: st.st_mode) ?? .special
                 if type == .directory {
                     // Only files become entries; their names carry the directories' rules.
@@ -66,7 +66,7 @@ enum PublishZip {
             }
         }
         try walk(source, prefix: "")
-        guard !found.isEmpty else { throw OfflineAgentError(.publish, "source directory holds no files", path: source) }
+        guard !found.isEmpty else { throw PublishError(.publish, "source directory holds no files", path: source) }
         // The zip's order, so the refusal named is the one a device would name first.
         found.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
 
@@ -78,7 +78,7 @@ enum PublishZip {
                 try rules.add(bytes: file.size)
             } catch {
                 let named = error.reason.contains("'\(PackageRules.quoted(file.name))'")
-                throw OfflineAgentError(
+                throw PublishError(
                     .publish, "devices would refuse this package: \(error.reason)\(named ? "" : " (at '\(PackageRules.quoted(file.name))')")",
                     path: file.path)
             }
@@ -89,7 +89,7 @@ enum PublishZip {
     /// Writes a stored zip of `entries` (already sorted) to a new file at `path`.
     static func write(_ entries: [Entry], to path: String) throws -> PublishedFile {
         guard entries.count < 0xFFFF else {
-            throw OfflineAgentError(.publish, "too many files for a package (\(entries.count); at most 65534)")
+            throw PublishError(.publish, "too many files for a package (\(entries.count); at most 65534)")
         }
         let out = try PublishFileWriter(creating: path)
         var central: [UInt8] = []
@@ -100,10 +100,10 @@ enum PublishZip {
                 // Mapped: large assets are not copied into memory.
                 data = try Data(contentsOf: URL(fileURLWithPath: entry.path), options: .alwaysMapped)
             } catch {
-                throw OfflineAgentError(.publish, "cannot read file", path: entry.path)
+                throw PublishError(.publish, "cannot read file", path: entry.path)
             }
             guard data.count < 0xFFFF_FFFF, offset < 0xFFFF_FFFF else {
-                throw OfflineAgentError(.publish, "package would exceed 4 GiB (zip64 is not written)", path: entry.path)
+                throw PublishError(.publish, "package would exceed 4 GiB (zip64 is not written)", path: entry.path)
             }
             let name = Array(entry.name.utf8)
             let flags: UInt16 = name.allSatisfy { $0 < 0x80 } ? 0 : utf8Flag
@@ -148,7 +148,7 @@ enum PublishZip {
             offset += UInt64(local.count) + UInt64(data.count)
         }
         guard offset + UInt64(central.count) < 0xFFFF_FFFF else {
-            throw OfflineAgentError(.publish, "package would exceed 4 GiB (zip64 is not written)")
+            throw PublishError(.publish, "package would exceed 4 GiB (zip64 is not written)")
         }
         var end: [UInt8] = []
         end.appendLE32(0x0605_4b50)

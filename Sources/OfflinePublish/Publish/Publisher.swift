@@ -46,6 +46,8 @@ public enum Publisher {
                 unlink(PublishLock.path(app: options.app, publishDirectory: out))
                 removeCreated(createdOut)
             }
+            // The boundary with the engine library: its failures leave as the publisher's.
+            if let error = error as? OfflineAgentError { throw PublishError(error) }
             throw error
         }
     }
@@ -58,12 +60,12 @@ public enum Publisher {
         PublishStep.afterRead.reached()
         if let previous {
             guard previous.app == options.app else {
-                throw OfflineAgentError(.publish, "state.json belongs to app '\(previous.app)'", path: appDirectory)
+                throw PublishError(.publish, "state.json belongs to app '\(previous.app)'", path: appDirectory)
             }
             try checkEpoch(options, previous: previous)
             // Keeping an expiry that has passed since would publish a manifest every device rejects.
             if options.expires == .keep, let kept = previous.expires, let date = RFC3339.date(from: kept), date <= Date() {
-                throw OfflineAgentError(
+                throw PublishError(
                     .usage, "the kept expires \(kept) has already passed: no device would accept the manifest; give --expires with a later time or 'never'")
             }
         }
@@ -73,15 +75,17 @@ public enum Publisher {
                 ? try FileSystem.makeTemporaryDirectory(in: appDirectory, prefix: ".publish-")
                 : try FileSystem.makeTemporaryDirectory(in: out, prefix: ".publish-\(options.app)-")
         } catch {
-            throw OfflineAgentError(.publish, "cannot write to the publish directory", path: out, underlying: error)
+            throw PublishError(.publish, "cannot write to the publish directory", path: out, underlying: error)
         }
         let commit: PublishCommit
         do {
             commit = try build(options, entries: entries, previous: previous, appDirectory: appDirectory, staging: staging)
         } catch {
             FileSystem.remove(staging)
-            if let error = error as? OfflineAgentError { throw error }
-            throw OfflineAgentError(.publish, "cannot write to the publish directory", path: appDirectory, underlying: error)
+            if let error = error as? PublishError { throw error }
+            // The engine's own failures (a patch that does not apply, a manifest rule) met while building.
+            if let error = error as? OfflineAgentError { throw PublishError(error) }
+            throw PublishError(.publish, "cannot write to the publish directory", path: appDirectory, underlying: error)
         }
         let state = try commit.commit()
         // TUF: the new files become targets; timestamp.json, written last, publishes them.
@@ -169,7 +173,7 @@ public enum Publisher {
             patches: patches,
             fallback: options.fallback ?? previous?.fallback)
         if options.requireWhitelist, state.whitelist.isEmpty {
-            throw OfflineAgentError(
+            throw PublishError(
                 .usage,
                 "no whitelist: devices would install \(options.app) \(version) and serve none of it; give --whitelist URL_PREFIX (e.g. https://h5.example.com/\(options.app)/), repeated for several")
         }
@@ -183,26 +187,26 @@ public enum Publisher {
             to: previous?.revisions)
         // The entry page must be a file of this very package, or every deep link would fail.
         if options.existingPackage == nil, let fallback = state.fallback, !entries.contains(where: { $0.name == fallback }) {
-            throw OfflineAgentError(.usage, "fallback '\(fallback)' is not a file of the package")
+            throw PublishError(.usage, "fallback '\(fallback)' is not a file of the package")
         }
         if options.requireEntryPage, options.existingPackage == nil, state.fallback == nil, !entries.contains(where: { $0.name == "index.html" }) {
             throw missingEntryPage(options, entries: entries)
         }
         guard state.miniVersion <= version else {
-            throw OfflineAgentError(.usage, "miniVersion \(state.miniVersion) is above version \(version)")
+            throw PublishError(.usage, "miniVersion \(state.miniVersion) is above version \(version)")
         }
         try state.check(path: nil)
 
         // The static form: the full package, gzip-compressed, described beside it.
         let prefix = options.baseURL.map { "\($0.hasSuffix("/") ? String($0.dropLast()) : $0)/\(options.app)/" } ?? ""
         guard let manifest = PublishManifest.manifest(from: state, current: nil, fileURLPrefix: prefix, fullCompression: .gzip, offerPatch: false) else {
-            throw OfflineAgentError(.publish, "no release for \(version)")
+            throw PublishError(.publish, "no release for \(version)")
         }
         do {
             try manifest.checkFields()
         } catch let error as OfflineAgentError where error.cause == .manifestInvalid {
             // A manifest devices would refuse (a bad schedule, stage): the operator's input.
-            throw OfflineAgentError(.usage, error.reason)
+            throw PublishError(.usage, error.reason)
         }
         var commit = PublishCommit(appDirectory: appDirectory, staging: staging, state: state)
         commit.files = files
@@ -218,7 +222,7 @@ public enum Publisher {
     ) throws -> PublishState.Patch {
         let old = "\(appDirectory)/\(base.packageFile)"
         guard let found = try? PublishFileWriter.digest(of: old), found == PublishedFile(size: base.size, sha256: base.sha256) else {
-            throw OfflineAgentError(.publish, "the kept package of \(base.version) is missing or does not match state.json", path: old)
+            throw PublishError(.publish, "the kept package of \(base.version) is missing or does not match state.json", path: old)
         }
         let new = "\(staging)/\(release.packageFile)"
         let name = PublishState.Patch(from: base.version, to: release.version, size: 0, sha256: "").file
@@ -231,7 +235,7 @@ public enum Publisher {
             old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: path), to: URL(fileURLWithPath: check),
             expectedSize: release.size)
         guard try PublishFileWriter.digest(of: check).sha256 == release.sha256 else {
-            throw OfflineAgentError(.publish, "the patch from \(base.version) does not rebuild the package", path: path)
+            throw PublishError(.publish, "the patch from \(base.version) does not rebuild the package", path: path)
         }
         let digest = try PublishFileWriter.digest(of: path)
         return PublishState.Patch(from: base.version, to: release.version, size: digest.size, sha256: digest.sha256)
@@ -246,7 +250,7 @@ public enum Publisher {
         let path = FileSystem.absolute(directory)
         guard FileSystem.exists("\(path)/\(PublishState.fileName)") else { return }
         let app = (try? PublishState.load(appDirectory: path))?.map(\.app) ?? FileSystem.name(of: path)
-        throw OfflineAgentError(
+        throw PublishError(
             .usage,
             "\(option) \(directory) is the directory of app '\(app)' (it holds \(PublishState.fileName)), not a publish directory: give the directory above it (\(option) \(FileSystem.parent(of: path)))")
     }
@@ -254,19 +258,19 @@ public enum Publisher {
     /// The refusal of a source without an entry page: it names what the source's top
     /// level holds, which is usually the sign of the wrong directory (a wheel's root, a
     /// project's root instead of its build output).
-    private static func missingEntryPage(_ options: PublishOptions, entries: [PublishZip.Entry]) -> OfflineAgentError {
+    private static func missingEntryPage(_ options: PublishOptions, entries: [PublishZip.Entry]) -> PublishError {
         let top = Set(entries.map { name in
             name.name.split(separator: "/", maxSplits: 1).count > 1 ? "\(name.name.split(separator: "/")[0])/" : name.name
         }).sorted()
         let shown = top.prefix(5).joined(separator: ", ") + (top.count > 5 ? ", … (\(top.count) in all)" : "")
-        return OfflineAgentError(
+        return PublishError(
             .usage,
             "\(options.sourceDirectory) has no index.html at its root (it holds \(top.isEmpty ? "nothing" : shown)): is --source the built site's root? Give --fallback FILE when the entry page has another name, or --no-entry-page to publish it without one",
             path: options.sourceDirectory)
     }
 
     private static func checkArguments(_ options: PublishOptions) throws {
-        func usage(_ reason: String, path: String? = nil) -> OfflineAgentError { OfflineAgentError(.usage, reason, path: path) }
+        func usage(_ reason: String, path: String? = nil) -> PublishError { PublishError(.usage, reason, path: path) }
         guard AppName.isValid(options.app) else { throw usage("invalid app name '\(options.app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
         if let stage = options.stage, !(0...100).contains(stage) { throw usage("stage \(stage) is outside 0…100") }
         if options.stage != nil, options.stageSchedule != nil { throw usage("--stage and --stage-schedule cannot both be given") }
@@ -304,7 +308,7 @@ public enum Publisher {
     private static func copyPackage(_ existing: (path: String, sha256: String), to path: String) throws -> PublishedFile {
         let writer = try PublishFileWriter(creating: path)
         guard let input = FileHandle(forReadingAtPath: existing.path) else {
-            throw OfflineAgentError(.publish, "cannot read the package", path: existing.path)
+            throw PublishError(.publish, "cannot read the package", path: existing.path)
         }
         defer { try? input.close() }
         while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
@@ -312,7 +316,7 @@ public enum Publisher {
         }
         let copied = try writer.finish()
         guard copied.sha256 == existing.sha256 else {
-            throw OfflineAgentError(.publish, "the package does not match its state.json (sha256 \(copied.sha256), expected \(existing.sha256))", path: existing.path)
+            throw PublishError(.publish, "the package does not match its state.json (sha256 \(copied.sha256), expected \(existing.sha256))", path: existing.path)
         }
         return copied
     }
@@ -327,13 +331,13 @@ public enum Publisher {
             current = FileSystem.parent(of: current)
         }
         guard FileSystem.isDirectory(current) else {
-            throw OfflineAgentError(.publish, "cannot create the publish directory: not a directory", path: current)
+            throw PublishError(.publish, "cannot create the publish directory: not a directory", path: current)
         }
         var created: [String] = []
         for dir in missing.reversed() {
             guard mkdir(dir, 0o755) == 0 else {
                 removeCreated(created)
-                throw OfflineAgentError(.publish, "cannot create the publish directory", path: dir, underlying: POSIXFailure("mkdir"))
+                throw PublishError(.publish, "cannot create the publish directory", path: dir, underlying: POSIXFailure("mkdir"))
             }
             created.append(dir)
         }

@@ -235,11 +235,11 @@ public enum ReleaseEditor {
                 to: state.revisions)
             do {
                 try state.check(path: nil)
-            } catch let error as OfflineAgentError {
+            } catch let error as PublishError {
                 throw usage(error.reason)
             }
             guard let manifest = PublishManifest.manifest(from: state, current: nil, fileURLPrefix: prefix, fullCompression: .gzip, offerPatch: false) else {
-                throw OfflineAgentError(.publish, "no release for \(state.latest)", path: directory)
+                throw PublishError(.publish, "no release for \(state.latest)", path: directory)
             }
             do {
                 try manifest.checkFields()
@@ -251,7 +251,7 @@ public enum ReleaseEditor {
             do {
                 staging = try FileSystem.makeTemporaryDirectory(in: directory, prefix: ".publish-")
             } catch {
-                throw OfflineAgentError(.publish, "cannot write to the publish directory", path: directory, underlying: error)
+                throw PublishError(.publish, "cannot write to the publish directory", path: directory, underlying: error)
             }
             var commit = PublishCommit(appDirectory: directory, staging: staging, state: state)
             commit.deriveStaticManifest(written)
@@ -307,7 +307,7 @@ public enum ReleaseEditor {
         do {
             names = try ZipCentralDirectory.rawNames(of: path)
         } catch {
-            throw OfflineAgentError(.publish, "cannot read the package of \(release.version)", path: path)
+            throw PublishError(.publish, "cannot read the package of \(release.version)", path: path)
         }
         guard names.contains(Array(fallback.utf8)) else {
             throw usage("fallback '\(fallback)' is not a file of the package of \(release.version)")
@@ -316,7 +316,7 @@ public enum ReleaseEditor {
 
     // MARK: Helpers
 
-    static func usage(_ reason: String) -> OfflineAgentError { OfflineAgentError(.usage, reason) }
+    static func usage(_ reason: String) -> PublishError { PublishError(.usage, reason) }
 
     private static func appDirectory(_ app: String, _ publishDirectory: String) throws -> String {
         guard AppName.isValid(app) else { throw usage("invalid app name '\(app)' (expected [a-z0-9][a-z0-9._-]{0,63})") }
@@ -328,7 +328,7 @@ public enum ReleaseEditor {
         guard FileSystem.isDirectory(directory), let state = try PublishState.load(appDirectory: directory) else {
             throw usage("app '\(app)' was never published in \(publishDirectory)")
         }
-        guard state.app == app else { throw OfflineAgentError(.publish, "state.json belongs to app '\(state.app)'", path: directory) }
+        guard state.app == app else { throw PublishError(.publish, "state.json belongs to app '\(state.app)'", path: directory) }
         return state
     }
 

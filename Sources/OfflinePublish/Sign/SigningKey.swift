@@ -26,12 +26,12 @@ public struct SigningKey: Sendable {
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
-            throw OfflineAgentError(.usage, "cannot read key file", path: path)
+            throw PublishError(.usage, "cannot read key file", path: path)
         }
         do {
             try self.init(base64: text)
         } catch {
-            throw OfflineAgentError(.usage, "key file does not hold base64 of a 32-byte Ed25519 private key", path: path)
+            throw PublishError(.usage, "key file does not hold base64 of a 32-byte Ed25519 private key", path: path)
         }
     }
 
@@ -50,15 +50,15 @@ public struct SigningKey: Sendable {
     /// refusing to replace an existing key unless `overwrite` is set.
     public func write(to path: String, overwrite: Bool = false) throws {
         if !overwrite, FileSystem.exists(path) {
-            throw OfflineAgentError(.usage, "key file already exists (use --force to replace it)", path: path)
+            throw PublishError(.usage, "key file already exists (use --force to replace it)", path: path)
         }
         do {
             try FileSystem.writeAtomically(Data((base64 + "\n").utf8), to: path, mode: 0o600)
             try FileSystem.writeAtomically(Data((publicKeyBase64 + "\n").utf8), to: path + ".pub", mode: 0o644)
         } catch let error as OfflineAgentError {
-            throw error
+            throw PublishError(error)
         } catch {
-            throw OfflineAgentError(.usage, "cannot write key file", path: path, underlying: error)
+            throw PublishError(.usage, "cannot write key file", path: path, underlying: error)
         }
     }
 }

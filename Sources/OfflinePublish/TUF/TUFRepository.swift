@@ -40,7 +40,7 @@ public enum TUFRepository {
             guard !given.isEmpty, Set(valid.map(\.publicKeyBase64)).count >= named.threshold else {
                 let theirs = root.role(role).keyIDs.compactMap { root.keys[$0]?.fingerprint }.joined(separator: ", ")
                 let ours = given.map { TUFSigner.key($0).fingerprint }.joined(separator: ", ")
-                throw OfflineAgentError(
+                throw PublishError(
                     .usage,
                     "--key \(ours.isEmpty ? "(none)" : ours) is not the key metadata/\(root.metadata.version).root.json names for \(role) (\(theirs), threshold \(named.threshold)): devices would refuse what it signs")
             }
@@ -82,7 +82,7 @@ public enum TUFRepository {
             }
         } else {
             guard ["root", "targets", "snapshot", "timestamp"].allSatisfy({ !keys.keys($0).isEmpty }) else {
-                throw OfflineAgentError(.usage, "a publish directory without metadata/ needs a key for every role to write its 1.root.json")
+                throw PublishError(.usage, "a publish directory without metadata/ needs a key for every role to write its 1.root.json")
             }
             root = try write(TUFSigner.file(newRoot(keys: keys, expires: now + expiry.root), keys: keys.root), in: directory)
         }
@@ -103,7 +103,7 @@ public enum TUFRepository {
             try writeFile(TUFSigner.file(signed, keys: keys.targets), "\(version).targets.json", in: directory)
             targetsVersion = version
         }
-        guard let targetsVersion else { throw OfflineAgentError(.publish, "no targets metadata", path: directory) }
+        guard let targetsVersion else { throw PublishError(.publish, "no targets metadata", path: directory) }
 
         var snapshotVersion = current.snapshot?.metadata.version
         if snapshotVersion == nil || current.snapshot?.meta["targets.json"]?.version != targetsVersion
@@ -114,7 +114,7 @@ public enum TUFRepository {
             try writeFile(TUFSigner.file(signed, keys: keys.snapshot), "\(version).snapshot.json", in: directory)
             snapshotVersion = version
         }
-        guard let snapshotVersion else { throw OfflineAgentError(.publish, "no snapshot metadata", path: directory) }
+        guard let snapshotVersion else { throw PublishError(.publish, "no snapshot metadata", path: directory) }
 
         var timestampVersion = current.timestamp?.metadata.version ?? 0
         if current.timestamp?.snapshot.version != snapshotVersion || unsigned(current.timestamp?.metadata, "timestamp")
@@ -141,7 +141,7 @@ public enum TUFRepository {
         let keys = TUFKeys(timestamp: [key])
         try checkKeys(publishDirectory: publishDirectory, keys: keys, roles: ["timestamp"])
         guard let timestamp = currentChain(in: directory).timestamp else {
-            throw OfflineAgentError(.usage, "\(directory)/timestamp.json is missing or unreadable: publish with --key first", path: directory)
+            throw PublishError(.usage, "\(directory)/timestamp.json is missing or unreadable: publish with --key first", path: directory)
         }
         let version = timestamp.metadata.version + 1
         try writeTimestamp(version: version, snapshot: timestamp.snapshot.version, expires: expires, keys: keys.timestamp, in: directory)
@@ -171,7 +171,7 @@ public enum TUFRepository {
     static func latestRoot(in directory: String) throws -> (Int64, TUFRoot)? {
         guard let version = versions("root", in: directory).max() else { return nil }
         let path = "\(directory)/\(version).root.json"
-        guard let bytes = FileManager.default.contents(atPath: path) else { throw OfflineAgentError(.publish, "cannot read root metadata", path: path) }
+        guard let bytes = FileManager.default.contents(atPath: path) else { throw PublishError(.publish, "cannot read root metadata", path: path) }
         return (version, try TUFRoot(bytes))
     }
 
@@ -209,7 +209,7 @@ public enum TUFRepository {
                 guard FileSystem.fileSize(path) == target.length, let sha256 = target.sha256 else { continue }
                 let prefixed = "\(appDirectory)/\(sha256).\(name)"
                 if !FileSystem.exists(prefixed), link(path, prefixed) != 0, errno != EEXIST {
-                    throw OfflineAgentError(.publish, "cannot link a target under its hash-prefixed name", path: prefixed, underlying: POSIXFailure("link"))
+                    throw PublishError(.publish, "cannot link a target under its hash-prefixed name", path: prefixed, underlying: POSIXFailure("link"))
                 }
                 targets["\(app)/\(name)"] = target
             }
@@ -256,7 +256,7 @@ public enum TUFRepository {
         do {
             try FileSystem.writeAtomically(data, to: "\(directory)/\(name)")
         } catch {
-            throw OfflineAgentError(.publish, "cannot write TUF metadata", path: "\(directory)/\(name)", underlying: error)
+            throw PublishError(.publish, "cannot write TUF metadata", path: "\(directory)/\(name)", underlying: error)
         }
     }
 

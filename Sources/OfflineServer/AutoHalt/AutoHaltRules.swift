@@ -67,7 +67,7 @@ public struct AutoHaltRules: Sendable, Equatable, CustomStringConvertible {
             }
         }
         guard failureRate != nil || rollbackRate != nil else {
-            throw OfflineAgentError(.usage, "--auto-halt '\(text)' has no rule: give failure-rate>P% or rollback-rate>P%")
+            throw ServerError(.usage, "--auto-halt '\(text)' has no rule: give failure-rate>P% or rollback-rate>P%")
         }
     }
 
@@ -113,7 +113,7 @@ public struct AutoHaltRules: Sendable, Equatable, CustomStringConvertible {
         return number * unit
     }
 
-    private static func fail(_ part: String, _ why: String) -> OfflineAgentError {
-        OfflineAgentError(.usage, "--auto-halt: cannot read '\(part)': \(why)")
+    private static func fail(_ part: String, _ why: String) -> ServerError {
+        ServerError(.usage, "--auto-halt: cannot read '\(part)': \(why)")
     }
 }

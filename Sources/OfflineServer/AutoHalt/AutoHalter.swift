@@ -90,7 +90,7 @@ actor AutoHalter {
                     app: app, version: version, publishDirectory: directory, key: signingKey, reason: reason, now: now)
             }
             logger.warning("auto-halt: halted \(app) \(version) at stage \(stage)%: \(reason)")
-        } catch let error as OfflineAgentError where error.code == .usage && Self.changedSince(app, version, catalog, now) {
+        } catch let error as PublishError where error.code == .usage && Self.changedSince(app, version, catalog, now) {
             // Refused because another instance or an operator changed the release since the
             // figures were read: nothing left to do.
             logger.info("auto-halt: \(app) \(version) not halted: \(error.reason)")

@@ -60,7 +60,7 @@ struct FaultBodyWriter: ResponseBodyWriter {
             // Let the bytes already written leave before the orderly close, which drops pending writes.
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw OfflineAgentError(.serve, "fault injected: connection \(plan.reset ? "reset" : "closed") after \(cut) bytes of body",
+        throw ServerError(.fault, "fault injected: connection \(plan.reset ? "reset" : "closed") after \(cut) bytes of body",
                                 cause: .network)
     }
 }

@@ -18,8 +18,8 @@ extension ServerFault {
     ///
     /// - Throws: `OfflineAgentError` (`usage`) naming the spec and what is wrong with it.
     public init(parsing spec: String) throws {
-        func refuse(_ reason: String) -> OfflineAgentError {
-            OfflineAgentError(.usage, "--fault '\(spec)': \(reason)", cause: .usage)
+        func refuse(_ reason: String) -> ServerError {
+            ServerError(.usage, "--fault '\(spec)': \(reason)", cause: .usage)
         }
         var rest = Substring(spec)
         var count: Int?

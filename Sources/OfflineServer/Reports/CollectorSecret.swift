@@ -27,18 +27,18 @@ public struct CollectorSecret: Sendable {
         if !FileSystem.exists(path) { try create(path: path) }
         var info = stat()
         guard lstat(path, &info) == 0 else {
-            throw OfflineAgentError(.serve, "cannot read the collector secret", cause: .io, path: path)
+            throw ServerError(.reports, "cannot read the collector secret", cause: .io, path: path)
         }
         guard info.st_mode & S_IFMT == S_IFREG else {
-            throw OfflineAgentError(.serve, "the collector secret is not a regular file", cause: .io, path: path)
+            throw ServerError(.reports, "the collector secret is not a regular file", cause: .io, path: path)
         }
         guard info.st_mode & 0o077 == 0 else {
-            throw OfflineAgentError(.serve, "the collector secret may be read by other users: chmod 600 \(path)", cause: .io, path: path)
+            throw ServerError(.reports, "the collector secret may be read by other users: chmod 600 \(path)", cause: .io, path: path)
         }
         guard let data = FileManager.default.contents(atPath: path),
               let bytes = Self.bytes(hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
               bytes.count == 32 else {
-            throw OfflineAgentError(.serve, "the collector secret must hold 64 hex digits", cause: .io, path: path)
+            throw ServerError(.reports, "the collector secret must hold 64 hex digits", cause: .io, path: path)
         }
         return CollectorSecret(key: SymmetricKey(data: bytes))
     }
@@ -59,7 +59,7 @@ public struct CollectorSecret: Sendable {
             // link() never replaces: two first starts agree on whichever secret won.
             _ = link(temp, path)
         } catch {
-            throw OfflineAgentError(.serve, "cannot create the collector secret: \(error)", cause: .io, path: path)
+            throw ServerError(.reports, "cannot create the collector secret: \(error)", cause: .io, path: path)
         }
     }
 

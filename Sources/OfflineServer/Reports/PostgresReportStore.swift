@@ -44,14 +44,14 @@ final class PostgresReportStore: ReportStorage {
         do {
             try await Self.probe(probe)
         } catch {
-            throw OfflineAgentError(.serve, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
+            throw ServerError(.reports, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
         }
         let store = PostgresReportStore(location: shown, client: PostgresClient(configuration: configuration, backgroundLogger: logger), logger: logger)
         do {
             try await store.bounded("the migrations") { try await store.migrate() }
         } catch {
             await store.close()
-            throw OfflineAgentError(.serve, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
+            throw ServerError(.reports, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
         }
         return store
     }
@@ -88,7 +88,7 @@ final class PostgresReportStore: ReportStorage {
     static func configuration(_ url: String) throws -> (client: PostgresClient.Configuration, probe: PostgresConnection.Configuration, shown: String) {
         guard let components = URLComponents(string: url), isURL(url), let host = components.host, !host.isEmpty,
               let user = components.user, !user.isEmpty else {
-            throw OfflineAgentError(.usage, "--reports-db: expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
+            throw ServerError(.usage, "--reports-db: expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
         }
         let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         let database = path.isEmpty ? nil : path, port = components.port ?? 5432
@@ -98,7 +98,7 @@ final class PostgresReportStore: ReportStorage {
         case "disable": (tls, probeTLS) = (.disable, .disable)
         case "require": (tls, probeTLS) = (.require(.makeClientConfiguration()), .require(try NIOSSLContext(configuration: .makeClientConfiguration())))
         case "prefer": (tls, probeTLS) = (.prefer(.makeClientConfiguration()), .prefer(try NIOSSLContext(configuration: .makeClientConfiguration())))
-        default: throw OfflineAgentError(.usage, "--reports-db: sslmode must be disable, prefer or require")
+        default: throw ServerError(.usage, "--reports-db: sslmode must be disable, prefer or require")
         }
         var configuration = PostgresClient.Configuration(
             host: host, port: port, username: user, password: components.password, database: database, tls: tls)
@@ -273,7 +273,7 @@ final class PostgresReportStore: ReportStorage {
             }
             defer { group.cancelAll() }
             guard let first = try await group.next(), let value = first else {
-                throw OfflineAgentError(.serve, "the reports database did not answer \(what) within \(Self.operationTimeout)", cause: .timeout)
+                throw ServerError(.reports, "the reports database did not answer \(what) within \(Self.operationTimeout)", cause: .timeout)
             }
             return value
         }

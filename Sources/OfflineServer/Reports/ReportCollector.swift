@@ -35,8 +35,8 @@ final class ReportCollector: Sendable {
         do {
             tally = try await store.tally(labels: labels)
         } catch {
-            throw OfflineAgentError(
-                .serve, "cannot read the reports database: \(error)", cause: .io, path: store.location, underlying: error)
+            throw ServerError(
+                .reports, "cannot read the reports database: \(error)", cause: .io, path: store.location, underlying: error)
         }
         metrics.record(tally)
         // With enrolment required only devices proven by their credential count toward a halt.

@@ -24,10 +24,10 @@ public enum ReportCopy {
     /// Copies every event of the SQLite database at `sqlite` into the PostgreSQL database at `postgres`.
     public static func copy(from sqlite: String, to postgres: String, logger: Logger) async throws -> Result {
         guard FileManager.default.fileExists(atPath: sqlite) else {
-            throw OfflineAgentError(.usage, "no such SQLite reports database", path: sqlite)
+            throw ServerError(.usage, "no such SQLite reports database", path: sqlite)
         }
         guard PostgresReportStore.isURL(postgres) else {
-            throw OfflineAgentError(.usage, "--to must be a postgres:// URL")
+            throw ServerError(.usage, "--to must be a postgres:// URL")
         }
         let source = try await ReportStore.open(path: sqlite)
         let target = try await PostgresReportStore.open(url: postgres, logger: logger)

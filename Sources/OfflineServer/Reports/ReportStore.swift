@@ -46,8 +46,8 @@ final class ReportStore: ReportStorage {
             pool = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(pool)
         } catch {
-            throw OfflineAgentError(
-                .serve, "cannot open the reports database: \(error)", cause: .io, path: path, underlying: error)
+            throw ServerError(
+                .reports, "cannot open the reports database: \(error)", cause: .io, path: path, underlying: error)
         }
     }
 

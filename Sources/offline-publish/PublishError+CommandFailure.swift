@@ -1,0 +1,7 @@
+import CommandSupport
+import OfflinePublish
+
+extension PublishError: CommandFailure {
+    /// `phase: reason (path): underlying`.
+    public var messageLine: String { description }
+}

@@ -1,0 +1,7 @@
+import CommandSupport
+import OfflineServer
+
+extension ServerError: CommandFailure {
+    /// `phase: reason (path): underlying`.
+    public var messageLine: String { description }
+}
