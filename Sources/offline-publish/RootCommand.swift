@@ -24,6 +24,6 @@ extension RootCommand {
     static func until(_ text: String, now: Date = Date()) throws -> Date {
         if let seconds = ManifestStageStep.parseDuration(text), seconds > 0 { return now.addingTimeInterval(TimeInterval(seconds)) }
         if let date = RFC3339.date(from: text), date > now { return date }
-        throw OfflineAgentError(.usage, "--expires '\(text)' is not a future RFC 3339 time nor a duration like 365d")
+        throw PublishError(.usage, "--expires '\(text)' is not a future RFC 3339 time nor a duration like 365d")
     }
 }

@@ -102,19 +102,19 @@ public enum Publisher {
     /// epoch may go to any version not published yet; the epoch never goes down.
     static func checkEpoch(_ options: PublishOptions, previous: PublishState) throws {
         let epoch = options.epoch ?? previous.epoch
-        guard (0...Manifest.maxEpoch).contains(epoch) else { throw OfflineAgentError(.usage, "epoch \(epoch) is outside 0…\(Manifest.maxEpoch)") }
+        guard (0...Manifest.maxEpoch).contains(epoch) else { throw PublishError(.usage, "epoch \(epoch) is outside 0…\(Manifest.maxEpoch)") }
         guard epoch >= previous.epoch else {
-            throw OfflineAgentError(.usage, "epoch \(epoch) is below the latest release's epoch \(previous.epoch): devices refuse a lower epoch (epoch-rollback)")
+            throw PublishError(.usage, "epoch \(epoch) is below the latest release's epoch \(previous.epoch): devices refuse a lower epoch (epoch-rollback)")
         }
         if epoch == previous.epoch {
             guard options.version > previous.latest else {
                 let hint = options.version < previous.latest
                     ? "; to move devices down from \(previous.latest), publish with --epoch \(previous.epoch + 1) (docs/PUBLISHING.md, \"Recovering from a version published too high\")"
                     : ""
-                throw OfflineAgentError(.publish, "version \(options.version) is not greater than the latest published \(previous.latest)\(hint)")
+                throw PublishError(.publish, "version \(options.version) is not greater than the latest published \(previous.latest)\(hint)")
             }
         } else if previous.versions.contains(where: { $0.version == options.version }) {
-            throw OfflineAgentError(.usage, "version \(options.version) was published already: a new epoch needs a version not published before")
+            throw PublishError(.usage, "version \(options.version) was published already: a new epoch needs a version not published before")
         }
     }
 

@@ -29,10 +29,10 @@ public enum TUFRootRotation {
     public static func propose(publishDirectory: String, file: String, changes: [String: RoleChange], expires: Date) throws -> Int64 {
         let directory = TUFRepository.metadataDirectory(FileSystem.absolute(publishDirectory))
         guard let (version, root) = try TUFRepository.latestRoot(in: directory) else {
-            throw OfflineAgentError(.usage, "\(directory) has no N.root.json: publish with --key first", path: directory)
+            throw PublishError(.usage, "\(directory) has no N.root.json: publish with --key first", path: directory)
         }
         for name in changes.keys where !TUFMetadata.topLevelRoles.contains(name) {
-            throw OfflineAgentError(.usage, "unknown role '\(name)' (root, targets, snapshot, timestamp)")
+            throw PublishError(.usage, "unknown role '\(name)' (root, targets, snapshot, timestamp)")
         }
         var signed = TUFRepository.renewed(root, expires: expires, version: version + 1)
         var keys = root.keys.mapValues(\.json)
@@ -47,7 +47,7 @@ public enum TUFRootRotation {
             }
             let threshold = change.threshold ?? min(current.threshold, max(1, keyIDs.count))
             guard threshold >= 1, threshold <= keyIDs.count else {
-                throw OfflineAgentError(.usage, "\(name): threshold \(threshold) needs at least that many keys (\(keyIDs.count) given)")
+                throw PublishError(.usage, "\(name): threshold \(threshold) needs at least that many keys (\(keyIDs.count) given)")
             }
             roles[name] = TUFRole(keyIDs: keyIDs, threshold: threshold)
         }
@@ -76,7 +76,7 @@ public enum TUFRootRotation {
         }
         let signature = try TUFSigner.file(signed, keys: [key])
         guard case .object(let fields) = try StrictJSON.parse(signature), case .array(let own)? = fields["signatures"] else {
-            throw OfflineAgentError(.publish, "cannot sign the proposal", path: file)
+            throw PublishError(.publish, "cannot sign the proposal", path: file)
         }
         all += own
         try write(StrictJSON.object(["signed": .object(signed), "signatures": .array(all)]).written(), to: file)
@@ -95,25 +95,25 @@ public enum TUFRootRotation {
         return try withExtendedLifetime(lock) {
             let directory = TUFRepository.metadataDirectory(out)
             guard let (version, _) = try TUFRepository.latestRoot(in: directory) else {
-                throw OfflineAgentError(.usage, "\(directory) has no N.root.json: publish with --key first", path: directory)
+                throw PublishError(.usage, "\(directory) has no N.root.json: publish with --key first", path: directory)
             }
             let current = try Data(contentsOf: URL(fileURLWithPath: "\(directory)/\(version).root.json"))
             let bytes: Data
             do {
                 bytes = try Data(contentsOf: URL(fileURLWithPath: file))
             } catch {
-                throw OfflineAgentError(.usage, "cannot read the proposal", path: file)
+                throw PublishError(.usage, "cannot read the proposal", path: file)
             }
             // Expiry is no part of the chain check: a device may walk through expired roots.
             var set = try TUFTrustedSet(root: current, now: now)
             try set.updateRoot(bytes)
             guard !set.root.metadata.isExpired(at: now) else {
-                throw OfflineAgentError(.usage, "the proposed root expired at \(TUFMetadata.string(set.root.metadata.expires))")
+                throw PublishError(.usage, "the proposed root expired at \(TUFMetadata.string(set.root.metadata.expires))")
             }
             do {
                 try FileSystem.writeAtomically(bytes, to: "\(directory)/\(version + 1).root.json")
             } catch {
-                throw OfflineAgentError(.publish, "cannot write TUF metadata", path: "\(directory)/\(version + 1).root.json", underlying: error)
+                throw PublishError(.publish, "cannot write TUF metadata", path: "\(directory)/\(version + 1).root.json", underlying: error)
             }
             return version + 1
         }
@@ -124,25 +124,25 @@ public enum TUFRootRotation {
     /// key listed as a public one would name a key nobody holds.
     public static func publicKey(file: String) throws -> Curve25519.Signing.PublicKey {
         guard file.hasSuffix(".pub") else {
-            throw OfflineAgentError(.usage, "\(file): give the public key file keygen wrote (FILE.pub), never the private key")
+            throw PublishError(.usage, "\(file): give the public key file keygen wrote (FILE.pub), never the private key")
         }
         guard let text = try? String(contentsOfFile: file, encoding: .utf8),
               let raw = Data(base64Encoded: text.trimmingCharacters(in: .whitespacesAndNewlines)), raw.count == 32,
               let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw)
         else {
-            throw OfflineAgentError(.usage, "\(file) is not an Ed25519 public key file (base64 of 32 bytes)", path: file)
+            throw PublishError(.usage, "\(file) is not an Ed25519 public key file (base64 of 32 bytes)", path: file)
         }
         return key
     }
 
     private static func read(_ file: String) throws -> ([String: StrictJSON], [StrictJSON]) {
         guard let bytes = FileManager.default.contents(atPath: file) else {
-            throw OfflineAgentError(.usage, "cannot read the proposal", path: file)
+            throw PublishError(.usage, "cannot read the proposal", path: file)
         }
         guard case .object(let fields)? = try? StrictJSON.parse(bytes), case .object(let signed)? = fields["signed"],
               case .array(let signatures)? = fields["signatures"]
         else {
-            throw OfflineAgentError(.usage, "\(file) is not a root proposal ({signed, signatures})", path: file)
+            throw PublishError(.usage, "\(file) is not a root proposal ({signed, signatures})", path: file)
         }
         return (signed, signatures)
     }
@@ -151,7 +151,7 @@ public enum TUFRootRotation {
         do {
             try FileSystem.writeAtomically(data, to: file)
         } catch {
-            throw OfflineAgentError(.publish, "cannot write the proposal", path: file, underlying: error)
+            throw PublishError(.publish, "cannot write the proposal", path: file, underlying: error)
         }
     }
 }
