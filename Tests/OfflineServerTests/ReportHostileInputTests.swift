@@ -86,8 +86,9 @@ struct ReportHostileInputTests {
         }
     }
 
-    /// What an older server left after accepting 2^63 − 1: huge events and fallbacks, and
-    /// on SQLite a running sum its `+` overflowed into a REAL.
+    /// What an older server left after accepting 2^63 − 1: huge events and fallbacks, on
+    /// SQLite a running sum its `+` overflowed into a REAL, and no `/metrics` counter sums
+    /// (a start fills them from the events, `ReportCounters`).
     static func poison(_ store: String) throws {
         let max = Int64.max
         let events = (0..<2).map { i in
@@ -97,11 +98,13 @@ struct ReportHostileInputTests {
             INSERT INTO events (id, time, timeMillis, device, app, event, version, bytes, fullSize, durationMs, offlineHits,
                 periodSeconds, receivedMillis) VALUES \(events);
             INSERT INTO fallbacks (eventSeq, reason, count) SELECT seq, 'missing-file', \(max) FROM events WHERE device = 'evil';
+            DROP TABLE report_counters;
             """
         if store.hasPrefix("postgres") {
             try PostgresTestDatabase.psql(store, insert + """
                 UPDATE version_totals SET bytes = \(max), offlineHits = \(max), events = \(max) WHERE app = 'fleet';
                 UPDATE fallback_totals SET count = \(max) WHERE app = 'fleet';
+                DELETE FROM offline_server_migrations WHERE name = 'v6';
                 """)
         } else {
             let script = """
@@ -110,6 +113,7 @@ struct ReportHostileInputTests {
                 db.executescript(sys.argv[2])
                 db.execute("UPDATE version_totals SET bytes = 1.8446744073709552e19, offlineHits = 1.8e19, events = 1.8e19 WHERE app = 'fleet'")
                 db.execute("UPDATE fallback_totals SET count = 1.8e19 WHERE app = 'fleet'")
+                db.execute("DELETE FROM grdb_migrations WHERE identifier = 'v6'")
                 db.commit()
                 """
             let result = try CLI.runBlocking(["-c", script, store, insert], executable: "/usr/bin/python3")

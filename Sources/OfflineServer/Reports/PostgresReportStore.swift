@@ -226,6 +226,8 @@ final class PostgresReportStore: ReportStorage {
         ("v4", ReportRollup.positionsBackfill.map { PostgresQuery(unsafeSQL: $0) }),
         // As ReportStore's v5: whether a device's own credential sent the event.
         ("v5", ["ALTER TABLE events ADD COLUMN IF NOT EXISTS authenticated BOOLEAN NOT NULL DEFAULT false"]),
+        // As ReportStore's v6: the /metrics counters' sums, so a start reads them instead of every event.
+        ("v6", ReportCounters.migration(type: "BIGINT") { "LEAST(SUM(\($0)), \(Int64.max))::BIGINT" }.map { PostgresQuery(unsafeSQL: $0) }),
     ]
 
     /// An arbitrary constant: the advisory lock every instance takes to migrate.
@@ -383,6 +385,18 @@ final class PostgresReportStore: ReportStorage {
                 ON CONFLICT (app, reason) DO UPDATE SET count = \(unescaped: ReportRollup.saturatingSum("fallback_totals.count", "excluded.count"))
                 """, logger: logger)
         }
+        // One statement for every key, in key order.
+        let counters = rollup.counters.sorted
+        if !counters.isEmpty {
+            try await connection.query("""
+                INSERT INTO report_counters (app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits)
+                SELECT * FROM unnest(\(counters.map(\.key.app))::text[], \(counters.map(\.key.event))::text[],
+                    \(counters.map(\.key.version))::text[], \(counters.map(\.key.via))::text[], \(counters.map(\.key.errorCode))::text[],
+                    \(counters.map(\.sums.events))::bigint[], \(counters.map(\.sums.bytes))::bigint[],
+                    \(counters.map(\.sums.bytesSaved))::bigint[], \(counters.map(\.sums.offlineHits))::bigint[])
+                ON CONFLICT (app, event, version, via, errorCode) DO UPDATE SET \(unescaped: ReportCounters.upsertSums(table: "report_counters"))
+                """, logger: logger)
+        }
         // Per app: every device named gets its row, then the rows of those with a newer update
         // are locked, compared and moved (three statements, whatever the batch's size).
         let byApp = Dictionary(grouping: rollup.devices.keys.sorted(), by: \.app)
@@ -427,21 +441,18 @@ final class PostgresReportStore: ReportStorage {
 
     // MARK: Reading
 
+    /// From the counters' stored sums (`ReportCounters`): one row per key, however many events are stored.
     private func unboundedTally(labels: ReportLabels) async throws -> ReportTally {
         var tally = ReportTally(labels: labels)
         let rows = try await client.query(
-            "SELECT app, event, version, via, errorCode, bytes, fullSize, offlineHits FROM events ORDER BY seq", logger: logger)
-        for try await (app, event, version, via, errorCode, bytes, fullSize, offlineHits)
-            in rows.decode((String, String, String?, String?, String?, Int64, Int64?, Int64?).self) {
-            guard let kind = ReportEvent.Kind(rawValue: event) else { continue }
+            "SELECT app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits FROM report_counters", logger: logger)
+        for try await (app, event, version, via, errorCode, events, bytes, saved, hits)
+            in rows.decode((String, String, String, String, String, Int64, Int64, Int64, Int64).self) {
             tally.add(
-                app: app, event: kind, version: version, via: via.flatMap(ReportEvent.Via.init(rawValue:)),
-                errorCode: errorCode, bytes: bytes, fullSize: fullSize, offlineHits: offlineHits)
+                ReportCounters.Key(app: app, event: event, version: version, via: via, errorCode: errorCode),
+                ReportCounters.Sums(events: events, bytes: bytes, bytesSaved: saved, offlineHits: hits))
         }
-        let fallbacks = try await client.query("""
-            SELECT e.app, f.reason, LEAST(SUM(f.count), \(Int64.max))::BIGINT FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
-            GROUP BY e.app, f.reason
-            """, logger: logger)
+        let fallbacks = try await client.query("SELECT app, reason, count FROM fallback_totals", logger: logger)
         for try await (app, reason, count) in fallbacks.decode((String, String, Int64).self) {
             tally.addFallbacks(app: app, reason: reason, count: count)
         }

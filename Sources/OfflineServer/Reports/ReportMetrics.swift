@@ -5,7 +5,8 @@ import Synchronization
 /// The fleet counters `GET /metrics` adds when reports are on, recorded through
 /// swift-metrics into a registry of their own and appended to the server's exposition.
 ///
-/// Restored from the database when the server starts (`ReportStore.tally()`), then
+/// Restored from the database when the server starts (`ReportStorage.tally`, from the
+/// sums each batch adds in its transaction, `ReportCounters`), then
 /// grown by every stored batch, so they count every event ever stored and survive a
 /// restart; a duplicate counts nothing. Versions, causes and fallback reasons outside
 /// the known ones count as `other` (see `ReportTally`).

@@ -119,6 +119,8 @@ struct ReportRollup: Sendable {
     var totals: [VersionKey: Totals] = [:]
     var causes: [CauseKey: Int64] = [:]
     var fallbacks: [ReasonKey: Int64] = [:]
+    /// The `/metrics` counters' sums (`ReportCounters`), restored from them at start.
+    var counters = ReportCounters()
     /// Every device the batch names, with the latest move it brings (nil: none).
     var devices: [DeviceKey: Latest?] = [:]
     /// When the batch was received (ms since 1970).
@@ -128,6 +130,7 @@ struct ReportRollup: Sendable {
     init(_ events: [(event: ReportEvent, seq: Int64)], receivedMillis: Int64) {
         self.receivedMillis = receivedMillis
         for (event, seq) in events {
+            counters.add(event)
             let key = VersionKey(app: event.app, version: event.version ?? Self.none)
             var sums = totals[key] ?? Totals()
             sums.events += 1

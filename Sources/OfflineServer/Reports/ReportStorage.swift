@@ -9,7 +9,8 @@ protocol ReportStorage: Sendable {
     /// `authenticated`: its sender proved, by its own credential, to be the device its
     /// events name (only those count toward `--auto-halt` with enrolment required).
     func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion
-    /// The counters of every stored event (restored into `/metrics` at start).
+    /// The counters of every stored event (restored into `/metrics` at start), from their
+    /// stored sums (`ReportCounters`), so a start does not read every event.
     func tally(labels: ReportLabels) async throws -> ReportTally
     /// `/stats?app=NAME`, from every stored event of `app`.
     func stats(app: String) async throws -> AppStats

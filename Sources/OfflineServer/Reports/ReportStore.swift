@@ -159,6 +159,10 @@ final class ReportStore: ReportStorage {
         migrator.registerMigration("v5") { db in
             try db.execute(sql: "ALTER TABLE events ADD COLUMN authenticated INTEGER NOT NULL DEFAULT 0")
         }
+        // The /metrics counters' sums, so a start reads them instead of every event.
+        migrator.registerMigration("v6") { db in
+            for statement in ReportCounters.migration(type: "INTEGER", total: total) { try db.execute(sql: statement) }
+        }
         return migrator
     }
 
@@ -232,6 +236,16 @@ final class ReportStore: ReportStorage {
         for (key, count) in rollup.fallbacks.sorted(by: { $0.key < $1.key }) {
             try fallbacks.execute(arguments: [key.app, key.reason, count])
         }
+        let counters = try db.cachedStatement(sql: """
+            INSERT INTO report_counters (app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (app, event, version, via, errorCode) DO UPDATE SET \(ReportCounters.upsertSums(table: "report_counters"))
+            """)
+        for (key, sums) in rollup.counters.sorted {
+            try counters.execute(arguments: [
+                key.app, key.event, key.version, key.via, key.errorCode, sums.events, sums.bytes, sums.bytesSaved, sums.offlineHits,
+            ])
+        }
         let known = try db.cachedStatement(sql: "INSERT OR IGNORE INTO devices (app, device) VALUES (?, ?)")
         for key in rollup.devices.keys.sorted() {
             try known.execute(arguments: [key.app, key.device])
@@ -252,25 +266,22 @@ final class ReportStore: ReportStorage {
         }
     }
 
-    /// The counters of every stored event, as `/metrics` shows them (the same tally a
-    /// batch adds, so a restart changes nothing a scrape sees).
+    /// The counters of every stored event, as `/metrics` shows them, from their stored
+    /// sums (`ReportCounters`): one row per key, however many events are stored.
     func tally(labels: ReportLabels) async throws -> ReportTally {
         try await pool.read { db in
             var tally = ReportTally(labels: labels)
-            let rows = try Row.fetchCursor(db, sql: "SELECT app, event, version, via, errorCode, bytes, fullSize, offlineHits FROM events")
-            while let row = try rows.next() {
-                guard let event = ReportEvent.Kind(rawValue: row[1]) else { continue }
-                let via: String? = row[3]
-                tally.add(
-                    app: row[0], event: event, version: row[2], via: via.flatMap(ReportEvent.Via.init(rawValue:)),
-                    errorCode: row[4], bytes: Self.count(row, 5), fullSize: Self.optionalCount(row, 6),
-                    offlineHits: Self.optionalCount(row, 7))
-            }
-            // TOTAL, not SUM: SQLite's SUM of integers stops with an error past 2^63 − 1.
-            let fallbacks = try Row.fetchCursor(db, sql: """
-                SELECT e.app, f.reason, TOTAL(f.count) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq
-                GROUP BY e.app, f.reason
+            let rows = try Row.fetchCursor(db, sql: """
+                SELECT app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits FROM report_counters
                 """)
+            while let row = try rows.next() {
+                tally.add(
+                    ReportCounters.Key(app: row[0], event: row[1], version: row[2], via: row[3], errorCode: row[4]),
+                    ReportCounters.Sums(
+                        events: Self.count(row, 5), bytes: Self.count(row, 6), bytesSaved: Self.count(row, 7),
+                        offlineHits: Self.count(row, 8)))
+            }
+            let fallbacks = try Row.fetchCursor(db, sql: "SELECT app, reason, count FROM fallback_totals")
             while let row = try fallbacks.next() {
                 tally.addFallbacks(app: row[0], reason: row[1], count: Self.count(row, 2))
             }

@@ -28,29 +28,29 @@ struct ReportTally: Sendable {
     var isEmpty: Bool { counts.isEmpty }
 
     mutating func add(_ event: ReportEvent) {
-        add(app: event.app, event: event.event, version: event.version, via: event.via, errorCode: event.errorCode,
-            bytes: event.bytes, fullSize: event.fullSize, offlineHits: event.offlineHits)
+        add(ReportCounters.Key(event), ReportCounters.Sums(event))
         for fallback in event.fallbacks { addFallbacks(app: event.app, reason: fallback.reason, count: fallback.count) }
     }
 
-    mutating func add(
-        app: String, event: ReportEvent.Kind, version: String?, via: ReportEvent.Via?, errorCode: String?,
-        bytes: Int64, fullSize: Int64?, offlineHits: Int64?
-    ) {
-        let version = labels.version(version, app: app)
-        let app = labels.app(app)
-        bump(ReportMetrics.Name.events, [app, event.rawValue], 1)
-        bump(ReportMetrics.Name.downloaded, [app], bytes)
+    /// Adds the stored sums of one key (`ReportCounters`): what its events added one by
+    /// one, as the per-event sums are never negative and saturate alike in any order.
+    /// An event kind this server does not know counts nothing.
+    mutating func add(_ key: ReportCounters.Key, _ sums: ReportCounters.Sums) {
+        guard let event = ReportEvent.Kind(rawValue: key.event) else { return }
+        let version = labels.version(key.version.isEmpty ? nil : key.version, app: key.app)
+        let app = labels.app(key.app)
+        bump(ReportMetrics.Name.events, [app, event.rawValue], sums.events)
+        bump(ReportMetrics.Name.downloaded, [app], sums.bytes)
         switch event {
         case .updated:
-            bump(ReportMetrics.Name.updates, [app, version, via?.rawValue ?? "unknown"], 1)
-            if via == .patch, let fullSize, bytes >= 0, fullSize > bytes { bump(ReportMetrics.Name.saved, [app], fullSize - bytes) }
+            bump(ReportMetrics.Name.updates, [app, version, ReportEvent.Via(rawValue: key.via)?.rawValue ?? "unknown"], sums.events)
+            if sums.bytesSaved > 0 { bump(ReportMetrics.Name.saved, [app], sums.bytesSaved) }
         case .failed:
-            bump(ReportMetrics.Name.failures, [app, Self.label(cause: errorCode)], 1)
+            bump(ReportMetrics.Name.failures, [app, Self.label(cause: key.errorCode.isEmpty ? nil : key.errorCode)], sums.events)
         case .rolledBack:
-            bump(ReportMetrics.Name.rollbacks, [app], 1)
+            bump(ReportMetrics.Name.rollbacks, [app], sums.events)
         case .usage:
-            let hits = max(0, offlineHits ?? 0)
+            let hits = max(0, sums.offlineHits)
             bump(ReportMetrics.Name.offlineHits, [app], hits)
             usage[app, default: (0, 0)].hits = usage[app, default: (0, 0)].hits.adding(saturating: hits)
         case .deferred, .markedGood, .markedBad:
