@@ -201,7 +201,7 @@ struct ManifestStrictnessTests {
             PublishOptions(app: "sample", version: Version(version)!, sourceDirectory: PublishFixtures.sampleApp(version),
                            publishDirectory: out, expires: expires)
         }
-        let given = try #require(throws: OfflineAgentError.self) {
+        let given = try #require(throws: PublishError.self) {
             try Publisher.publish(options("1.0.0", .at(Date(timeIntervalSince1970: 1_577_836_800))))
         }
         #expect(given.code == .usage && given.cause == .usage)
@@ -216,7 +216,7 @@ struct ManifestStrictnessTests {
         try state.replacingOccurrences(of: "2100-01-01T00:00:00Z", with: "2020-01-01T00:00:00Z")
             .write(toFile: statePath, atomically: true, encoding: .utf8)
         let before = PublishFixtures.tree(out)
-        let kept = try #require(throws: OfflineAgentError.self) { try Publisher.publish(options("1.1.0", .keep)) }
+        let kept = try #require(throws: PublishError.self) { try Publisher.publish(options("1.1.0", .keep)) }
         #expect(kept.code == .usage)
         #expect(kept.reason.hasPrefix("the kept expires 2020-01-01T00:00:00Z has already passed"), "\(kept.reason)")
         #expect(PublishFixtures.tree(out) == before)

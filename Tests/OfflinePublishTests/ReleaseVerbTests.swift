@@ -315,7 +315,7 @@ struct ReleaseEpochTests {
         do {
             _ = try Publisher.publish(Self.options(out, "1.0.1", key: key))
             Issue.record("a lower version in the same epoch was published")
-        } catch let error as OfflineAgentError {
+        } catch let error as PublishError {
             #expect(error.reason.contains("--epoch 2"), "the refusal names the recovery: \(error.reason)")
         }
     }
@@ -338,6 +338,6 @@ struct ReleaseEpochTests {
         // A state whose epochs go down is refused whole (a hand edit devices would refuse).
         var state = again.state
         state.versions[state.versions.count - 1].epoch = 0
-        #expect(throws: OfflineAgentError.self) { try state.check(path: nil) }
+        #expect(throws: PublishError.self) { try state.check(path: nil) }
     }
 }
