@@ -336,9 +336,7 @@ struct ServeEdgeTests {
         for _ in 0..<3 {
             for headers in foreign {
                 let open = try await LocalHTTP.request(port: port, Self.openTarget, headers: headers)
-                // Answered all the same (a navigation gets the page that loads the mirror URL).
-                let navigation = headers.contains { $0.0 == "Sec-Fetch-Mode" && $0.1 == "navigate" }
-                #expect(open.status == (navigation ? 200 : 302), "\(headers)")
+                #expect(open.status == 302)
                 let restore = try await LocalHTTP.request(
                     port: port, "/session/restore?history=" + "{\"history\":[\"\(LocalStoreFixture.whitelist)index.html\"],\"currentPage\":0}".localQueryEncoded,
                     headers: headers)

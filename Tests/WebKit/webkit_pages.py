@@ -9,9 +9,7 @@ Prints "ready", then reads one JSON command per line:
 Each command is answered with one JSON line {"uri": ..., "result": ...}. A page reports
 with `report(value)`, which sets its title to "r<N>:<JSON>" (N: the command's number for
 an eval, 0 for a load; the page reads it from `window.reportNumber`). A loaded page that
-defines no `report` is answered with what it shows ({"title", "text"}) once it loaded,
-unless it loads another page by itself (a `<meta http-equiv="refresh">`, as `/open`
-answers a navigation): then the page it loads answers.
+defines no `report` is answered with what it shows ({"title", "text"}) once it loaded.
 Every wait is bounded: a command by COMMAND_SECONDS (then its result is null), the run
 by SECONDS. The view's storage is ephemeral: nothing is left behind.
 """
@@ -26,7 +24,6 @@ from gi.repository import GLib, Gtk, WebKit2  # noqa: E402
 
 COMMAND_SECONDS = 120
 SHOWN = "JSON.stringify({own: typeof report === 'function', title: document.title, " \
-        "moves: !!document.querySelector('meta[http-equiv=refresh i]'), " \
         "text: document.body ? document.body.innerText.slice(0, 300) : ''})"
 
 
@@ -62,8 +59,7 @@ def main(seconds):
             shown = json.loads(view.evaluate_javascript_finish(result).to_string())
         except (GLib.Error, ValueError) as error:
             shown = {"own": False, "error": str(error)}
-        # A page that loads another by itself (`/open`'s) is not the one loaded: its next is.
-        if not shown.pop("own") and not shown.pop("moves", False) and state["expect"] == "r0:":
+        if not shown.pop("own") and state["expect"] == "r0:":
             answer({"page": shown})
 
     def on_load(_view, event):

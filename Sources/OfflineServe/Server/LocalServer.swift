@@ -21,11 +21,9 @@ import ServiceLifecycle
 ///   version directory (404; 400 for invalid percent-encoding). `X-Offline-Version`
 ///   names the version a response came from; `Cache-Control: no-cache` makes the
 ///   browser revalidate, so the load after a swap sees the new version.
-/// - `GET /open?url=<percent-encoded URL>` — a URL on a mirrored origin goes to its
-///   mirror URL: a browser navigation gets a `200` page that loads it (`LocalOpenPage`),
-///   other requests a 302. Otherwise 302 to `/<app>/<rest>` (the URL's query
+/// - `GET /open?url=<percent-encoded URL>` — 302 to `/<app>/<rest>` (the URL's query
 ///   and fragment kept) when `docs/PROTOCOL.md`'s whitelist rules serve the URL offline,
-///   else 302 to the URL itself. Apps named `open` or `metrics` are still served
+///   otherwise 302 to the URL itself. Apps named `open` or `metrics` are still served
 ///   under `/open/…` and `/metrics/…`.
 /// - `GET /session/restore?history=<percent-encoded JSON>` — a page that rebuilds a web
 ///   view's back/forward list (`SessionHistory`: `{"history": [URL, …], "currentPage": -1}`)

@@ -77,12 +77,12 @@ struct LocalServerResponder: HTTPResponder {
                 request, to: origin, servePort: LocalHostAuthority(request.head.authority).port, fallback: header,
                 page: page, isMirrored: { origins.contains($0) })
         case .control(.open(let launch)):
-            return await open(request, launch: launch, page: true)
+            return await open(request, launch: launch)
         case .control(.sessionRestore(let launch)):
             return await restoreSession(request, head: head, launch: launch)
         case .control(.sessionItem):
             // A restored history entry: the same redirect as /open (not a new launch).
-            return await open(request, launch: false, page: false)
+            return await open(request, launch: false)
         case .control(.metrics):
             let text = ByteBuffer(string: metrics.prometheusText())
             let headers: HTTPFields = [
@@ -117,9 +117,8 @@ struct LocalServerResponder: HTTPResponder {
     // MARK: /open
 
     /// Redirects to the local copy of `url` when it is served offline, else to `url` itself.
-    /// A `launch` counts one launch of a trial version (and may roll it back first). With
-    /// `page`, a browser navigation to a mirror host gets `LocalOpenPage` instead of a `302`.
-    private func open(_ request: Request, launch: Bool, page: Bool) async -> Response {
+    /// A `launch` counts one launch of a trial version (and may roll it back first).
+    private func open(_ request: Request, launch: Bool) async -> Response {
         guard let raw = request.uri.queryParameters[values: "url"].last, !raw.isEmpty else {
             return LocalErrorAnswer(.badRequest, .text("missing query parameter 'url' (the percent-encoded URL to open)")).response()
         }
@@ -133,9 +132,6 @@ struct LocalServerResponder: HTTPResponder {
         // page's storage stays put, and the mirror forwards what it does not serve.
         if let origin = MirrorOrigin(url: url), mirrors.snapshot().origins.contains(origin),
            let location = origin.mirrorURL(for: url, servePort: LocalHostAuthority(request.head.authority).port) {
-            // A browser's page on its mirror host, reached without a cross-origin redirect
-            // (which would hide its version from it in WebKit); other clients get the 302.
-            if page, LocalRouter.isNavigation(request) { return LocalOpenPage.response(location, head: request.method == .head) }
             return Self.redirect(.found, to: location)
         }
         switch resolution {

@@ -1,7 +1,6 @@
 import Crypto
 import Foundation
 import OfflineAgent
-import OfflineHTTP
 
 /// `GET /dashboard`: one HTML page an operator reads at a glance, rendered on the server
 /// with the chart as inline SVG and one style element, so it needs no script, font or
@@ -177,7 +176,23 @@ struct DashboardPage {
         svg text{font-size:11px;fill:#444}svg .axis{stroke:#999}.empty{color:#666}
         """
 
-    static func escape(_ text: String) -> String { HTMLText.escape(text) }
+    /// `text` for HTML text and quoted attributes, escaped per Unicode scalar: a walk by
+    /// `Character` sees `"` followed by a combining scalar (U+200D, U+0301) as one
+    /// cluster that is not `"`, and wrote the quote raw, out of the attribute.
+    static func escape(_ text: String) -> String {
+        var out = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": out.append(contentsOf: "&amp;".unicodeScalars)
+            case "<": out.append(contentsOf: "&lt;".unicodeScalars)
+            case ">": out.append(contentsOf: "&gt;".unicodeScalars)
+            case "\"": out.append(contentsOf: "&quot;".unicodeScalars)
+            case "'": out.append(contentsOf: "&#39;".unicodeScalars)
+            default: out.append(scalar)
+            }
+        }
+        return String(out)
+    }
 
     private static func percent(_ ratio: Double) -> String { String(format: "%.1f %%", ratio * 100) }
 
