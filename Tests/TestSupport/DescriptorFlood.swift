@@ -51,6 +51,21 @@ package enum DescriptorFlood {
         return try spawn()
     }
 
+    /// `spawn` for code on a thread of its own (`LocalHTTP.onThread`), never on the
+    /// cooperative pool: it blocks that thread while a flood holds descriptors.
+    package static func spawnOnThread<T>(_ spawn: () throws -> T) rethrows -> T {
+        let deadline = ContinuousClock.now + patience
+        while !state.withLock({ state in
+            guard state.floods == 0 || ContinuousClock.now >= deadline else { return false }
+            state.spawns += 1
+            return true
+        }) {
+            usleep(20_000)
+        }
+        defer { state.withLock { $0.spawns -= 1 } }
+        return try spawn()
+    }
+
     /// Applies `take` to the state once `free` holds (checked and taken under one lock),
     /// waiting without blocking a thread; at `deadline` takes it anyway (a hang, not a speed).
     private static func claim(

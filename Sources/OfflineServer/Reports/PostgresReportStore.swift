@@ -48,7 +48,7 @@ final class PostgresReportStore: ReportStorage {
         }
         let store = PostgresReportStore(location: shown, client: PostgresClient(configuration: configuration, backgroundLogger: logger), logger: logger)
         do {
-            try await store.bounded("the migrations") { try await store.migrate() }
+            try await store.bounded("the migrations", within: Self.migrationTimeout) { try await store.migrate() }
         } catch {
             await store.close()
             throw ServerError(.reports, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
@@ -265,17 +265,25 @@ final class PostgresReportStore: ReportStorage {
     /// and the agent resends later), never a request that hangs.
     static let operationTimeout: Duration = .seconds(30)
 
-    /// `work`, or a `serve` error (cause `timeout`) once `operationTimeout` has passed.
-    private func bounded<T: Sendable>(_ what: String, _ work: @escaping @Sendable () async throws -> T) async throws -> T {
+    /// How long the migrations at start may take: a one-time backfill reads the whole
+    /// history (v6 sums every stored event), and another instance sharing the database may
+    /// hold the migration lock while it runs its own. Still bounded: a database that
+    /// stopped answering fails the start.
+    static let migrationTimeout: Duration = .seconds(900)
+
+    /// `work`, or a `reports` error (cause `timeout`) once `limit` has passed.
+    private func bounded<T: Sendable>(
+        _ what: String, within limit: Duration = operationTimeout, _ work: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { try await work() }
             group.addTask {
-                try await Task.sleep(for: Self.operationTimeout)
+                try await Task.sleep(for: limit)
                 return nil
             }
             defer { group.cancelAll() }
             guard let first = try await group.next(), let value = first else {
-                throw ServerError(.reports, "the reports database did not answer \(what) within \(Self.operationTimeout)", cause: .timeout)
+                throw ServerError(.reports, "the reports database did not answer \(what) within \(limit)", cause: .timeout)
             }
             return value
         }
