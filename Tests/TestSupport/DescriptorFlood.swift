@@ -55,13 +55,7 @@ package enum DescriptorFlood {
     /// cooperative pool: it blocks that thread while a flood holds descriptors.
     package static func spawnOnThread<T>(_ spawn: () throws -> T) rethrows -> T {
         let deadline = ContinuousClock.now + patience
-        while !state.withLock({ state in
-            guard state.floods == 0 || ContinuousClock.now >= deadline else { return false }
-            state.spawns += 1
-            return true
-        }) {
-            usleep(20_000)
-        }
+        while !tryClaim(until: deadline, when: { $0.floods == 0 }, { $0.spawns += 1 }) { usleep(20_000) }
         defer { state.withLock { $0.spawns -= 1 } }
         return try spawn()
     }
@@ -71,16 +65,17 @@ package enum DescriptorFlood {
     private static func claim(
         until deadline: ContinuousClock.Instant, when free: (State) -> Bool, _ take: (inout State) -> Void
     ) async {
-        while !state.withLock({ state in
-            guard free(state) else { return false }
+        while !tryClaim(until: deadline, when: free, take) { try? await Task.sleep(for: .milliseconds(20)) }
+    }
+
+    /// One attempt of `claim`: applies `take` if `free` holds or `deadline` has passed.
+    private static func tryClaim(
+        until deadline: ContinuousClock.Instant, when free: (State) -> Bool, _ take: (inout State) -> Void
+    ) -> Bool {
+        state.withLock { state in
+            guard free(state) || ContinuousClock.now >= deadline else { return false }
             take(&state)
             return true
-        }) {
-            if ContinuousClock.now >= deadline {
-                state.withLock { take(&$0) }
-                return
-            }
-            try? await Task.sleep(for: .milliseconds(20))
         }
     }
 }
