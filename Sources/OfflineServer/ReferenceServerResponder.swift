@@ -155,9 +155,11 @@ struct ReferenceServerResponder: HTTPResponder {
     /// version-prefixed `N.root.json`, `N.snapshot.json`, `N.targets.json`.
     static func contentType(ofMetadataFile name: String) -> String? {
         if name == "timestamp.json" { return "application/json" }
-        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[2] == "json", ["root", "snapshot", "targets"].contains(parts[1]),
-              let version = Int64(parts[0]), version > 0, String(version) == parts[0] else { return nil }
+        // `N.ROLE.json`: a top-level role, or an app's delegated role (`offline-publish delegate`).
+        guard name.hasSuffix(".json"), let dot = name.firstIndex(of: ".") else { return nil }
+        let number = name[..<dot], role = String(name[name.index(after: dot)...].dropLast(5))
+        guard ["root", "snapshot", "targets"].contains(role) || AppName.isValid(role),
+              let version = Int64(number), version > 0, String(version) == number else { return nil }
         return "application/json"
     }
 

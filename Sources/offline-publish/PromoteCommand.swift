@@ -24,7 +24,7 @@ struct PromoteCommand: AsyncParsableCommand {
         try await reportingFailures {
             guard let parsed = Version(version) else { throw PublishError(.usage, "invalid version '\(version)'") }
             let result = try ReleaseEditor.promote(
-                app: app, version: parsed, from: from, to: to, key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
+                app: app, version: parsed, from: from, to: to, key: try revision.signingKey(), snapshotKey: try revision.snapshotSigningKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("promoted \(app) \(parsed) to \(result.appDirectory)")
             print("  \(result.release.packageFile)  \(result.release.size) bytes  sha256 \(result.release.sha256)")
             MetadataExpiryWarning.check(publishDirectory: to)

@@ -18,7 +18,9 @@ struct PublishCommand: AsyncParsableCommand {
             previous values; a first publish defaults to: mini version = VERSION, rollout 100, \
             network type any, no expiry, epoch 0. A whitelist is required (given now or kept): without one \
             devices would install the package and serve none of it. --key FILE signs the manifest; \
-            publishing unsigned needs --unsigned (devices then need --allow-unsigned).
+            publishing unsigned needs --unsigned (devices then need --allow-unsigned). For an app \
+            delegated to its own key (`delegate`), --key is that key and --snapshot-key the key of the \
+            TUF snapshot and timestamp roles.
 
             --trial-launches N asks devices to keep this version on trial: unless the page or its host \
             confirms it (offline-agent mark-good, or POST /.offline-agent/mark-good through serve) within \
@@ -49,6 +51,7 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "any, or wifi to download only on unmetered networks.") var networkType: String?
     @Option(help: "RFC 3339 time after which manifests must not be trusted, or 'never'.") var expires: String?
     @Option(help: "Ed25519 private key file (from keygen) to sign manifest.json with.") var key: String?
+    @Option(help: "TUF: the snapshot and timestamp key, when --key is the app's delegated key (default: --key).") var snapshotKey: String?
     @Flag(help: "Publish without a signature (no --key): devices must then sync with --allow-unsigned.") var unsigned = false
     @Option(help: "Ask devices to keep this version on trial for N launches, rolled back unless confirmed (default: no trial).")
     var trialLaunches: Int?
@@ -121,6 +124,8 @@ struct PublishCommand: AsyncParsableCommand {
             options.stageSchedule = steps
         }
         if let key { options.signingKey = try SigningKey(contentsOfFile: key) }
+        if snapshotKey != nil, key == nil { throw usage("--snapshot-key goes with --key") }
+        options.snapshotKey = try snapshotKey.map(SigningKey.init(contentsOfFile:))
         return options
     }
 }

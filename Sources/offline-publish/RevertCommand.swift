@@ -40,7 +40,7 @@ struct RevertCommand: AsyncParsableCommand {
             }
             let result = try ReleaseEditor.revert(
                 app: app, publishDirectory: out, to: target, newVersion: newVersion, newEpoch: newEpoch,
-                key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
+                key: try revision.signingKey(), snapshotKey: try revision.snapshotSigningKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             let epoch = result.release.epoch.map { " (epoch \($0))" } ?? ""
             print("reverted \(app) to the package of \(target) as \(result.release.version)\(epoch)")
             for patch in result.patches { print("  \(patch.file)  \(patch.size) bytes") }

@@ -31,7 +31,7 @@ struct SetCommand: AsyncParsableCommand {
         try await reportingFailures {
             let state = try ReleaseEditor.set(
                 app: app, publishDirectory: out, settings: try settings(now: Date()),
-                key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
+                key: try revision.signingKey(), snapshotKey: try revision.snapshotSigningKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("\(app) \(state.latest): \(state.revisions?.last?.reason ?? "set")")
             MetadataExpiryWarning.check(publishDirectory: out)
         }

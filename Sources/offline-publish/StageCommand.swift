@@ -24,7 +24,7 @@ struct StageCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingFailures {
             let state = try ReleaseEditor.stage(
-                app: app, publishDirectory: out, percent: percent, key: try revision.signingKey(), reason: revision.reason, lockWait: try revision.lock.wait())
+                app: app, publishDirectory: out, percent: percent, key: try revision.signingKey(), snapshotKey: try revision.snapshotSigningKey(), reason: revision.reason, lockWait: try revision.lock.wait())
             print("\(app) \(state.latest): stage \(percent)%\(percent == 0 ? " (halted)" : "")")
             MetadataExpiryWarning.check(publishDirectory: out)
         }

@@ -44,11 +44,13 @@ struct StaticCDNTests {
     }
 
     /// The installed tree of `root` equals the source directory byte for byte.
-    static func expectInstalled(_ source: String, version: String, root: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    static func expectInstalled(
+        _ source: String, version: String, root: String, app: String = "sample", sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let store = Store(root: root)
-        let active = try #require(store.active("sample"), sourceLocation: sourceLocation)
+        let active = try #require(store.active(app), sourceLocation: sourceLocation)
         #expect(active.version == Version(version), sourceLocation: sourceLocation)
-        let installed = F.tree(store.versionDirectory("sample", active.version))
+        let installed = F.tree(store.versionDirectory(app, active.version))
         let expected = F.tree(source)
         #expect(!expected.isEmpty, sourceLocation: sourceLocation)
         #expect(installed.keys.sorted() == expected.keys.sorted(), sourceLocation: sourceLocation)

@@ -6,7 +6,7 @@ import TestSupport
 
 /// `kill -9` between any two writes of the TUF metadata store (issue 37): a rotated
 /// root kept, a timestamp kept before its snapshot, a snapshot before its targets,
-/// targets before the manifest. Afterwards the device never trusts an older timestamp
+/// targets before the manifest, an app's delegated role before the manifest. Afterwards the device never trusts an older timestamp
 /// than it had, keeps its installed version whole, and the next sync updates.
 @Suite("TUF crash safety", .serialized)
 struct TUFCrashTests {
@@ -25,14 +25,22 @@ struct TUFCrashTests {
         let dir = TemporaryDirectory("tuf-crash")
         let out = dir.file("publish"), root = dir.file("device")
         let key = SigningKey.generate()
+        // At the delegated point the app has a role of its own, signed by its own key.
+        let delegated = point == CrashPoint.afterTUFDelegated.rawValue
+        let appKey = SigningKey.generate()
         func publish(_ version: String) throws {
             var options = PublishOptions(
                 app: "mall", version: Version(version)!, sourceDirectory: F.sampleApp(version), publishDirectory: out,
-                whitelist: ["https://h5.example.com/mall/"], signingKey: key)
+                whitelist: ["https://h5.example.com/mall/"], signingKey: delegated && version != "1.0.0" ? appKey : key)
+            options.snapshotKey = key
             options.now = Date()
             _ = try Publisher.publish(options)
         }
         try publish("1.0.0")
+        if delegated {
+            try TUFRepository.delegate(
+                app: "mall", publishDirectory: out, appKey: appKey, keys: TUFKeys(targets: [key], snapshot: [key], timestamp: [key]), now: Date())
+        }
         let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
         let sync = ["sync", "--root", root, "--app", "mall", "--manifest", "\(server.baseURL)/mall/manifest.json",
                     "--trusted-root", "\(out)/metadata/1.root.json", "--force", "--json"]

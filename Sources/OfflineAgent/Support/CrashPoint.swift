@@ -39,9 +39,11 @@ enum CrashPoint: String, CaseIterable {
     case afterTUFSnapshot = "after-tuf-snapshot"
     /// New trusted targets were just kept; the manifest not yet fetched.
     case afterTUFTargets = "after-tuf-targets"
+    /// A delegated role's verified metadata was just kept; the manifest not yet fetched.
+    case afterTUFDelegated = "after-tuf-delegated"
 
     /// The points a TUF refresh reaches (`TUFCrashTests`); the others are an install's.
-    static let tuf: [CrashPoint] = [.afterTUFRoot, .afterTUFTimestamp, .afterTUFSnapshot, .afterTUFTargets]
+    static let tuf: [CrashPoint] = [.afterTUFRoot, .afterTUFTimestamp, .afterTUFSnapshot, .afterTUFTargets, .afterTUFDelegated]
 
     private static let armed = ProcessInfo.processInfo.environment["OFFLINE_AGENT_CRASH_AT"].flatMap(CrashPoint.init(rawValue:))
     private static let failing = ProcessInfo.processInfo.environment["OFFLINE_AGENT_FAIL_AT"].flatMap(CrashPoint.init(rawValue:))

@@ -23,6 +23,9 @@ package enum PublishStep: String, CaseIterable, Sendable {
     case afterDerivedFile = "after-derived-file"
     /// Every file is in place; the staging directory is not removed yet.
     case beforeCleanup = "before-cleanup"
+    /// TUF, after the commit point: an app's new delegated metadata (`N.APP.json`) is
+    /// written, the snapshot and timestamp that publish it not yet.
+    case afterDelegatedMetadata = "after-delegated-metadata"
 
     private static let crashAt = ProcessInfo.processInfo.environment["OFFLINE_PUBLISH_CRASH_AT"].flatMap(PublishStep.init(rawValue:))
     private static let pauseAt = ProcessInfo.processInfo.environment["OFFLINE_PUBLISH_PAUSE_AT"].flatMap(PublishStep.init(rawValue:))

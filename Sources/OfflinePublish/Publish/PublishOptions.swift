@@ -36,6 +36,9 @@ public struct PublishOptions: Sendable {
     public var expires: Expiry
     /// Signs the static `manifest.json` (writes `manifest.json.sig`) when set.
     public var signingKey: SigningKey?
+    /// TUF: signs snapshot and timestamp when `signingKey` is an app's delegated key
+    /// (`offline-publish delegate`); nil: `signingKey` signs them.
+    public var snapshotKey: SigningKey?
     /// Makes the static manifest's URLs absolute: `<baseURL>/<app>/<file>`. By
     /// default they are relative to the manifest (`1.2.0.zip.gz`).
     public var baseURL: String?

@@ -25,7 +25,10 @@ public enum Publisher {
         try checkArguments(options)
         let out = FileSystem.absolute(options.publishDirectory)
         // TUF: a key the repository's root does not name is refused before anything is written.
-        if let key = options.signingKey { try TUFRepository.checkKeys(publishDirectory: out, keys: TUFKeys(all: key)) }
+        if let key = options.signingKey {
+            try TUFRepository.checkKeys(
+                publishDirectory: out, keys: TUFRepository.verbKeys(app: options.app, publishDirectory: out, key: key, snapshotKey: options.snapshotKey))
+        }
         let source = FileSystem.absolute(options.sourceDirectory)
         let appDirectory = "\(out)/\(options.app)"
         try checkNotAppDirectory(out, option: "--out")
@@ -91,7 +94,10 @@ public enum Publisher {
         // TUF: the new files become targets; timestamp.json, written last, publishes them.
         // After the commit point: a crash before it ends leaves metadata a refresh behind,
         // which the next verb (or `offline-publish timestamp`) brings up to date.
-        if let key = options.signingKey { try TUFRepository.refresh(publishDirectory: out, keys: TUFKeys(all: key), now: options.now) }
+        if let key = options.signingKey {
+            let keys = TUFRepository.verbKeys(app: options.app, publishDirectory: out, key: key, snapshotKey: options.snapshotKey)
+            try TUFRepository.refresh(publishDirectory: out, keys: keys, now: options.now)
+        }
         return PublishResult(
             appDirectory: appDirectory, state: state, release: state.latestRelease!, patches: state.patches,
             manifestPath: "\(appDirectory)/\(manifestFile)",

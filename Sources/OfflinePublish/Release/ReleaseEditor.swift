@@ -20,11 +20,11 @@ public enum ReleaseEditor {
     /// device takes the version; devices on it keep it), replacing any schedule.
     @discardableResult
     public static func stage(
-        app: String, publishDirectory: String, percent: Int, key: SigningKey?, reason: String? = nil, now: Date = Date(),
-        lockWait: Duration = PublishLock.defaultWait
+        app: String, publishDirectory: String, percent: Int, key: SigningKey?, snapshotKey: SigningKey? = nil, reason: String? = nil,
+        now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishState {
         guard (0...100).contains(percent) else { throw usage("stage \(percent) is outside 0…100") }
-        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "stage", reason: reason, lockWait: lockWait) { state in
+        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, snapshotKey: snapshotKey, now: now, verb: "stage", reason: reason, lockWait: lockWait) { state in
             let before = describeStage(state)
             state.stage = percent
             state.stageSchedule = nil
@@ -65,8 +65,8 @@ public enum ReleaseEditor {
     /// Changes the app-wide settings of the live release.
     @discardableResult
     public static func set(
-        app: String, publishDirectory: String, settings: ReleaseSettings, key: SigningKey?, reason: String? = nil, now: Date = Date(),
-        lockWait: Duration = PublishLock.defaultWait
+        app: String, publishDirectory: String, settings: ReleaseSettings, key: SigningKey?, snapshotKey: SigningKey? = nil,
+        reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishState {
         guard !settings.isEmpty else {
             throw usage("nothing to set: give --rollout, --mini-version, --expires, --network-type, --whitelist or --fallback")
@@ -82,7 +82,7 @@ public enum ReleaseEditor {
         if let fallback = settings.fallback, !ManifestFields.isPackagePath(fallback) {
             throw usage("fallback '\(fallback)' must be a normalised relative path of a file in the package (like index.html)")
         }
-        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, now: now, verb: "set", reason: reason, lockWait: lockWait) { state in
+        return try rewrite(app: app, publishDirectory: publishDirectory, key: key, snapshotKey: snapshotKey, now: now, verb: "set", reason: reason, lockWait: lockWait) { state in
             var changes: [String] = []
             if let rollout = settings.rollout {
                 changes.append("rollout \(state.rollout) -> \(rollout)")
@@ -133,7 +133,7 @@ public enum ReleaseEditor {
     @discardableResult
     public static func revert(
         app: String, publishDirectory: String, to target: Version, newVersion: Version? = nil, newEpoch: Bool = false, key: SigningKey?,
-        reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
+        snapshotKey: SigningKey? = nil, reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishResult {
         let directory = try appDirectory(app, publishDirectory)
         let state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
@@ -147,11 +147,12 @@ public enum ReleaseEditor {
                 throw usage("new version \(version) is not greater than the latest published \(state.latest)")
             }
         }
-        try checkSigning(appDirectory: directory, key: key)
+        try checkSigning(appDirectory: directory, key: key, snapshotKey: snapshotKey)
         try checkKeptExpiry(state, now: now)
         var options = PublishOptions(
             app: app, version: version, sourceDirectory: "", publishDirectory: publishDirectory, signingKey: key,
             baseURL: try baseURL(app: app, appDirectory: directory, state: state))
+        options.snapshotKey = snapshotKey
         options.existingPackage = (path: "\(directory)/\(release.packageFile)", sha256: release.sha256)
         if newEpoch { options.epoch = state.epoch + 1 }
         options.verb = "revert"
@@ -168,7 +169,7 @@ public enum ReleaseEditor {
     @discardableResult
     public static func promote(
         app: String, version: Version, from beta: String, to publishDirectory: String, key: SigningKey?,
-        reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
+        snapshotKey: SigningKey? = nil, reason: String? = nil, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> PublishResult {
         let betaDirectory = try appDirectory(app, beta)
         let directory = try appDirectory(app, publishDirectory)
@@ -184,7 +185,7 @@ public enum ReleaseEditor {
             guard version > previous.latest else {
                 throw usage("version \(version) is not greater than the latest published \(previous.latest) in \(publishDirectory)")
             }
-            try checkSigning(appDirectory: directory, key: key)
+            try checkSigning(appDirectory: directory, key: key, snapshotKey: snapshotKey)
             try checkKeptExpiry(previous, now: now)
         }
         var options = PublishOptions(
@@ -194,6 +195,7 @@ public enum ReleaseEditor {
             baseURL: try previous.flatMap { try baseURL(app: app, appDirectory: directory, state: $0) },
             fallback: previous == nil ? betaState.fallback : nil)
         options.existingPackage = (path: "\(betaDirectory)/\(release.packageFile)", sha256: release.sha256)
+        options.snapshotKey = snapshotKey
         options.verb = "promote"
         options.reason = PublishRevision.reason("from \(beta)", reason)
         options.now = now
@@ -215,7 +217,7 @@ public enum ReleaseEditor {
     /// the result as a device would, then commits it with its re-signed manifest
     /// (`PublishCommit`).
     private static func rewrite(
-        app: String, publishDirectory: String, key: SigningKey?, now: Date, verb: String, reason: String?,
+        app: String, publishDirectory: String, key: SigningKey?, snapshotKey: SigningKey? = nil, now: Date, verb: String, reason: String?,
         lockWait: Duration, change: (inout PublishState) throws -> String
     ) throws -> PublishState {
         let directory = try appDirectory(app, publishDirectory)
@@ -226,7 +228,7 @@ public enum ReleaseEditor {
             try PublishRecovery.recover(app: app, publishDirectory: publishDirectory)
             var state = try loadState(app, directory: directory, publishDirectory: publishDirectory)
             PublishStep.afterRead.reached()
-            try checkSigning(appDirectory: directory, key: key)
+            try checkSigning(appDirectory: directory, key: key, snapshotKey: snapshotKey)
             let prefix = try fileURLPrefix(appDirectory: directory, state: state)
             let detail = try change(&state)
             try checkKeptExpiry(state, now: now)
@@ -257,7 +259,10 @@ public enum ReleaseEditor {
             commit.deriveStaticManifest(written)
             let committed = try commit.commit()
             // TUF: the changed manifest is a new target, so targets, snapshot and timestamp get new versions.
-            if let key { try TUFRepository.refresh(publishDirectory: publishDirectory, keys: TUFKeys(all: key), now: now) }
+            if let key {
+                let keys = TUFRepository.verbKeys(app: app, publishDirectory: publishDirectory, key: key, snapshotKey: snapshotKey)
+                try TUFRepository.refresh(publishDirectory: publishDirectory, keys: keys, now: now)
+            }
             return committed
         }
     }
@@ -265,9 +270,16 @@ public enum ReleaseEditor {
     // MARK: Checks
 
     /// A signed release stays signed, by the key it was signed with: devices trusting
-    /// that key refuse an unsigned manifest or another key's signature.
-    static func checkSigning(appDirectory: String, key: SigningKey?) throws {
-        if let key { try TUFRepository.checkKeys(publishDirectory: FileSystem.parent(of: appDirectory), keys: TUFKeys(all: key)) }
+    /// that key refuse an unsigned manifest or another key's signature. An app delegated
+    /// to its own key (`delegate`) is signed by that key from then on: the TUF check of
+    /// the key is the one that counts (its devices trust a root, or the app key).
+    static func checkSigning(appDirectory: String, key: SigningKey?, snapshotKey: SigningKey? = nil) throws {
+        if let key {
+            let publishDirectory = FileSystem.parent(of: appDirectory), app = (appDirectory as NSString).lastPathComponent
+            let keys = TUFRepository.verbKeys(app: app, publishDirectory: publishDirectory, key: key, snapshotKey: snapshotKey)
+            try TUFRepository.checkKeys(publishDirectory: publishDirectory, keys: keys)
+            if !keys.delegated.isEmpty { return }
+        }
         let path = "\(appDirectory)/\(Publisher.manifestFile)"
         guard let body = FileManager.default.contents(atPath: path) else { return }
         let envelope = try? ManifestEnvelope.open(body)

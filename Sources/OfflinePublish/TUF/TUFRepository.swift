@@ -29,21 +29,91 @@ public enum TUFRepository {
     }
 
     /// Refuses, before anything is written, keys that are not the ones the
-    /// repository's root names for `roles`, naming both fingerprints. A directory
+    /// repository's metadata names for `roles` (by default every role `keys` holds a key
+    /// for but root: delegated roles first, then targets, snapshot, timestamp), naming
+    /// both fingerprints. A top-level role is named by the latest root, a delegated role
+    /// by `delegations` (by default the published top-level targets'). A directory
     /// without metadata accepts any key (its first refresh writes the root).
-    public static func checkKeys(publishDirectory: String, keys: TUFKeys, roles: [String] = ["targets", "snapshot", "timestamp"]) throws {
-        guard let (_, root) = try latestRoot(in: metadataDirectory(publishDirectory)) else { return }
+    public static func checkKeys(publishDirectory: String, keys: TUFKeys, roles: [String]? = nil) throws {
+        try checkKeys(publishDirectory: publishDirectory, keys: keys, roles: roles, delegations: nil)
+    }
+
+    static func checkKeys(publishDirectory: String, keys: TUFKeys, roles: [String]?, delegations: TUFDelegations?) throws {
+        let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
+        guard let (_, root) = try latestRoot(in: directory) else { return }
+        let roles = roles ?? (keys.delegated.keys.sorted() + ["targets", "snapshot", "timestamp"].filter { !keys.keys($0).isEmpty })
         for role in roles {
-            let named = root.signers(of: role)
             let given = keys.keys(role)
-            let valid = given.filter { named.keys.contains(Array($0.key.publicKey.rawRepresentation)) }
-            guard !given.isEmpty, Set(valid.map(\.publicKeyBase64)).count >= named.threshold else {
-                let theirs = root.role(role).keyIDs.compactMap { root.keys[$0]?.fingerprint }.joined(separator: ", ")
+            let source: String, keyIDs: [String], named: [String: TUFKey], threshold: Int
+            if TUFMetadata.topLevelRoles.contains(role) {
+                (source, keyIDs, named, threshold) = ("metadata/\(root.metadata.version).root.json", root.role(role).keyIDs, root.keys, root.role(role).threshold)
+            } else {
+                let targets = currentChain(in: directory).targets
+                guard let delegations = delegations ?? targets?.delegations, let delegated = delegations.roles.first(where: { $0.name == role }) else {
+                    throw PublishError(.usage, "metadata/\(targets?.metadata.version ?? 0).targets.json delegates no role '\(role)'")
+                }
+                (source, keyIDs, named, threshold) = (
+                    "metadata/\(targets?.metadata.version ?? 0).targets.json", delegated.role.keyIDs, delegations.keys, delegated.role.threshold
+                )
+            }
+            let trusted = Set(keyIDs.compactMap { named[$0].map { Array($0.publicKey.rawRepresentation) } })
+            let valid = Set(given.map { Array($0.key.publicKey.rawRepresentation) }).intersection(trusted)
+            guard !given.isEmpty, valid.count >= threshold else {
+                let theirs = keyIDs.compactMap { named[$0]?.fingerprint }.joined(separator: ", ")
                 let ours = given.map { TUFSigner.key($0).fingerprint }.joined(separator: ", ")
                 throw PublishError(
                     .usage,
-                    "--key \(ours.isEmpty ? "(none)" : ours) is not the key metadata/\(root.metadata.version).root.json names for \(role) (\(theirs), threshold \(named.threshold)): devices would refuse what it signs")
+                    "--key \(ours.isEmpty ? "(none)" : ours) is not the key \(source) names for \(role) (\(theirs), threshold \(threshold)): devices would refuse what it signs")
             }
+        }
+    }
+
+    /// The keys a release verb on `app` signs with: `key` signs the app's targets (the
+    /// top-level targets role, or only the app's delegated role once `delegate` gave it
+    /// one), `snapshotKey` (by default `key`) snapshot and timestamp.
+    public static func verbKeys(app: String, publishDirectory: String, key: SigningKey, snapshotKey: SigningKey?) -> TUFKeys {
+        let online = snapshotKey ?? key
+        let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
+        if currentChain(in: directory).targets?.delegations?.roles.contains(where: { $0.name == app }) == true {
+            return TUFKeys(snapshot: [online], timestamp: [online], delegated: [app: [key]])
+        }
+        var keys = TUFKeys(all: key)
+        keys.snapshot = [online]
+        keys.timestamp = [online]
+        return keys
+    }
+
+    /// Delegates `app` to `appKey` (`offline-publish delegate`): a terminating role
+    /// named `app` for the paths `APP/*`, threshold 1, in the top-level targets (replacing
+    /// the app's earlier key, if any). The app's files move from the top-level targets to
+    /// `N.APP.json`, signed here by `appKey` so the app is never unlisted; from then on a
+    /// verb on the app signs with `appKey` and nothing else can. `keys` holds the targets
+    /// key (checked against root) and the snapshot and timestamp keys.
+    @discardableResult
+    public static func delegate(app: String, publishDirectory: String, appKey: SigningKey, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()) throws -> Versions {
+        guard AppName.isValid(app), !TUFMetadata.topLevelRoles.contains(app) else {
+            throw PublishError(.usage, "'\(app)' cannot name a delegated role (an app name, not root, targets, snapshot or timestamp)")
+        }
+        let out = FileSystem.absolute(publishDirectory)
+        let lock = try PublishLock(app: directoryName, publishDirectory: out)
+        return try withExtendedLifetime(lock) {
+            let directory = metadataDirectory(out)
+            guard let current = currentChain(in: directory).targets else {
+                throw PublishError(.usage, "\(directory) has no targets metadata: publish with --key first", path: directory)
+            }
+            try checkKeys(publishDirectory: out, keys: keys, roles: ["targets", "snapshot", "timestamp"])
+            let key = TUFSigner.key(appKey)
+            var roles = current.delegations?.roles ?? []
+            let role = TUFDelegatedRole(name: app, role: TUFRole(keyIDs: [key.keyID], threshold: 1), terminating: true, paths: ["\(app)/*"])
+            if let index = roles.firstIndex(where: { $0.name == app }) { roles[index] = role } else { roles.append(role) }
+            var all = current.delegations?.keys ?? [:]
+            all[key.keyID] = key
+            // Keys no role names any more leave (an app's replaced key is no key at all).
+            let named = Set(roles.flatMap(\.role.keyIDs))
+            var withApp = keys
+            withApp.delegated = [app: [appKey]]
+            return try refreshLocked(
+                out: out, keys: withApp, now: now, expiry: expiry, delegations: TUFDelegations(keys: all.filter { named.contains($0.key) }, roles: roles))
         }
     }
 
@@ -51,9 +121,11 @@ public enum TUFRepository {
     ///
     /// - Parameters:
     ///   - keys: the keys for the roles it signs; a directory without metadata needs
-    ///     every role's (its `1.root.json` names them, threshold 1).
+    ///     every top-level role's (its `1.root.json` names them, threshold 1). A role
+    ///     whose key is not given is left as it is (an app's key changes only its own
+    ///     `N.APP.json`; the targets key leaves delegated apps' metadata to their keys).
     ///   - now: the signing time, from which expiry is counted.
-    /// - Returns: the versions of the four roles afterwards.
+    /// - Returns: the versions of the four top-level roles afterwards.
     @discardableResult
     public static func refresh(publishDirectory: String, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()) throws -> Versions {
         let out = FileSystem.absolute(publishDirectory)
@@ -61,13 +133,14 @@ public enum TUFRepository {
         // repository has its own (`.metadata.lock`; no app can be named `metadata`, the
         // metadata directory's name).
         let lock = try PublishLock(app: directoryName, publishDirectory: out)
-        return try withExtendedLifetime(lock) { try refreshLocked(out: out, keys: keys, now: now, expiry: expiry) }
+        return try withExtendedLifetime(lock) { try refreshLocked(out: out, keys: keys, now: now, expiry: expiry, delegations: nil) }
     }
 
-    private static func refreshLocked(out: String, keys: TUFKeys, now: Date, expiry: TUFExpiry) throws -> Versions {
+    /// `delegations`: the top-level targets' new delegations (`delegate`), else kept.
+    private static func refreshLocked(out: String, keys: TUFKeys, now: Date, expiry: TUFExpiry, delegations newDelegations: TUFDelegations?) throws -> Versions {
         let directory = metadataDirectory(out)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try checkKeys(publishDirectory: out, keys: keys)
+        try checkKeys(publishDirectory: out, keys: keys, roles: nil, delegations: newDelegations)
 
         var root: TUFRoot
         if let (_, latest) = try latestRoot(in: directory) {
@@ -93,24 +166,55 @@ public enum TUFRepository {
         func unsigned(_ metadata: TUFMetadata?, _ role: String) -> Bool {
             metadata.map { (try? root.verify($0, as: role)) == nil } ?? true
         }
-        let desired = try collectTargets(out)
+        // Each target goes to the role a client's search finds first for it: the first
+        // delegated role whose paths match, else the top-level targets.
+        let delegations = newDelegations ?? current.targets?.delegations
+        var desired: [String: [String: TUFTargetFile]] = ["targets": [:]]
+        for (path, target) in try collectTargets(out) {
+            desired[delegations?.roles(for: path).first?.name ?? "targets", default: [:]][path] = target
+        }
         var targetsVersion = current.targets?.metadata.version
-        if current.targets == nil || current.targets?.targets != desired || unsigned(current.targets?.metadata, "targets")
-            || expiry.isDue("targets", expires: current.targets?.metadata.expires ?? now, now: now) {
+        if current.targets == nil || newDelegations != nil || current.targets?.targets != desired["targets"] || unsigned(current.targets?.metadata, "targets")
+            || expiry.isDue("targets", expires: current.targets?.metadata.expires ?? now, now: now), !keys.targets.isEmpty {
             let version = nextVersion("targets", in: directory)
             var signed = TUFSigner.common(type: "targets", version: version, expires: now + expiry.targets)
-            signed["targets"] = .object(desired.mapValues(\.json))
+            signed["targets"] = .object((desired["targets"] ?? [:]).mapValues(\.json))
+            if let delegations { signed["delegations"] = delegations.json }
             try writeFile(TUFSigner.file(signed, keys: keys.targets), "\(version).targets.json", in: directory)
             targetsVersion = version
         }
-        guard let targetsVersion else { throw PublishError(.publish, "no targets metadata", path: directory) }
+        guard let targetsVersion else { throw PublishError(.usage, "no targets metadata yet: the first keyed publish needs the targets key", path: directory) }
+
+        // Snapshot lists every role it listed before (a device refuses a snapshot that
+        // drops one), the top-level targets, and each delegated role's latest metadata.
+        var meta = current.snapshot?.meta ?? [:]
+        meta["targets.json"] = TUFMetaFile(version: targetsVersion)
+        for role in delegations?.roles ?? [] {
+            let existing = current.snapshot?.meta["\(role.name).json"]
+                .flatMap { FileManager.default.contents(atPath: "\(directory)/\($0.version).\(role.name).json") }
+                .flatMap { try? TUFTargets($0) }
+            var version = existing?.metadata.version
+            let held = keys.delegated[role.name] ?? []
+            let unsignedByRole = existing.map { (try? delegations?.verify($0.metadata, as: role.name)) == nil } ?? true
+            if !held.isEmpty, existing == nil || existing?.targets != desired[role.name] ?? [:] || unsignedByRole
+                || expiry.isDue("targets", expires: existing?.metadata.expires ?? now, now: now) {
+                let next = nextVersion(role.name, in: directory)
+                var signed = TUFSigner.common(type: "targets", version: next, expires: now + expiry.targets)
+                signed["targets"] = .object((desired[role.name] ?? [:]).mapValues(\.json))
+                try writeFile(TUFSigner.file(signed, keys: held), "\(next).\(role.name).json", in: directory)
+                PublishStep.afterDelegatedMetadata.reached()
+                version = next
+            }
+            if let version { meta["\(role.name).json"] = TUFMetaFile(version: version) }
+        }
 
         var snapshotVersion = current.snapshot?.metadata.version
-        if snapshotVersion == nil || current.snapshot?.meta["targets.json"]?.version != targetsVersion
+        if snapshotVersion == nil || current.snapshot?.meta != meta
             || unsigned(current.snapshot?.metadata, "snapshot") || expiry.isDue("snapshot", expires: current.snapshot?.metadata.expires ?? now, now: now) {
+            guard !keys.snapshot.isEmpty else { throw PublishError(.usage, "the snapshot must be re-signed: give the snapshot key (--snapshot-key)") }
             let version = nextVersion("snapshot", in: directory)
             var signed = TUFSigner.common(type: "snapshot", version: version, expires: now + expiry.snapshot)
-            signed["meta"] = .object(["targets.json": TUFMetaFile(version: targetsVersion).json])
+            signed["meta"] = .object(Dictionary(uniqueKeysWithValues: meta.map { ($0.key, $0.value.json) }))
             try writeFile(TUFSigner.file(signed, keys: keys.snapshot), "\(version).snapshot.json", in: directory)
             snapshotVersion = version
         }
@@ -119,6 +223,7 @@ public enum TUFRepository {
         var timestampVersion = current.timestamp?.metadata.version ?? 0
         if current.timestamp?.snapshot.version != snapshotVersion || unsigned(current.timestamp?.metadata, "timestamp")
             || expiry.isDue("timestamp", expires: current.timestamp?.metadata.expires ?? now, now: now) {
+            guard !keys.timestamp.isEmpty else { throw PublishError(.usage, "the timestamp must be re-signed: give the timestamp key (--snapshot-key)") }
             timestampVersion += 1
             try writeTimestamp(version: timestampVersion, snapshot: snapshotVersion, expires: now + expiry.timestamp, keys: keys.timestamp, in: directory)
         }

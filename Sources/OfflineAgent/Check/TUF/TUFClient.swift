@@ -4,8 +4,8 @@ import NIOCore
 
 /// The specification's detailed client workflow (5.2 to 5.7), one step after the
 /// other as python-tuf's `ngclient.Updater` runs it: load the trusted root, walk the
-/// root chain, then timestamp, snapshot and targets, then download a target by its
-/// hash-prefixed name and check its length and hashes.
+/// root chain, then timestamp, snapshot and targets, then search the target through
+/// the delegations, download it by its hash-prefixed name and check its length and hashes.
 ///
 /// The repository is `<base>/`, its metadata `<base>/metadata/`. Every download is
 /// capped: by the length the metadata gives, else by ngclient's defaults.
@@ -16,6 +16,8 @@ struct TUFClient: Sendable {
     static let timestampCap: Int64 = 16_384
     static let snapshotCap: Int64 = 2_000_000
     static let targetsCap: Int64 = 5_000_000
+    /// At most this many delegated roles are visited searching one target (`max_delegations`).
+    static let maxDelegations = 32
 
     let fetcher: HTTPFetcher
     /// The repository's base URL, ending in `/`.
@@ -80,14 +82,75 @@ struct TUFClient: Sendable {
         return set
     }
 
-    /// 5.7: the target at `path`, fetched by its hash-prefixed name when the repository
-    /// is consistent, checked against its length and hashes.
+    /// 5.6.7: how the trusted metadata lists the target `path`, searched as python-tuf's
+    /// `_preorder_depth_first_walk` searches it: preorder depth-first from the top-level
+    /// targets; a role's own targets first, then the roles it delegates `path` to, in
+    /// their order, where a matching terminating role drops every role not yet visited
+    /// beside it; each role visited once, at most 1 + `maxDelegations` roles. A delegated
+    /// role's metadata is loaded when the search reaches it: the persisted copy if it is
+    /// still the version snapshot names, else downloaded and persisted.
     ///
-    /// - Throws: `target-unlisted` when trusted targets do not list it, `length-exceeded`
+    /// - Returns: nil when no role visited lists `path`.
+    func find(_ path: String, in set: inout TUFTrustedSet) async throws -> TUFTargetFile? {
+        var toVisit: [(role: String, delegator: String)] = [("targets", "root")]
+        var visited: Set<String> = []
+        while visited.count <= Self.maxDelegations, let (role, delegator) = toVisit.popLast() {
+            guard !visited.contains(role) else { continue }
+            let targets = try await load(role, delegator: delegator, in: &set)
+            if let target = targets.targets[path] { return target }
+            visited.insert(role)
+            let children = targets.delegations?.roles(for: path) ?? []
+            if children.last?.terminating == true { toVisit.removeAll() }
+            toVisit += children.reversed().map { ($0.name, role) }
+        }
+        return nil
+    }
+
+    /// The targets metadata of `role`, which `delegator` delegates to (5.6.7 steps 1-3).
+    private func load(_ role: String, delegator: String, in set: inout TUFTrustedSet) async throws -> TUFTargets {
+        if let loaded = set.targets(of: role) { return loaded }
+        let stored = TUFMetadataStore.delegatedName(role)
+        if let local = store.read(stored), (try? set.updateDelegatedTargets(local, role: role, delegator: delegator)) != nil,
+           let loaded = set.targets(of: role) {
+            return loaded
+        }
+        let meta = try set.meta(of: role)
+        let file = Self.quoted(role)
+        let name = set.root.consistentSnapshot ? "\(meta.version).\(file).json" : "\(file).json"
+        let bytes = try await download("metadata/\(name)", cap: meta.length ?? Self.targetsCap)
+        try set.updateDelegatedTargets(bytes, role: role, delegator: delegator)
+        try store.write(stored, bytes)
+        CrashPoint.afterTUFDelegated.hit()
+        guard let loaded = set.targets(of: role) else { throw TUFKey.invalid("\(file) did not load") }
+        return loaded
+    }
+
+    /// A role name as a URL path segment, as python-tuf's `parse.quote(name, "")` writes it.
+    static func quoted(_ name: String) -> String {
+        var out = ""
+        for byte in name.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                out += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 15, radix: 16, uppercase: true)
+            }
+        }
+        return out
+    }
+
+    /// 5.7: the target at `path`, found through the delegations, fetched by its
+    /// hash-prefixed name when the repository is consistent, checked against its length
+    /// and hashes.
+    ///
+    /// - Throws: `target-unlisted` when no trusted role lists it, `length-exceeded`
     ///   or `hash-mismatch` when the bytes are not the ones listed.
-    func target(_ path: String, in set: TUFTrustedSet) async throws -> [UInt8] {
-        guard let info = set.targets?.targets[path] else {
-            throw OfflineAgentError(.manifest, "\(path) is not a target of targets v\(set.targets?.metadata.version ?? 0)", cause: .targetUnlisted)
+    func target(_ path: String, in set: inout TUFTrustedSet) async throws -> [UInt8] {
+        guard let info = try await find(path, in: &set) else {
+            throw OfflineAgentError(
+                .manifest, "\(path) is not a target of targets v\(set.targets?.metadata.version ?? 0) nor of a role it delegates it to",
+                cause: .targetUnlisted)
         }
         var name = path
         if set.root.consistentSnapshot, let hash = info.sha256 {

@@ -37,27 +37,29 @@ struct TUFManifestSource: Sendable {
             let client = TUFClient(
                 fetcher: fetcher, repository: repository, store: TUFMetadataStore(agentRoot: agentRoot, repository: repository),
                 bootstrap: trustedRoot, now: now)
-            let set = try await TUFRefreshGate.shared.refresh(client)
-            let bytes = try await client.target("\(app)/manifest.json", in: set)
+            var set = try await TUFRefreshGate.shared.refresh(client)
+            let bytes = try await client.target("\(app)/manifest.json", in: &set)
             var body = Data(bytes)
             if let envelope = try ManifestEnvelope.open(body) { body = envelope.manifest }
             let manifest = try Manifest.decode(body)
             try manifest.validate(forApp: app, installed: nil, now: now)
-            try Self.checkFiles(of: manifest, manifestURL: manifestURL, repository: repository, in: set)
+            try await Self.checkFiles(of: manifest, manifestURL: manifestURL, repository: repository, client: client, in: &set)
             return .manifest(manifest, etag: nil)
         }
     }
 
     /// Every file the manifest names must be a target listed with its size and SHA-256:
     /// the manifest cannot point a device at bytes the targets role never signed for.
-    static func checkFiles(of manifest: Manifest, manifestURL: URL, repository: URL, in set: TUFTrustedSet) throws {
+    /// Each is searched as the manifest was (through the delegations: an app's role
+    /// vouches for its own files only).
+    static func checkFiles(of manifest: Manifest, manifestURL: URL, repository: URL, client: TUFClient, in set: inout TUFTrustedSet) async throws {
         var files = [(manifest.url, manifest.size, manifest.sha256)] + manifest.patches.map { ($0.url, $0.size, $0.sha256) }
         if let url = manifest.fullUrl, let size = manifest.fullSize, let sha256 = manifest.fullSha256 { files.append((url, size, sha256)) }
         let base = repository.absoluteString
         for (url, size, sha256) in files {
             let resolved = URL(string: url, relativeTo: manifestURL)?.absoluteURL.absoluteString ?? url
             let path = resolved.hasPrefix(base) ? String(resolved.dropFirst(base.count)) : nil
-            guard let path, let target = set.targets?.targets[path] else {
+            guard let path, let target = try await client.find(path, in: &set) else {
                 throw OfflineAgentError(.manifest, "\(url) is not a target of the repository \(base)", cause: .targetUnlisted, path: resolved)
             }
             guard target.length == size, target.sha256 == sha256.lowercased() else {

@@ -2,7 +2,8 @@ import Crypto
 import FoundationEssentials
 
 /// The trusted metadata of one repository under the agent's root:
-/// `<root>/tuf/<id>/{root,timestamp,snapshot,targets}.json`, with `<id>` the first
+/// `<root>/tuf/<id>/{root,timestamp,snapshot,targets}.json` and
+/// `<root>/tuf/<id>/delegated/<sha256 of the role name>.json`, with `<id>` the first
 /// 16 bytes of the SHA-256 of the repository's base URL. Kept per repository, not per
 /// app: every app of one publish directory shares it.
 ///
@@ -19,6 +20,12 @@ package struct TUFMetadataStore: Sendable {
         directory = "\(agentRoot)/tuf/\(id)"
     }
 
+    /// The name a delegated role's metadata is kept under: the hex SHA-256 of its name,
+    /// so a hostile name (`../x`, 300 bytes) is never a path.
+    package static func delegatedName(_ role: String) -> String {
+        "delegated/" + SHA256.hash(data: Data(role.utf8)).hex
+    }
+
     package func read(_ role: String) -> [UInt8]? {
         guard let data = FileManager.default.contents(atPath: path(role)) else { return nil }
         return Array(data)
@@ -26,7 +33,7 @@ package struct TUFMetadataStore: Sendable {
 
     package func write(_ role: String, _ bytes: [UInt8]) throws {
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: FileSystem.parent(of: path(role)), withIntermediateDirectories: true)
             try FileSystem.writeAtomically(Data(bytes), to: path(role))
         } catch {
             throw OfflineAgentError(.install, "cannot keep trusted \(role) metadata", cause: .io, path: path(role), underlying: error)

@@ -12,6 +12,8 @@ package struct TUFTrustedSet: Sendable {
     package private(set) var timestamp: TUFTimestamp?
     package private(set) var snapshot: TUFSnapshot?
     package private(set) var targets: TUFTargets?
+    /// Delegated targets metadata loaded so far, by role name (step 5.6.7).
+    package private(set) var delegated: [String: TUFTargets] = [:]
     package let now: Date
 
     /// Starts from a trusted root (the configured bootstrap or the persisted one):
@@ -146,21 +148,57 @@ package struct TUFTrustedSet: Sendable {
     /// Step 5.6: targets, matching what snapshot gives (version always, length and
     /// hashes when listed), signed by the targets role, unexpired.
     package mutating func updateTargets(_ bytes: some Collection<UInt8>) throws {
+        precondition(snapshot != nil, "targets are loaded after snapshot")
+        let meta = try meta(of: "targets")
+        targets = try checkTargets(bytes, name: "targets", meta: meta) { try root.verify($0, as: "targets") }
+    }
+
+    /// The targets metadata of role `name`: the top-level targets, or a delegated role loaded.
+    package func targets(of name: String) -> TUFTargets? { name == "targets" ? targets : delegated[name] }
+
+    /// What snapshot says of role `name`'s metadata (`NAME.json`).
+    ///
+    /// - Throws: `metadata-mismatch` when snapshot does not name it.
+    package func meta(of name: String) throws -> TUFMetaFile {
         guard let snapshot else { preconditionFailure("targets are loaded after snapshot") }
+        guard let meta = snapshot.meta["\(name).json"] else {
+            throw OfflineAgentError(
+                .manifest, "snapshot v\(snapshot.metadata.version) does not name \(StrictJSON.printable(name)).json", cause: .metadataMismatch)
+        }
+        return meta
+    }
+
+    /// Step 5.6.7, one delegated role: the metadata of `name`, which the loaded role
+    /// `delegator` delegates to, matching what snapshot gives for `NAME.json`, signed by
+    /// the keys and threshold `delegator` names for it (not root's), unexpired.
+    package mutating func updateDelegatedTargets(_ bytes: some Collection<UInt8>, role name: String, delegator: String) throws {
+        guard let parent = targets(of: delegator) else { preconditionFailure("a delegated role is loaded after its delegator") }
+        guard let delegations = parent.delegations else {
+            throw OfflineAgentError(.manifest, "\(StrictJSON.printable(delegator)) delegates to no role", cause: .targetUnlisted)
+        }
+        let meta = try meta(of: name)
+        delegated[name] = try checkTargets(bytes, name: name, meta: meta) { try delegations.verify($0, as: name) }
+    }
+
+    /// The checks of 5.6 and 5.6.7: snapshot final, length and hashes, signature, the
+    /// version snapshot names, unexpired.
+    private func checkTargets(
+        _ bytes: some Collection<UInt8>, name: String, meta: TUFMetaFile, verify: (TUFMetadata) throws -> Void
+    ) throws -> TUFTargets {
         try checkFinalSnapshot()
         let data = Array(bytes)
-        guard let meta = snapshot.meta["targets.json"] else { throw TUFKey.invalid("snapshot does not name targets.json") }
-        try TUFTargetFile.check(data, length: meta.length, hashes: meta.hashes, name: "targets")
+        try TUFTargetFile.check(data, length: meta.length, hashes: meta.hashes, name: name)
         let new = try TUFTargets(data)
-        try root.verify(new.metadata, as: "targets")
+        try verify(new.metadata)
+        let printable = StrictJSON.printable(name)
         guard new.metadata.version == meta.version else {
             throw OfflineAgentError(
-                .manifest, "targets v\(new.metadata.version) is not v\(meta.version), the one snapshot names", cause: .metadataMismatch)
+                .manifest, "\(printable) v\(new.metadata.version) is not v\(meta.version), the one snapshot names", cause: .metadataMismatch)
         }
         guard !new.metadata.isExpired(at: now) else {
             throw OfflineAgentError(
-                .manifest, "targets v\(new.metadata.version) expired at \(TUFMetadata.string(new.metadata.expires))", cause: .metadataExpired)
+                .manifest, "\(printable) v\(new.metadata.version) expired at \(TUFMetadata.string(new.metadata.expires))", cause: .metadataExpired)
         }
-        targets = new
+        return new
     }
 }
