@@ -121,6 +121,37 @@ struct TUFDelegationTests {
         #expect(try await scene.sync("shop")["version"] as? String == "1.0.0")
     }
 
+    @Test("the runbook's split: a separate targets key delegates; the app key with the snapshot key ships the app, the snapshot key alone ships nothing, and undelegated apps take the targets key")
+    func splitTargetsKey() async throws {
+        if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
+        let scene = try Scene()
+        for name in ["signing", "targets", "sample"] { try await scene.expectSuccess(["keygen", "--out", scene.key(name)]) }
+        try await scene.publish("sample", "1.0.0", key: "signing")
+        try await scene.publish("shop", "1.0.0", key: "signing")
+        #expect(try await scene.sync("sample")["result"] as? String == "updated")
+        let proposal = scene.dir.file("root-next.json")
+        try await scene.expectSuccess(["root", "propose", "--out", scene.out, "--file", proposal, "--targets-key", scene.key("targets") + ".pub"])
+        try await scene.expectSuccess(["root", "sign", "--file", proposal, "--key", scene.key("signing")])
+        try await scene.expectSuccess(["root", "commit", "--out", scene.out, "--file", proposal])
+        try await scene.expectSuccess([
+            "delegate", "--out", scene.out, "--app", "sample", "--app-key", scene.key("sample"), "--key", scene.key("targets"),
+            "--snapshot-key", scene.key("signing"),
+        ])
+        try await scene.publish("sample", "1.1.0", key: "sample", snapshotKey: "signing")
+        let updated = try await scene.sync("sample")
+        #expect(updated["result"] as? String == "updated" && updated["version"] as? String == "1.1.0", "\(updated)")
+        try scene.expectInstalled("sample", "1.1.0")
+
+        // The snapshot key, which the host keeps online, signs neither an app's role nor the targets.
+        for app in ["sample", "shop"] {
+            let result = try await scene.publisher(["stage", "--app", app, "--out", scene.out, "--percent", "0", "--key", scene.key("signing")])
+            let signing = try scene.fingerprint("signing")
+            #expect(result.status == 64 && result.stderr.contains(signing), "\(app): \(result.stderr)")
+        }
+        try await scene.publish("shop", "1.1.0", key: "targets", snapshotKey: "signing")
+        #expect(try await scene.sync("shop")["version"] as? String == "1.1.0")
+    }
+
     @Test("attacker with one app's key: another app's metadata signed with it is refused (threshold-not-met); its files listed in its own role are never consulted")
     func appKeyCannotShipAnotherApp() async throws {
         guard let scene = try await Self.delegatedScene() else { return }
