@@ -94,6 +94,9 @@ struct TUFDelegationTests {
         #expect(targets.delegations?.roles.allSatisfy { $0.terminating && $0.paths == ["\($0.name)/*"] && $0.role.threshold == 1 } == true)
         #expect(snapshot.meta["sample.json"] != nil && snapshot.meta["shop.json"] != nil)
         #expect(try scene.delegated("sample").targets.targets.keys.contains("sample/manifest.json"))
+        // Expiry warnings cover each app's role, which lives as long as targets.
+        let notices = TUFRepository.expiryNotices(publishDirectory: scene.out, now: Date())
+        #expect(notices.first { $0.role == "sample" }?.expires == notices.first { $0.role == "targets" }?.expires, "\(notices)")
 
         // The app's key with the snapshot key: a release of its app, which devices install.
         try await scene.publish("sample", "1.1.0", key: "sample", snapshotKey: "signing")
@@ -218,21 +221,14 @@ struct TUFDelegationTests {
         guard PythonTUF.missing == nil else { Issue.record(Comment(rawValue: "skipped: \(PythonTUF.missing ?? "")")); return }
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
         let dir = TemporaryDirectory("tuf-python-delegations")
-        let published = dir.file("published")
-        _ = try Publisher.publish(PublishOptions(
-            app: "sample", version: Version("1.0.0")!, sourceDirectory: F.sampleApp("1.0.0"), publishDirectory: published,
-            whitelist: ["https://h5.example.com/sample/"], signingKey: nil))
+        let published = try TUFInteropTests.unsignedSample(dir)
         let repo = dir.file("repo")
         try PythonTUF.run("delegated-repository.py", [repo, "sample", "\(published)/sample/manifest.json", "\(published)/sample/1.0.0.zip.gz"])
         let nginx = try Nginx(server: "root \(repo);")
         defer { nginx.stop() }
         let device = dir.file("device")
-        let result = try await CLI.run([
-            "sync", "--root", device, "--app", "sample", "--manifest", "\(nginx.baseURL)/sample/manifest.json",
-            "--trusted-root", "\(repo)/metadata/1.root.json", "--json",
-        ])
-        let report = try #require(CLI.json(result.stdout), "\(result.stderr)")
-        #expect(report["result"] as? String == "updated", "\(report) \(result.stderr)")
+        let report = try await TUFInteropTests.trustedSync(device: device, base: nginx.baseURL, root: "\(repo)/metadata/1.root.json")
+        #expect(report["result"] as? String == "updated", "\(report)")
         try StaticCDNTests.expectInstalled(F.sampleApp("1.0.0"), version: "1.0.0", root: device)
         let paths = nginx.accessLog().map(\.path)
         #expect(paths.contains("/metadata/1.sample.json") && paths.contains("/metadata/1.sample-packages.json"), "\(paths)")
@@ -276,10 +272,7 @@ struct TUFDelegationTests {
     /// targets delegate `sample/*` to `r1`, each `rN` delegates it to `rN+1` up to `depth`
     /// (and `rDepth` back to `r1` when `cycle`); only `rListed` lists the app's files.
     static func chainRepository(_ dir: TemporaryDirectory, depth: Int, listed: Int?, cycle: Bool) throws -> String {
-        let published = dir.file("published"), repo = dir.file("repo")
-        _ = try Publisher.publish(PublishOptions(
-            app: "sample", version: Version("1.0.0")!, sourceDirectory: F.sampleApp("1.0.0"), publishDirectory: published,
-            whitelist: ["https://h5.example.com/sample/"], signingKey: nil))
+        let published = try TUFInteropTests.unsignedSample(dir), repo = dir.file("repo")
         try FileManager.default.createDirectory(atPath: "\(repo)/metadata", withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: "\(repo)/sample", withIntermediateDirectories: true)
         var files: [String: StrictJSON] = [:]
@@ -330,11 +323,7 @@ struct TUFDelegationTests {
         let repo = try Self.chainRepository(dir, depth: cycle ? 3 : 40, listed: cycle ? nil : listed, cycle: cycle)
         let nginx = try Nginx(server: "root \(repo);")
         defer { nginx.stop() }
-        let result = try await CLI.run([
-            "sync", "--root", dir.file("device"), "--app", "sample", "--manifest", "\(nginx.baseURL)/sample/manifest.json",
-            "--trusted-root", "\(repo)/metadata/1.root.json", "--json",
-        ])
-        let report = try #require(CLI.json(result.stdout), "\(result.stderr)")
+        let report = try await TUFInteropTests.trustedSync(device: dir.file("device"), base: nginx.baseURL, root: "\(repo)/metadata/1.root.json")
         let fetched = nginx.accessLog().map(\.path).filter { $0.hasPrefix("/metadata/1.r") }
         if listed == 32 {
             #expect(report["result"] as? String == "updated", "\(report)")

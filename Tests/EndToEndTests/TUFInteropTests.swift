@@ -23,6 +23,24 @@ struct TUFInteropTests {
         return try #require(CLI.json(out))
     }
 
+    /// `sample` 1.0.0 published without a key into `dir/published` (a python-tuf or
+    /// hand-written repository's targets role signs it instead); returns that directory.
+    static func unsignedSample(_ dir: TemporaryDirectory) throws -> String {
+        let published = dir.file("published")
+        _ = try Publisher.publish(PublishOptions(
+            app: "sample", version: Version("1.0.0")!, sourceDirectory: F.sampleApp("1.0.0"), publishDirectory: published,
+            whitelist: ["https://h5.example.com/sample/"], signingKey: nil))
+        return published
+    }
+
+    /// `offline-agent sync --trusted-root ROOT --json` of `sample` from `base` into `device`: its report.
+    static func trustedSync(device: String, base: String, root: String) async throws -> [String: Any] {
+        let result = try await CLI.run([
+            "sync", "--root", device, "--app", "sample", "--manifest", "\(base)/sample/manifest.json", "--trusted-root", root, "--json",
+        ])
+        return try #require(CLI.json(result.stdout), "\(result.stderr)")
+    }
+
     @Test("python-tuf's ngclient refreshes and downloads the manifest and its files after publish, stage and revert")
     func ngclientReadsOurRepository() async throws {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
@@ -69,10 +87,7 @@ struct TUFInteropTests {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
         let dir = TemporaryDirectory("tuf-python-repo")
         // Our manifest and package, published unsigned: python-tuf's targets role signs them.
-        let published = dir.file("published")
-        _ = try Publisher.publish(PublishOptions(
-            app: "sample", version: Version("1.0.0")!, sourceDirectory: F.sampleApp("1.0.0"), publishDirectory: published,
-            whitelist: ["https://h5.example.com/sample/"], signingKey: nil))
+        let published = try Self.unsignedSample(dir)
         let repo = dir.file("repo")
         try PythonTUF.run("repository.py", [
             repo, "sample/manifest.json=\(published)/sample/manifest.json", "sample/1.0.0.zip.gz=\(published)/sample/1.0.0.zip.gz",
@@ -80,12 +95,8 @@ struct TUFInteropTests {
         let nginx = try Nginx(server: "root \(repo);")
         defer { nginx.stop() }
         let device = dir.file("device")
-        let result = try await CLI.run([
-            "sync", "--root", device, "--app", "sample", "--manifest", "\(nginx.baseURL)/sample/manifest.json",
-            "--trusted-root", "\(repo)/metadata/1.root.json", "--json",
-        ])
-        let report = try #require(CLI.json(result.stdout), "\(result.stderr)")
-        #expect(report["result"] as? String == "updated", "\(report) \(result.stderr)")
+        let report = try await Self.trustedSync(device: device, base: nginx.baseURL, root: "\(repo)/metadata/1.root.json")
+        #expect(report["result"] as? String == "updated", "\(report)")
         try StaticCDNTests.expectInstalled(F.sampleApp("1.0.0"), version: "1.0.0", root: device)
         // It walked the root chain to the rotated root, and fetched the manifest by its hash.
         let paths = nginx.accessLog().map(\.path)

@@ -260,11 +260,19 @@ public enum TUFRepository {
         let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
         let chain = currentChain(in: directory)
         let root = (try? latestRoot(in: directory))??.1.metadata
-        let all: [(String, TUFMetadata?)] = [
+        var all: [(String, TUFMetadata?)] = [
             ("root", root), ("targets", chain.targets?.metadata), ("snapshot", chain.snapshot?.metadata), ("timestamp", chain.timestamp?.metadata),
         ]
+        // Each app's delegated role, which lives as long as targets.
+        for role in chain.targets?.delegations?.roles ?? [] {
+            let metadata = chain.snapshot?.meta["\(role.name).json"]
+                .flatMap { FileManager.default.contents(atPath: "\(directory)/\($0.version).\(role.name).json") }
+                .flatMap { try? TUFTargets($0).metadata }
+            all.append((role.name, metadata))
+        }
         return all.compactMap { role, metadata in
-            metadata.map { TUFExpiryNotice(role: role, version: $0.version, expires: $0.expires, lifetime: expiry.lifetime(role), now: now) }
+            let lifetime = expiry.lifetime(TUFMetadata.topLevelRoles.contains(role) ? role : "targets")
+            return metadata.map { TUFExpiryNotice(role: role, version: $0.version, expires: $0.expires, lifetime: lifetime, now: now) }
         }
     }
 

@@ -13,15 +13,7 @@ package struct TUFDelegations: Sendable {
     /// Reads `delegations`; role names must not repeat. `succinct_roles` (TAP 15) is not
     /// read: targets delegated only that way are not found (`target-unlisted`).
     package init(_ fields: TUFFields) throws {
-        var keys: [String: TUFKey] = [:]
-        for (keyID, value) in try fields.object("keys") {
-            if let key = try? TUFKey(json: value) {
-                keys[keyID] = key
-            } else {
-                _ = try TUFFields(value, context: "\(fields.context).keys.\(StrictJSON.printable(keyID))")
-            }
-        }
-        self.keys = keys
+        keys = try TUFKey.keys(fields.object("keys"), context: "\(fields.context).keys")
         var roles: [TUFDelegatedRole] = []
         if case .array(let list)? = fields.members["roles"] {
             for value in list {

@@ -7,7 +7,7 @@ import FoundationEssentials
 /// Soon is within `window(lifetime:)`: an eighth of the metadata's life, at most 7 days
 /// (a 7-day timestamp warns in its last 21 hours, a year's root in its last week).
 package struct TUFExpiryNotice: Sendable, Equatable, Encodable {
-    /// root, targets, snapshot or timestamp.
+    /// root, targets, snapshot, timestamp, or an app's delegated role (its name).
     package var role: String
     package var version: Int64
     package var expires: Date

@@ -37,6 +37,21 @@ package struct TUFKey: Sendable, Equatable {
         self.json = json
     }
 
+    /// A `keys` object (root's or a `delegations`'): key id → key, for the Ed25519 keys.
+    /// python-tuf loads a key of another type and cannot verify with it, so it is left out;
+    /// a key that is not even an object is malformed metadata.
+    package static func keys(_ object: [String: StrictJSON], context: String) throws -> [String: TUFKey] {
+        var keys: [String: TUFKey] = [:]
+        for (keyID, value) in object {
+            if let key = try? TUFKey(json: value) {
+                keys[keyID] = key
+            } else {
+                _ = try TUFFields(value, context: "\(context).\(StrictJSON.printable(keyID))")
+            }
+        }
+        return keys
+    }
+
     /// The key id python-tuf and securesystemslib give this key: the SHA-256 of the
     /// canonical JSON of its `keytype`, `scheme` and `keyval`. Readers treat ids as
     /// opaque (TAP 12); this is what the repository writes.

@@ -11,17 +11,7 @@ package struct TUFRoot: Sendable {
     package init(_ bytes: some Collection<UInt8>) throws {
         metadata = try TUFMetadata(bytes, type: "root")
         let signed = metadata.signed
-        var keys: [String: TUFKey] = [:]
-        for (keyID, value) in try signed.object("keys") {
-            if let key = try? TUFKey(json: value) {
-                keys[keyID] = key
-            } else {
-                // python-tuf loads a key of another type and cannot verify with it; a
-                // key that is not even an object is malformed root.
-                _ = try TUFFields(value, context: "root.keys.\(StrictJSON.printable(keyID))")
-            }
-        }
-        self.keys = keys
+        keys = try TUFKey.keys(signed.object("keys"), context: "root.keys")
         var roles: [String: TUFRole] = [:]
         for (name, value) in try signed.object("roles") {
             roles[name] = try TUFRole(TUFFields(value, context: "root.roles.\(StrictJSON.printable(name))"))
