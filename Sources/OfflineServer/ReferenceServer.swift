@@ -58,6 +58,11 @@ public struct ReferenceServer: Sendable {
         /// Halts the staged rollout of an app's latest version by itself when its reports
         /// trip these rules (`--auto-halt`; see `AutoHaltRules`); nil: never. Needs reports.
         public var autoHalt: AutoHaltRules?
+        /// TUF: `autoHalt` halts with this key alone, the key of the app's halt role
+        /// (`offline-publish delegate --halt-key`), which also signs snapshot and timestamp:
+        /// it writes `APP/rollout.json`, never the manifest (`--halt-key`). nil: halts re-sign
+        /// the manifest with `signingKey`.
+        public var haltKey: SigningKey?
         /// The fleet's bearer token `POST /report` requires (`Authorization: Bearer TOKEN`),
         /// and `POST /enrol` takes to hand a device its own credential; nil: any sender is
         /// accepted (an open collector).
@@ -192,7 +197,7 @@ public struct ReferenceServer: Sendable {
     private func makeCatalog() -> ReferenceServerCatalog {
         ReferenceServerCatalog(
             directory: URL(fileURLWithPath: configuration.directory).standardizedFileURL.path, signingKey: configuration.signingKey,
-            fullCompression: configuration.fullCompression)
+            haltKey: configuration.haltKey, fullCompression: configuration.fullCompression)
     }
 
     private func makeApplication(

@@ -16,12 +16,15 @@ import Glibc
 final class ReferenceServerCatalog: Sendable {
     let directory: String
     let signingKey: SigningKey?
+    /// TUF: the key auto-halt halts with instead of `signingKey` (an app's halt role).
+    let haltKey: SigningKey?
     let fullCompression: Manifest.Compression
     private let cache = Mutex<[String: (fingerprint: FileFingerprint, entry: CatalogEntry)]>([:])
 
-    init(directory: String, signingKey: SigningKey?, fullCompression: Manifest.Compression) {
+    init(directory: String, signingKey: SigningKey?, haltKey: SigningKey? = nil, fullCompression: Manifest.Compression) {
         self.directory = directory
         self.signingKey = signingKey
+        self.haltKey = haltKey
         self.fullCompression = fullCompression
     }
 

@@ -140,7 +140,7 @@ struct ReferenceServerResponder: HTTPResponder {
         if parts.count == 2, parts[0].count == 64, parts[0].allSatisfy({ $0.isHexDigit && !$0.isUppercase }) {
             return contentType(ofServableFile: String(parts[1]))
         }
-        if name == Publisher.manifestFile { return "application/json" }
+        if name == Publisher.manifestFile || name == TUFRollout.fileName { return "application/json" }
         if name == Publisher.signatureFile { return "text/plain" }
         if name.hasSuffix(".zip.gz"), Version(String(name.dropLast(7))) != nil { return "application/gzip" }
         if name.hasSuffix(".zip"), Version(String(name.dropLast(4))) != nil { return "application/zip" }
@@ -173,7 +173,7 @@ struct ReferenceServerResponder: HTTPResponder {
     /// Packages and patches, whose names fix their bytes (not `manifest.json`, `.sig`).
     static func isVersioned(_ name: String) -> Bool {
         if contentType(ofMetadataFile: name) != nil { return name != "timestamp.json" }
-        return name != Publisher.manifestFile && name != Publisher.signatureFile && contentType(ofServableFile: name) != nil
+        return name != Publisher.manifestFile && name != Publisher.signatureFile && name != TUFRollout.fileName && contentType(ofServableFile: name) != nil
     }
 
     // MARK: Responses

@@ -15,7 +15,7 @@ struct OfflinePublishCommand: AsyncParsableCommand {
             through keygen, publish, uploading to a static host and configuring devices.
             """,
         version: AgentVersion.current,
-        subcommands: [PublishCommand.self, KeygenCommand.self, StageCommand.self, SetCommand.self, RevertCommand.self, PromoteCommand.self, HistoryCommand.self, TimestampCommand.self, RootCommand.self, DelegateCommand.self]
+        subcommands: [PublishCommand.self, KeygenCommand.self, StageCommand.self, SetCommand.self, RevertCommand.self, PromoteCommand.self, HistoryCommand.self, TimestampCommand.self, RootCommand.self, DelegateCommand.self, HaltCommand.self]
     )
 
     /// A first word that names no command is a usage error whatever follows, so

@@ -34,6 +34,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
     @Option(help: "Address to bind.") var host = "127.0.0.1"
     @Option(help: "Port to bind; 0 picks a free one.") var port = 8080
     @Option(help: "Ed25519 private key file: sign every manifest (X-Offline-Signature).") var key: String?
+    @Option(help: "TUF: auto-halt with this key alone (each app's halt role, from offline-publish delegate --halt-key; it signs snapshot and timestamp too), never the manifest's key.")
+    var haltKey: String?
     @Option(help: "How full packages are offered: gzip (the .zip.gz) or none (the .zip).") var compression = "gzip"
     @Option(help: "Seconds a CDN or proxy may cache manifests and .sig files (Cache-Control max-age); packages and patches are immutable.")
     var manifestMaxAge = 60
@@ -114,8 +116,9 @@ struct OfflineServerCommand: AsyncParsableCommand {
             handler.logLevel = level
             return handler
         }
-        let signingKey: SigningKey?, faults: [ServerFault], rules: AutoHaltRules?
+        let signingKey: SigningKey?, haltSigningKey: SigningKey?, faults: [ServerFault], rules: AutoHaltRules?
         do {
+            haltSigningKey = try haltKey.map(SigningKey.init(contentsOfFile:))
             rules = try autoHalt.map(AutoHaltRules.init(parsing:))
             faults = try fault.map(ServerFault.init(parsing:))
             signingKey = try key.map(SigningKey.init(contentsOfFile:))
@@ -138,6 +141,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
             manifestMaxAge: manifestMaxAge, reportsDatabase: database)
         configuration.faults = faults
         configuration.autoHalt = rules
+        configuration.haltKey = haltSigningKey
         configuration.reportToken = reportToken
         configuration.requireEnrolment = requireEnrolment
         configuration.deviceRateLimit = deviceLimit

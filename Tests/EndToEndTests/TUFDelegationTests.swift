@@ -155,6 +155,29 @@ struct TUFDelegationTests {
         #expect(try await scene.sync("shop")["version"] as? String == "1.1.0")
     }
 
+    @Test("delegate --halt-key, then halt with that key alone: devices on the root stop taking the version; another key is refused naming both fingerprints")
+    func haltKeyFromTheCommandLine() async throws {
+        guard let scene = try await Self.delegatedScene() else { return }
+        try await scene.expectSuccess(["keygen", "--out", scene.key("halt")])
+        try await scene.expectSuccess([
+            "delegate", "--out", scene.out, "--app", "sample", "--halt-key", scene.key("halt"), "--key", scene.key("signing"),
+        ])
+        #expect(try scene.chain().targets.delegations?.roles.map(\.name) == ["sample.halt", "sample", "shop"])
+        try await scene.publish("sample", "1.1.0", key: "sample", snapshotKey: "signing")
+        let refused = try await scene.publisher(["halt", "--app", "sample", "--out", scene.out, "--key", scene.key("sample"), "--snapshot-key", scene.key("signing")])
+        let (given, named) = (try scene.fingerprint("sample"), try scene.fingerprint("halt"))
+        #expect(refused.status == 64 && refused.stderr.contains(given) && refused.stderr.contains(named), "\(refused.stderr)")
+        try await scene.expectSuccess(["halt", "--app", "sample", "--out", scene.out, "--key", scene.key("halt"), "--snapshot-key", scene.key("signing"), "--reason", "test"])
+        let halted = try await scene.sync("sample")
+        #expect(halted["result"] as? String == "not-in-stage", "\(halted)")
+        try scene.expectInstalled("sample", "1.0.0")
+        // python-tuf's ngclient reads the halt role's file like any target.
+        if PythonTUF.missing == nil {
+            let seen = try #require(CLI.json(try PythonTUF.run("ngclient.py", [scene.nginx.baseURL, "\(scene.metadata)/1.root.json", scene.dir.file("ngclient"), "sample"])))
+            #expect(seen["version"] as? String == "1.1.0", "\(seen)")
+        }
+    }
+
     @Test("attacker with one app's key: another app's metadata signed with it is refused (threshold-not-met); its files listed in its own role are never consulted")
     func appKeyCannotShipAnotherApp() async throws {
         guard let scene = try await Self.delegatedScene() else { return }

@@ -114,4 +114,32 @@ struct TUFDelegationRuleTests {
             }
         }
     }
+
+    @Test("a rollout file narrows only the manifest it names, never widens, and fixes a schedule at the lower stage; a malformed one is manifest-invalid")
+    func rolloutNarrowsOnly() throws {
+        let zero = String(repeating: "0", count: 64)
+        var manifest = Manifest(
+            app: "mall", version: Version("2.0.0")!, miniVersion: Version("1.0.0")!, isPatch: false, url: "2.0.0.zip", size: 1, sha256: zero,
+            packageSha256: zero, whitelist: ["https://h5.example.com/mall/"])
+        manifest.stage = 40
+        let bytes: [UInt8] = Array("manifest".utf8), hash = SHA256.hash(data: bytes).hex
+        let now = Date()
+        #expect(TUFRollout(app: "mall", manifest: hash, role: "targets", version: 3, stage: 0).narrow(manifest, app: "mall", manifestBytes: bytes, listedBy: ("targets", 3), now: now).stage == 0)
+        #expect(TUFRollout(app: "mall", manifest: hash, role: "targets", version: 3, stage: 100).narrow(manifest, app: "mall", manifestBytes: bytes, listedBy: ("targets", 3), now: now).stage == 40)
+        #expect(TUFRollout(app: "mall", manifest: hash, role: "targets", version: 3, stage: 0).narrow(manifest, app: "mall", manifestBytes: bytes + [1], listedBy: ("targets", 3), now: now).stage == 40)
+        #expect(TUFRollout(app: "mall", manifest: hash, role: "targets", version: 3, stage: 0).narrow(manifest, app: "mall", manifestBytes: bytes, listedBy: ("targets", 4), now: now).stage == 40)
+        #expect(TUFRollout(app: "mall", manifest: hash, role: "targets", version: 3, stage: 0).narrow(manifest, app: "mall", manifestBytes: bytes, listedBy: ("mall", 3), now: now).stage == 40)
+        #expect(TUFRollout(app: "shop", manifest: hash, role: "targets", version: 3, stage: 0).narrow(manifest, app: "mall", manifestBytes: bytes, listedBy: ("targets", 3), now: now).stage == 40)
+        manifest.stage = nil
+        manifest.publishedAt = now.addingTimeInterval(-7200)
+        manifest.stageSchedule = [ManifestStageStep(afterSeconds: 0, percent: 10), ManifestStageStep(afterSeconds: 3600, percent: 100)]
+        let fixed = TUFRollout(app: "mall", manifest: hash, role: "targets", version: 3, stage: 30).narrow(manifest, app: "mall", manifestBytes: bytes, listedBy: ("targets", 3), now: now)
+        #expect(fixed.stage == 30 && fixed.stageSchedule.isEmpty)
+        #expect(try TUFRollout(Array(#"{"app": "mall", "manifest": "\#(hash)", "role": "mall", "version": 2, "stage": 0, "reason": "x"}"#.utf8)).stage == 0)
+        for text in [#"{"app": "mall", "manifest": "ab", "stage": 0}"#, #"{"app": "mall", "manifest": "\#(hash)", "role": "mall", "version": 2, "stage": 101}"#,
+                     #"{"app": "mall", "manifest": "\#(hash)", "role": "mall", "version": 0, "stage": 0}"#, "[]",
+                     #"{"app": "mall", "manifest": "\#(hash)", "role": "mall", "version": 2, "stage": 1.5}"#] {
+            #expect(throws: OfflineAgentError.self, "\(text)") { try TUFRollout(Array(text.utf8)) }
+        }
+    }
 }

@@ -230,7 +230,15 @@ public enum ReleaseEditor {
             PublishStep.afterRead.reached()
             try checkSigning(appDirectory: directory, key: key, snapshotKey: snapshotKey)
             let prefix = try fileURLPrefix(appDirectory: directory, state: state)
-            let detail = try change(&state)
+            var detail = try change(&state)
+            // A halt by the app's halt key (rollout.json) stays a halt through the operator's
+            // other verbs, now in the state; `stage` sets the stage itself.
+            if verb != "stage", let halted = TUFRepository.rolloutStage(app: app, publishDirectory: publishDirectory),
+               halted < state.stageInForce(at: now) {
+                detail += ", stage \(describeStage(state)) -> \(halted)% (the halt key's)"
+                state.stage = halted
+                state.stageSchedule = nil
+            }
             try checkKeptExpiry(state, now: now)
             state.revisions = PublishRevision.appending(
                 PublishRevision(time: now, verb: verb, version: state.latest, reason: PublishRevision.reason(detail, reason)),
@@ -261,7 +269,7 @@ public enum ReleaseEditor {
             // TUF: the changed manifest is a new target, so targets, snapshot and timestamp get new versions.
             if let key {
                 let keys = TUFRepository.verbKeys(app: app, publishDirectory: publishDirectory, key: key, snapshotKey: snapshotKey)
-                try TUFRepository.refresh(publishDirectory: publishDirectory, keys: keys, now: now)
+                try TUFRepository.refresh(publishDirectory: publishDirectory, keys: keys, now: now, overriding: app)
             }
             return committed
         }

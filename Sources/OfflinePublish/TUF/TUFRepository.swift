@@ -83,17 +83,28 @@ public enum TUFRepository {
         return keys
     }
 
+    /// The name of `app`'s halt role, trusted for `APP/rollout.json` alone.
+    public static func haltRole(_ app: String) -> String { "\(app).halt" }
+
     /// Delegates `app` to `appKey` (`offline-publish delegate`): a terminating role
     /// named `app` for the paths `APP/*`, threshold 1, in the top-level targets (replacing
     /// the app's earlier key, if any). The app's files move from the top-level targets to
     /// `N.APP.json`, signed here by `appKey` so the app is never unlisted; from then on a
     /// verb on the app signs with `appKey` and nothing else can. `keys` holds the targets
     /// key (checked against root) and the snapshot and timestamp keys.
+    ///
+    /// With `halt`, the role is the app's halt role instead (`APP.halt`, the path
+    /// `APP/rollout.json` only, listed before every app's role so a search finds it
+    /// first): its key can narrow or halt the app's staged rollout and nothing else
+    /// (`halt`, `offline-server --halt-key`).
     @discardableResult
-    public static func delegate(app: String, publishDirectory: String, appKey: SigningKey, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()) throws -> Versions {
-        guard AppName.isValid(app), !TUFMetadata.topLevelRoles.contains(app) else {
-            throw PublishError(.usage, "'\(app)' cannot name a delegated role (an app name, not root, targets, snapshot or timestamp)")
+    public static func delegate(
+        app: String, publishDirectory: String, appKey: SigningKey, halt: Bool = false, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()
+    ) throws -> Versions {
+        guard AppName.isValid(app), !TUFMetadata.topLevelRoles.contains(app), !app.hasSuffix(".halt") else {
+            throw PublishError(.usage, "'\(app)' cannot name a delegated role (an app name, not root, targets, snapshot or timestamp, not ending in .halt)")
         }
+        let name = halt ? haltRole(app) : app
         let out = FileSystem.absolute(publishDirectory)
         let lock = try PublishLock(app: directoryName, publishDirectory: out)
         return try withExtendedLifetime(lock) {
@@ -104,14 +115,21 @@ public enum TUFRepository {
             try checkKeys(publishDirectory: out, keys: keys, roles: ["targets", "snapshot", "timestamp"])
             let key = TUFSigner.key(appKey)
             var roles = current.delegations?.roles ?? []
-            let role = TUFDelegatedRole(name: app, role: TUFRole(keyIDs: [key.keyID], threshold: 1), terminating: true, paths: ["\(app)/*"])
-            if let index = roles.firstIndex(where: { $0.name == app }) { roles[index] = role } else { roles.append(role) }
+            let role = TUFDelegatedRole(
+                name: name, role: TUFRole(keyIDs: [key.keyID], threshold: 1), terminating: true, paths: [halt ? "\(app)/\(TUFRollout.fileName)" : "\(app)/*"])
+            if let index = roles.firstIndex(where: { $0.name == name }) {
+                roles[index] = role
+            } else if halt {
+                roles.insert(role, at: 0)
+            } else {
+                roles.append(role)
+            }
             var all = current.delegations?.keys ?? [:]
             all[key.keyID] = key
             // Keys no role names any more leave (an app's replaced key is no key at all).
             let named = Set(roles.flatMap(\.role.keyIDs))
             var withApp = keys
-            withApp.delegated = [app: [appKey]]
+            withApp.delegated = [name: [appKey]]
             return try refreshLocked(
                 out: out, keys: withApp, now: now, expiry: expiry, delegations: TUFDelegations(keys: all.filter { named.contains($0.key) }, roles: roles))
         }
@@ -126,18 +144,27 @@ public enum TUFRepository {
     ///     `N.APP.json`; the targets key leaves delegated apps' metadata to their keys).
     ///   - now: the signing time, from which expiry is counted.
     /// - Returns: the versions of the four top-level roles afterwards.
+    ///   - overriding: an app whose halt by its halt key this refresh ends (a release verb
+    ///     on it): the role listing its manifest is signed anew even if unchanged, so the
+    ///     rollout file names a listing that is no longer current.
     @discardableResult
-    public static func refresh(publishDirectory: String, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()) throws -> Versions {
+    public static func refresh(
+        publishDirectory: String, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry(), overriding app: String? = nil
+    ) throws -> Versions {
         let out = FileSystem.absolute(publishDirectory)
         // Metadata covers every app: verbs on two apps hold two app locks, so the
         // repository has its own (`.metadata.lock`; no app can be named `metadata`, the
         // metadata directory's name).
         let lock = try PublishLock(app: directoryName, publishDirectory: out)
-        return try withExtendedLifetime(lock) { try refreshLocked(out: out, keys: keys, now: now, expiry: expiry, delegations: nil) }
+        return try withExtendedLifetime(lock) {
+            try refreshLocked(out: out, keys: keys, now: now, expiry: expiry, delegations: nil, overriding: app)
+        }
     }
 
     /// `delegations`: the top-level targets' new delegations (`delegate`), else kept.
-    private static func refreshLocked(out: String, keys: TUFKeys, now: Date, expiry: TUFExpiry, delegations newDelegations: TUFDelegations?) throws -> Versions {
+    private static func refreshLocked(
+        out: String, keys: TUFKeys, now: Date, expiry: TUFExpiry, delegations newDelegations: TUFDelegations?, overriding app: String? = nil
+    ) throws -> Versions {
         let directory = metadataDirectory(out)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try checkKeys(publishDirectory: out, keys: keys, roles: nil, delegations: newDelegations)
@@ -163,6 +190,8 @@ public enum TUFRepository {
         // After a rotation, metadata the new root's keys did not sign is re-signed: devices
         // on the new root would refuse it (threshold-not-met).
         let current = currentChain(in: directory)
+        // The listing a halt by the app's halt key names, which this refresh replaces.
+        let lifted = app.flatMap { rolloutStage(app: $0, publishDirectory: out) == nil ? nil : listing(of: "\($0)/\(Publisher.manifestFile)", in: directory)?.role }
         func unsigned(_ metadata: TUFMetadata?, _ role: String) -> Bool {
             metadata.map { (try? root.verify($0, as: role)) == nil } ?? true
         }
@@ -174,7 +203,7 @@ public enum TUFRepository {
             desired[delegations?.roles(for: path).first?.name ?? "targets", default: [:]][path] = target
         }
         var targetsVersion = current.targets?.metadata.version
-        if current.targets == nil || newDelegations != nil || current.targets?.targets != desired["targets"] || unsigned(current.targets?.metadata, "targets")
+        if current.targets == nil || newDelegations != nil || lifted == "targets" || current.targets?.targets != desired["targets"] || unsigned(current.targets?.metadata, "targets")
             || expiry.isDue("targets", expires: current.targets?.metadata.expires ?? now, now: now), !keys.targets.isEmpty {
             let version = nextVersion("targets", in: directory)
             var signed = TUFSigner.common(type: "targets", version: version, expires: now + expiry.targets)
@@ -196,7 +225,7 @@ public enum TUFRepository {
             var version = existing?.metadata.version
             let held = keys.delegated[role.name] ?? []
             let unsignedByRole = existing.map { (try? delegations?.verify($0.metadata, as: role.name)) == nil } ?? true
-            if !held.isEmpty, existing == nil || existing?.targets != desired[role.name] ?? [:] || unsignedByRole
+            if !held.isEmpty, existing == nil || lifted == role.name || existing?.targets != desired[role.name] ?? [:] || unsignedByRole
                 || expiry.isDue("targets", expires: existing?.metadata.expires ?? now, now: now) {
                 let next = nextVersion(role.name, in: directory)
                 var signed = TUFSigner.common(type: "targets", version: next, expires: now + expiry.targets)
@@ -228,6 +257,76 @@ public enum TUFRepository {
             try writeTimestamp(version: timestampVersion, snapshot: snapshotVersion, expires: now + expiry.timestamp, keys: keys.timestamp, in: directory)
         }
         return Versions(root: root.metadata.version, targets: targetsVersion, snapshot: snapshotVersion, timestamp: timestampVersion)
+    }
+
+    /// Narrows the staged rollout of `app`'s current manifest to at most `stage` % (0
+    /// halts) with the app's halt key alone (`offline-publish halt`, `offline-server
+    /// --halt-key`): writes `APP/rollout.json` naming the manifest's SHA-256 and the role
+    /// and version whose metadata lists it, then the halt role's `N.APP.halt.json`,
+    /// snapshot and timestamp (`snapshotKey`, by default `key`). Nothing else changes: not
+    /// `state.json`, not the manifest. The operator's next verb on the app keeps the halt
+    /// in `state.json` (`stage` sets the stage itself) and signs a new listing, which the
+    /// rollout file no longer names.
+    ///
+    /// - Returns: false when a rollout file already narrows this manifest to `stage` or
+    ///   less (nothing written).
+    @discardableResult
+    public static func halt(
+        app: String, publishDirectory: String, key: SigningKey, snapshotKey: SigningKey? = nil, stage: Int, reason: String?, now: Date,
+        expiry: TUFExpiry = TUFExpiry()
+    ) throws -> Bool {
+        guard (0...100).contains(stage) else { throw PublishError(.usage, "stage \(stage) is outside 0…100") }
+        let out = FileSystem.absolute(publishDirectory)
+        let lock = try PublishLock(app: directoryName, publishDirectory: out)
+        return try withExtendedLifetime(lock) {
+            let role = haltRole(app)
+            let keys = TUFKeys(snapshot: [snapshotKey ?? key], timestamp: [snapshotKey ?? key], delegated: [role: [key]])
+            try checkKeys(publishDirectory: out, keys: keys)
+            let appDirectory = "\(out)/\(app)"
+            let manifest = try PublishFileWriter.digest(of: "\(appDirectory)/\(Publisher.manifestFile)").sha256
+            guard let (role, version) = listing(of: "\(app)/\(Publisher.manifestFile)", in: metadataDirectory(out)) else {
+                throw PublishError(.usage, "\(app)/\(Publisher.manifestFile) is not a target of the published metadata: nothing to halt")
+            }
+            if let current = rolloutStage(app: app, publishDirectory: out), current <= stage { return false }
+            var fields: [String: StrictJSON] = [
+                "app": .string(app), "manifest": .string(manifest), "role": .string(role), "version": .number(String(version)),
+                "stage": .number(String(stage)),
+            ]
+            if let reason { fields["reason"] = .string(reason) }
+            do {
+                try FileSystem.writeAtomically(StrictJSON.object(fields).written(), to: "\(appDirectory)/\(TUFRollout.fileName)")
+            } catch {
+                throw PublishError(.publish, "cannot write the rollout file", path: "\(appDirectory)/\(TUFRollout.fileName)", underlying: error)
+            }
+            _ = try refreshLocked(out: out, keys: keys, now: now, expiry: expiry, delegations: nil)
+            return true
+        }
+    }
+
+    /// The stage `APP/rollout.json` narrows the app's current `manifest.json` to; nil when
+    /// there is none, or it names another manifest or listing (a later verb).
+    public static func rolloutStage(app: String, publishDirectory: String) -> Int? {
+        let out = FileSystem.absolute(publishDirectory), appDirectory = "\(out)/\(app)"
+        guard let bytes = FileManager.default.contents(atPath: "\(appDirectory)/\(TUFRollout.fileName)"),
+              let rollout = try? TUFRollout(bytes), rollout.app == app,
+              let manifest = try? PublishFileWriter.digest(of: "\(appDirectory)/\(Publisher.manifestFile)"), manifest.sha256 == rollout.manifest,
+              let listed = listing(of: "\(app)/\(Publisher.manifestFile)", in: metadataDirectory(out)),
+              listed.role == rollout.role, listed.version == rollout.version
+        else { return nil }
+        return rollout.stage
+    }
+
+    /// The published role whose metadata lists `path` (as a client's search finds it first)
+    /// and that metadata's version.
+    static func listing(of path: String, in directory: String) -> (role: String, version: Int64)? {
+        let chain = currentChain(in: directory)
+        guard let targets = chain.targets else { return nil }
+        if targets.targets[path] != nil { return ("targets", targets.metadata.version) }
+        guard let role = targets.delegations?.roles(for: path).first, let version = chain.snapshot?.meta["\(role.name).json"]?.version,
+              let bytes = FileManager.default.contents(atPath: "\(directory)/\(version).\(role.name).json"),
+              (try? TUFTargets(bytes))?.targets[path] != nil
+        else { return nil }
+        return (role.name, version)
     }
 
     /// Signs a new `timestamp.json` (version + 1, the same snapshot) valid until
@@ -315,6 +414,10 @@ public enum TUFRepository {
             }
             for patch in state.patches {
                 files.append((patch.file, TUFTargetFile(length: patch.size, sha256: patch.sha256)))
+            }
+            // The halt role's rollout file, when one was written.
+            if let rollout = try? PublishFileWriter.digest(of: "\(appDirectory)/\(TUFRollout.fileName)") {
+                files.append((TUFRollout.fileName, TUFTargetFile(length: rollout.size, sha256: rollout.sha256)))
             }
             for (name, target) in files {
                 let path = "\(appDirectory)/\(name)"

@@ -63,6 +63,8 @@ actor AutoHalter {
         guard AppName.isValid(app), let entry = try? catalog.entry(app: app) else { return }
         let state = entry.state
         guard state.isStaging(at: now) else { return }
+        // With a halt key, a halt is the rollout file: already there, nothing to do.
+        if catalog.haltKey != nil, TUFRepository.rolloutStage(app: app, publishDirectory: catalog.directory) == 0 { return }
         let version = state.latest
         let stage = state.stageInForce(at: now)
         let since = Self.windowStart(state: state, rules: rules, now: now)
@@ -83,11 +85,16 @@ actor AutoHalter {
         if let last = failedAt[key], ContinuousClock.now - last < .seconds(60) { return }
         let windowText = "reports received since \(RFC3339.string(from: Date(timeIntervalSince1970: Double(since) / 1000)))"
         let reason = "\(tripped), \(windowText), stage \(stage)%"
-        let directory = catalog.directory, signingKey = catalog.signingKey
+        let directory = catalog.directory, signingKey = catalog.signingKey, haltKey = catalog.haltKey
         do {
             _ = try await Self.onThread {
-                try ReleaseEditor.halt(
-                    app: app, version: version, publishDirectory: directory, key: signingKey, reason: reason, now: now)
+                if let haltKey {
+                    // The manifest stays as signed; devices on a trusted root apply the halt.
+                    try TUFRepository.halt(app: app, publishDirectory: directory, key: haltKey, stage: 0, reason: reason, now: now)
+                } else {
+                    try ReleaseEditor.halt(
+                        app: app, version: version, publishDirectory: directory, key: signingKey, reason: reason, now: now)
+                }
             }
             logger.warning("auto-halt: halted \(app) \(version) at stage \(stage)%: \(reason)")
         } catch let error as PublishError where error.code == .usage && Self.changedSince(app, version, catalog, now) {

@@ -92,12 +92,17 @@ struct TUFClient: Sendable {
     ///
     /// - Returns: nil when no role visited lists `path`.
     func find(_ path: String, in set: inout TUFTrustedSet) async throws -> TUFTargetFile? {
+        try await findListing(path, in: &set)?.target
+    }
+
+    /// `find`, with the role whose metadata lists the target.
+    func findListing(_ path: String, in set: inout TUFTrustedSet) async throws -> (target: TUFTargetFile, role: String)? {
         var toVisit: [(role: String, delegator: String)] = [("targets", "root")]
         var visited: Set<String> = []
         while visited.count <= Self.maxDelegations, let (role, delegator) = toVisit.popLast() {
             guard !visited.contains(role) else { continue }
             let targets = try await load(role, delegator: delegator, in: &set)
-            if let target = targets.targets[path] { return target }
+            if let target = targets.targets[path] { return (target, role) }
             visited.insert(role)
             let children = targets.delegations?.roles(for: path) ?? []
             if children.last?.terminating == true { toVisit.removeAll() }

@@ -39,11 +39,23 @@ struct TUFManifestSource: Sendable {
                 bootstrap: trustedRoot, now: now)
             var set = try await TUFRefreshGate.shared.refresh(client)
             let bytes = try await client.target("\(app)/manifest.json", in: &set)
+            // Which role's metadata lists the manifest, and its version: what a halt names.
+            let lister = try await client.findListing("\(app)/manifest.json", in: &set).map { ($0.role, set.targets(of: $0.role)?.metadata.version ?? 0) }
             var body = Data(bytes)
             if let envelope = try ManifestEnvelope.open(body) { body = envelope.manifest }
-            let manifest = try Manifest.decode(body)
+            var manifest = try Manifest.decode(body)
             try manifest.validate(forApp: app, installed: nil, now: now)
             try await Self.checkFiles(of: manifest, manifestURL: manifestURL, repository: repository, client: client, in: &set)
+            // The app's halt role may narrow this manifest's stage, and do nothing else.
+            let rolloutPath = "\(app)/\(TUFRollout.fileName)"
+            if let info = try await client.find(rolloutPath, in: &set) {
+                guard info.length <= TUFRollout.cap else {
+                    throw OfflineAgentError(
+                        .manifest, "\(rolloutPath) is listed with \(info.length) bytes, above its \(TUFRollout.cap)-byte limit", cause: .lengthExceeded)
+                }
+                let rollout = try TUFRollout(try await client.target(rolloutPath, in: &set))
+                manifest = rollout.narrow(manifest, app: app, manifestBytes: bytes, listedBy: lister, now: now)
+            }
             return .manifest(manifest, etag: nil)
         }
     }
