@@ -167,7 +167,14 @@ struct TUFDelegationTests {
         let refused = try await scene.publisher(["halt", "--app", "sample", "--out", scene.out, "--key", scene.key("sample"), "--snapshot-key", scene.key("signing")])
         let (given, named) = (try scene.fingerprint("sample"), try scene.fingerprint("halt"))
         #expect(refused.status == 64 && refused.stderr.contains(given) && refused.stderr.contains(named), "\(refused.stderr)")
-        try await scene.expectSuccess(["halt", "--app", "sample", "--out", scene.out, "--key", scene.key("halt"), "--snapshot-key", scene.key("signing"), "--reason", "test"])
+        let halt = ["halt", "--app", "sample", "--out", scene.out, "--key", scene.key("halt"), "--snapshot-key", scene.key("signing"), "--reason", "test"]
+        // Killed after the rollout file, before its metadata: not a halt yet, and the next run signs it.
+        let crashed = try await scene.publisher(halt, environment: ["OFFLINE_PUBLISH_CRASH_AT": "after-rollout-file"])
+        #expect(crashed.signaled && crashed.status == SIGKILL, "\(crashed.stderr)")
+        #expect(FileManager.default.fileExists(atPath: "\(scene.out)/sample/rollout.json"))
+        #expect(TUFRepository.rolloutStage(app: "sample", publishDirectory: scene.out) == nil)
+        try await scene.expectSuccess(halt)
+        #expect(TUFRepository.rolloutStage(app: "sample", publishDirectory: scene.out) == 0)
         let halted = try await scene.sync("sample")
         #expect(halted["result"] as? String == "not-in-stage", "\(halted)")
         try scene.expectInstalled("sample", "1.0.0")

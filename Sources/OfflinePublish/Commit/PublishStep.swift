@@ -26,6 +26,8 @@ package enum PublishStep: String, CaseIterable, Sendable {
     /// TUF, after the commit point: an app's new delegated metadata (`N.APP.json`) is
     /// written, the snapshot and timestamp that publish it not yet.
     case afterDelegatedMetadata = "after-delegated-metadata"
+    /// TUF, a halt by the halt key: `APP/rollout.json` is written, its metadata not yet.
+    case afterRolloutFile = "after-rollout-file"
 
     private static let crashAt = ProcessInfo.processInfo.environment["OFFLINE_PUBLISH_CRASH_AT"].flatMap(PublishStep.init(rawValue:))
     private static let pauseAt = ProcessInfo.processInfo.environment["OFFLINE_PUBLISH_PAUSE_AT"].flatMap(PublishStep.init(rawValue:))

@@ -284,7 +284,7 @@ public enum TUFRepository {
             try checkKeys(publishDirectory: out, keys: keys)
             let appDirectory = "\(out)/\(app)"
             let manifest = try PublishFileWriter.digest(of: "\(appDirectory)/\(Publisher.manifestFile)").sha256
-            guard let (role, version) = listing(of: "\(app)/\(Publisher.manifestFile)", in: metadataDirectory(out)) else {
+            guard let (role, version, _) = listing(of: "\(app)/\(Publisher.manifestFile)", in: metadataDirectory(out)) else {
                 throw PublishError(.usage, "\(app)/\(Publisher.manifestFile) is not a target of the published metadata: nothing to halt")
             }
             if let current = rolloutStage(app: app, publishDirectory: out), current <= stage { return false }
@@ -298,16 +298,19 @@ public enum TUFRepository {
             } catch {
                 throw PublishError(.publish, "cannot write the rollout file", path: "\(appDirectory)/\(TUFRollout.fileName)", underlying: error)
             }
+            PublishStep.afterRolloutFile.reached()
             _ = try refreshLocked(out: out, keys: keys, now: now, expiry: expiry, delegations: nil)
             return true
         }
     }
 
     /// The stage `APP/rollout.json` narrows the app's current `manifest.json` to; nil when
-    /// there is none, or it names another manifest or listing (a later verb).
+    /// there is none, it is not the one the published metadata lists (a halt a crash cut
+    /// short), or it names another manifest or listing (a later verb).
     public static func rolloutStage(app: String, publishDirectory: String) -> Int? {
         let out = FileSystem.absolute(publishDirectory), appDirectory = "\(out)/\(app)"
         guard let bytes = FileManager.default.contents(atPath: "\(appDirectory)/\(TUFRollout.fileName)"),
+              listing(of: "\(app)/\(TUFRollout.fileName)", in: metadataDirectory(out))?.target.sha256 == SHA256.hash(data: bytes).hex,
               let rollout = try? TUFRollout(bytes), rollout.app == app,
               let manifest = try? PublishFileWriter.digest(of: "\(appDirectory)/\(Publisher.manifestFile)"), manifest.sha256 == rollout.manifest,
               let listed = listing(of: "\(app)/\(Publisher.manifestFile)", in: metadataDirectory(out)),
@@ -316,17 +319,17 @@ public enum TUFRepository {
         return rollout.stage
     }
 
-    /// The published role whose metadata lists `path` (as a client's search finds it first)
-    /// and that metadata's version.
-    static func listing(of path: String, in directory: String) -> (role: String, version: Int64)? {
+    /// The published role whose metadata lists `path` (as a client's search finds it first),
+    /// that metadata's version, and the target as listed.
+    static func listing(of path: String, in directory: String) -> (role: String, version: Int64, target: TUFTargetFile)? {
         let chain = currentChain(in: directory)
         guard let targets = chain.targets else { return nil }
-        if targets.targets[path] != nil { return ("targets", targets.metadata.version) }
+        if let target = targets.targets[path] { return ("targets", targets.metadata.version, target) }
         guard let role = targets.delegations?.roles(for: path).first, let version = chain.snapshot?.meta["\(role.name).json"]?.version,
               let bytes = FileManager.default.contents(atPath: "\(directory)/\(version).\(role.name).json"),
-              (try? TUFTargets(bytes))?.targets[path] != nil
+              let target = (try? TUFTargets(bytes))?.targets[path]
         else { return nil }
-        return (role.name, version)
+        return (role.name, version, target)
     }
 
     /// Signs a new `timestamp.json` (version + 1, the same snapshot) valid until
