@@ -74,7 +74,8 @@ public enum TUFRepository {
     public static func verbKeys(app: String, publishDirectory: String, key: SigningKey, snapshotKey: SigningKey?) -> TUFKeys {
         let online = snapshotKey ?? key
         let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
-        if currentChain(in: directory).targets?.delegations?.roles.contains(where: { $0.name == app }) == true {
+        // The app's own role (`delegate --app-key`), never a halt role of a like name.
+        if currentChain(in: directory).targets?.delegations?.roles.contains(where: { $0.name == app && $0.paths == ["\(app)/*"] }) == true {
             return TUFKeys(snapshot: [online], timestamp: [online], delegated: [app: [key]])
         }
         var keys = TUFKeys(all: key)
