@@ -132,4 +132,27 @@ struct TUFHaltKeyTests {
         #expect(report.result == .notInStage, "\(report.result) \(String(describing: report.error))")
         #expect(Store(root: dir + "/agent-\(device)").active("fleet") == nil)
     }
+
+    @Test("halt --percent 100 narrows nothing and renews the halt role's metadata once it is due; before that it writes nothing")
+    func renewal() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("tuf-halt-renew")
+        defer { PublishFixtures.cleanUp(dir) }
+        let release = SigningKey.generate(), online = SigningKey.generate()
+        try Self.repository(dir, release: release, online: online)
+        func haltVersion() -> Int64? { TUFRepository.currentChain(in: dir + "/metadata").snapshot?.meta["fleet.halt.json"]?.version }
+        let first = try #require(haltVersion())
+        #expect(try TUFRepository.halt(app: "fleet", publishDirectory: dir, key: online, stage: 100, reason: nil, now: Date()))
+        let written = try #require(haltVersion())
+        #expect(written > first)
+        #expect(try !TUFRepository.halt(app: "fleet", publishDirectory: dir, key: online, stage: 100, reason: nil, now: Date()))
+        #expect(haltVersion() == written)
+        #expect(try TUFRepository.halt(app: "fleet", publishDirectory: dir, key: online, stage: 100, reason: nil, now: Date().addingTimeInterval(50 * 86_400)))
+        #expect(try #require(haltVersion()) > written)
+        // It narrowed nothing: a device in the stage still takes the version.
+        let server = try await ReferenceServer(configuration: ReferenceServer.Configuration(directory: dir, port: 0)).start()
+        defer { Task { await server.stop() } }
+        let device = AutoHaltTests.devices("r", inStage: true, stage: 50, count: 1)[0]
+        let report = try await Self.sync(dir, server.baseURL, device: device)
+        #expect(report.result == .updated, "\(String(describing: report.error))")
+    }
 }

@@ -270,7 +270,8 @@ public enum TUFRepository {
     /// rollout file no longer names.
     ///
     /// - Returns: false when a rollout file already narrows this manifest to `stage` or
-    ///   less (nothing written).
+    ///   less and the halt role's metadata is not due for re-signing (nothing written);
+    ///   so `stage` 100 renews that metadata, narrowing nothing.
     @discardableResult
     public static func halt(
         app: String, publishDirectory: String, key: SigningKey, snapshotKey: SigningKey? = nil, stage: Int, reason: String?, now: Date,
@@ -288,7 +289,13 @@ public enum TUFRepository {
             guard let (role, version, _) = listing(of: "\(app)/\(Publisher.manifestFile)", in: metadataDirectory(out)) else {
                 throw PublishError(.usage, "\(app)/\(Publisher.manifestFile) is not a target of the published metadata: nothing to halt")
             }
-            if let current = rolloutStage(app: app, publishDirectory: out), current <= stage { return false }
+            let signed = currentChain(in: metadataDirectory(out)).snapshot?.meta["\(role).json"]
+                .flatMap { FileManager.default.contents(atPath: "\(metadataDirectory(out))/\($0.version).\(role).json") }
+                .flatMap { try? TUFTargets($0).metadata }
+            if let current = rolloutStage(app: app, publishDirectory: out), current <= stage,
+               let signed, !expiry.isDue("targets", expires: signed.expires, now: now) {
+                return false
+            }
             var fields: [String: StrictJSON] = [
                 "app": .string(app), "manifest": .string(manifest), "role": .string(role), "version": .number(String(version)),
                 "stage": .number(String(stage)),
