@@ -15,7 +15,8 @@ struct TUFHaltKeyTests {
     /// `fleet` 1.0.0, then 2.0.0 staged at 50 %, released with `release` (root and
     /// targets); `online` signs snapshot and timestamp (a rotated root) and holds fleet's
     /// halt role.
-    static func repository(_ dir: String, release: SigningKey, online: SigningKey) throws {
+    static func repository(_ dir: String) throws -> (release: SigningKey, online: SigningKey) {
+        let release = SigningKey.generate(), online = SigningKey.generate()
         try AutoHaltTests.publishStaged(dir, key: release, stage: 50)
         let proposal = dir + "/root-next.json"
         let change = TUFRootRotation.RoleChange(keys: [online.key.publicKey])
@@ -26,6 +27,7 @@ struct TUFHaltKeyTests {
         try TUFRepository.delegate(
             app: "fleet", publishDirectory: dir, appKey: online, halt: true, keys: TUFKeys(targets: [release], snapshot: [online], timestamp: [online]),
             now: Date())
+        return (release, online)
     }
 
     /// A fresh device `device` syncing fleet with the repository's first root.
@@ -43,8 +45,7 @@ struct TUFHaltKeyTests {
     func serverHaltsWithHaltKey() async throws {
         let dir = try PublishFixtures.temporaryDirectory("tuf-halt-key")
         defer { PublishFixtures.cleanUp(dir) }
-        let release = SigningKey.generate(), online = SigningKey.generate()
-        try Self.repository(dir, release: release, online: online)
+        let (release, online) = try Self.repository(dir)
         var configuration = ReferenceServer.Configuration(directory: dir, port: 0, reportsDatabase: dir + "/reports.sqlite")
         configuration.autoHalt = try AutoHaltRules(parsing: "failure-rate>0%,min-devices=1")
         configuration.haltKey = online
@@ -85,8 +86,7 @@ struct TUFHaltKeyTests {
     func stolenHaltKeyShipsNothing() async throws {
         let dir = try PublishFixtures.temporaryDirectory("tuf-halt-stolen")
         defer { PublishFixtures.cleanUp(dir) }
-        let release = SigningKey.generate(), online = SigningKey.generate()
-        try Self.repository(dir, release: release, online: online)
+        let (release, online) = try Self.repository(dir)
         try ReleaseEditor.stage(app: "fleet", publishDirectory: dir, percent: 0, key: release, snapshotKey: online)
         let server = try await ReferenceServer(configuration: ReferenceServer.Configuration(directory: dir, port: 0)).start()
         defer { Task { await server.stop() } }
@@ -137,8 +137,7 @@ struct TUFHaltKeyTests {
     func renewal() async throws {
         let dir = try PublishFixtures.temporaryDirectory("tuf-halt-renew")
         defer { PublishFixtures.cleanUp(dir) }
-        let release = SigningKey.generate(), online = SigningKey.generate()
-        try Self.repository(dir, release: release, online: online)
+        let (_, online) = try Self.repository(dir)
         func haltVersion() -> Int64? { TUFRepository.currentChain(in: dir + "/metadata").snapshot?.meta["fleet.halt.json"]?.version }
         let first = try #require(haltVersion())
         #expect(try TUFRepository.halt(app: "fleet", publishDirectory: dir, key: online, stage: 100, reason: nil, now: Date()))
