@@ -103,7 +103,8 @@ public enum ZipExtractor {
             }
             names[entry.index] = object.name
         }
-        let summary = try makeTree(entries, tree: tree, source: .objects(names), destination: destinationPath, durable: true, objects: objects)
+        // Not flushed here: the install flushes once, before its swap (`Store.install`).
+        let summary = try makeTree(entries, tree: tree, source: .objects(names), destination: destinationPath, durable: false, objects: objects)
         // The names the tree links (`.x` for executables): what the kept skeleton must name.
         var namesByOffset: [UInt64: String] = [:]
         for (index, name) in summary.objectNames { namesByOffset[UInt64(directory[Int(index)].localHeaderOffset)] = name }
