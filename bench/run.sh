@@ -872,8 +872,22 @@ e_max() { max ${E_M[$1]}; }
 
 files_of() { find "$1" -type f | wc -l; }
 
+# engine_versus RUN_FN TREE OUT_FN: ours, bsdtar and 7zz each run once untimed, the tree each
+# made (where `OUT_FN TOOL` says) compared with TREE; then engine_rounds.
+# -> E_RATIO: ours / the faster of bsdtar and 7zz, of the medians.
+E_RATIO=0
+engine_versus() {
+  local fn=$1 tree=$2 out=$3 tool
+  for tool in ours bsdtar 7zz; do
+    "$fn" "$tool"; diff -r "$tree" "$("$out" "$tool")" >/dev/null || die "$fn: the tree $tool made differs from $tree"
+  done
+  engine_rounds "$fn" ours bsdtar 7zz
+  E_RATIO=$(fmt2 "$(calc "$(e_median ours) / $(min "$(e_median bsdtar)" "$(e_median 7zz)")")")
+}
+
 # -- archivers --------------------------------------------------------------
 A_ZIP="" A_OUT=""
+archivers_out() { echo "$A_OUT"; }
 archivers_run() {
   rm -rf "$A_OUT"; settle
   case $1 in
@@ -886,19 +900,15 @@ archivers_run() {
 section_archivers() {
   prepare_engine
   log "archivers: $(basename "$OURS") extract ZIP DIR  vs  bsdtar -xf ZIP -C DIR  vs  7zz x -oDIR ZIP  ($RUNS rounds, rotating)"
-  local pkg tool ours fastest ref ratio worst=0
+  local pkg ours ratio
   echo
   echo "archivers: median wall time (s) of $RUNS interleaved rounds; ratio = ours / the faster of bsdtar and 7zz"
   printf '%-26s %7s %6s | %8s %8s %8s | %6s\n' package zip_MB files ours_s bsdtar_s 7zz_s ratio
   for pkg in "${ENGINE_PACKAGES[@]}"; do
     A_ZIP="$WORK/pkg/$pkg.zip" A_OUT="$WORK/out/archivers"
-    for tool in ours bsdtar 7zz; do   # every tool's tree is the package's (once, untimed)
-      archivers_run "$tool"; diff -r "${CASE_TREE[$pkg]}" "$A_OUT" >/dev/null || die "archivers: $tool's tree of $pkg differs"
-    done
-    engine_rounds archivers_run ours bsdtar 7zz
+    engine_versus archivers_run "${CASE_TREE[$pkg]}" archivers_out
     rm -rf "$A_OUT"
-    ours=$(e_median ours); fastest=$(min "$(e_median bsdtar)" "$(e_median 7zz)")
-    ratio=$(fmt2 "$(calc "$ours / $fastest")")
+    ours=$(e_median ours) ratio=$E_RATIO
     printf '%-26s %7s %6s | %8s %8s %8s | %6s\n' "$pkg" "$(size_mb "$A_ZIP")" "$(files_of "${CASE_TREE[$pkg]}")" \
       "$(fmt3 "$ours")" "$(fmt3 "$(e_median bsdtar)")" "$(fmt3 "$(e_median 7zz)")" "$ratio"
     summary "archivers.$pkg.ours_s" "$(fmt3 "$ours")"
@@ -926,6 +936,7 @@ full_manifest() {
 }
 
 I_PKG="" I_DIR=""
+install_out() { if [[ $1 == ours ]]; then echo "$I_DIR/root/apps/bench/current"; else echo "$I_DIR/out"; fi; }
 install_run() {
   rm -rf "$I_DIR"; mkdir -p "$I_DIR/out"; settle
   case $1 in
@@ -938,7 +949,7 @@ install_run() {
 section_install() {
   prepare_engine; engine_serve
   log "install: $(basename "$OURS") sync into an empty root  vs  curl + bsdtar -xf + sync -f  vs  curl + 7zz x + sync -f  ($RUNS rounds, rotating)"
-  local pkg ours fastest ratio
+  local pkg ours ratio
   echo
   echo "install: a first install from nginx on 127.0.0.1, median wall time (s) of $RUNS interleaved rounds;"
   echo "ratio = ours / the faster chain; written = ours, write_bytes of the process / package size"
@@ -947,12 +958,9 @@ section_install() {
     I_PKG=$pkg I_DIR="$WORK/out/install"
     cp "$WORK/pkg/$pkg.zip" "$S_DIR/www/$pkg.zip"
     full_manifest "$S_DIR/www/$pkg.json" 1.0.0 "$pkg.zip" "$S_DIR/www/$pkg.zip"
-    install_run ours; diff -r "${CASE_TREE[$pkg]}" "$I_DIR/root/apps/bench/current" >/dev/null || die "install: our tree of $pkg differs"
-    engine_rounds install_run ours bsdtar 7zz
-    diff -r "${CASE_TREE[$pkg]}" "$I_DIR/out" >/dev/null || die "install: the last chain's tree of $pkg differs"
+    engine_versus install_run "${CASE_TREE[$pkg]}" install_out
     rm -rf "$I_DIR"
-    ours=$(e_median ours); fastest=$(min "$(e_median bsdtar)" "$(e_median 7zz)")
-    ratio=$(fmt2 "$(calc "$ours / $fastest")")
+    ours=$(e_median ours) ratio=$E_RATIO
     # shellcheck disable=SC2086
     local written; written=$(fmt1 "$(calc "100 * $(median ${E_W[ours]}) / $(stat -c %s "$S_DIR/www/$pkg.zip")")")
     printf '%-26s %7s | %8s %12s %9s | %6s %7s%% %7s\n' "$pkg" "$(size_mb "$S_DIR/www/$pkg.zip")" "$(fmt3 "$ours")" \
