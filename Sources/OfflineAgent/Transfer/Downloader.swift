@@ -13,7 +13,7 @@ import Glibc
 struct Downloader: Sendable {
     let fetcher: HTTPFetcher
     let directory: String
-    /// Where hashing and fsync run, off the cooperative pool.
+    /// Where hashing and the resume record's write run, off the cooperative pool.
     let pool: BlockingPool
     /// Receives every body byte as it arrives, kept or not, so failures are counted too.
     var counter: ByteCounter?
