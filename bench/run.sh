@@ -3,7 +3,8 @@
 # extract` vs Info-ZIP unzip, on real web front ends (streamlit + bokeh static
 # dirs from PyPI wheels).  See bench/README.md.
 #
-#   bench/run.sh [all|prepare|footprint|patch|extract|sync|manifest|report|proxy]...  (default: all; report and proxy only when named)
+#   bench/run.sh [all|prepare|footprint|patch|extract|sync|manifest|report|proxy|engine|archivers|install|update]...
+#                 (default: all; report, proxy and the engine's three (issue 40) only when named)
 #
 # Environment:
 #   OURS=/path/to/offline-agent   binary under test (default .build/release/offline-agent;
@@ -14,6 +15,7 @@
 #   STREAMLIT_V1/STREAMLIT_V2     streamlit versions (default 1.65.0 -> 1.66.0)
 #   BOKEH_V1/BOKEH_V2             bokeh versions for the large package (default 3.9.1 -> 3.9.2)
 #   SMALL_MB=5                    size of the small package (subset of the streamlit files)
+#   JUPYTERLAB_V=4.4.5 GRADIO_V=5.38.0   `engine`: the wheels whose front ends are installed and extracted
 #   VERBOSE=1                     also print every run's time and RSS
 #   SERVER=/path/to/offline-server  `report`: server under test (default .build/release/offline-server,
 #                                 built by scripts/build-release.sh offline-server when BUILD allows)
@@ -779,6 +781,270 @@ section_proxy() {
 }
 
 # --------------------------------------------------------------------------
+# engine (issue 40): the install engine against what a careful user would run by hand,
+# each section interleaving its tools round by round (the order rotating), medians.
+#   archivers: `offline-agent extract` vs bsdtar -xf and 7zz x (the faster of the two);
+#   install:   a first install, `sync` into an empty root from nginx, vs curl + the
+#              faster of bsdtar and 7zz + `sync -f` on the tree (the same durability);
+#   update:    a patch update vs curl + bspatch + sha256sum + unzip; bytes written, RSS.
+# Packages: JupyterLab's and Gradio's front ends (pinned wheels), stored and deflated;
+# updates: the bench's streamlit and streamlit + bokeh releases, and a small change.
+# `engine` runs the three; not part of `all`.
+# --------------------------------------------------------------------------
+JUPYTERLAB_V=${JUPYTERLAB_V:-4.4.5}
+GRADIO_V=${GRADIO_V:-5.38.0}
+T_ARCHIVERS=0.8         # offline-agent extract / the faster of bsdtar and 7zz, every package
+T_INSTALL=1.0           # first install / the faster by-hand chain with sync -f, every package
+T_UPDATE_NEW=0.3        # patch update of a release with most bytes new / curl + bspatch + sha256sum + unzip
+T_UPDATE_SMALL=0.2      # the same for a small change
+T_UPDATE_WRITTEN=15     # % of the package a small change's update writes
+T_UPDATE_RSS_MB=32      # peak RSS of an update
+ENGINE_SECTIONS=(archivers install update)
+ENGINE_PACKAGES=()      # NAME.KIND, filled by prepare_engine
+ENGINE_PREPARED=0
+PROBE="$ROOT/bench/probe.py"
+
+prepare_engine() {
+  (( ENGINE_PREPARED )) && return 0
+  prepare
+  need bsdtar libarchive-tools; need 7zz 7zip; need curl; need nginx nginx-light; need sha256sum coreutils
+  local t="$WORK/tree" name kind
+  unpack_static "$(fetch_wheel jupyterlab "$JUPYTERLAB_V")" jupyterlab/static "$t/jupyterlab-$JUPYTERLAB_V"
+  unpack_static "$(fetch_wheel gradio "$GRADIO_V")" gradio/templates/frontend "$t/gradio-$GRADIO_V"
+  for name in "jupyterlab-$JUPYTERLAB_V" "gradio-$GRADIO_V"; do
+    make_zips "$t/$name" "$name"
+    for kind in stored deflated; do ENGINE_PACKAGES+=("$name.$kind"); CASE_TREE[$name.$kind]="$t/$name"; done
+  done
+  # A small change: the large package's first tree with five small JS files edited
+  # (under 1 % of the files, 0.02 % of the bytes).
+  if [[ ! -d $t/large-c ]]; then
+    rm -rf "$t/large-c.tmp"; cp -a "$t/large-a/" "$t/large-c.tmp"
+    (cd "$t/large-c.tmp" && find . -type f -name '*.js' -size -200k | sort | head -5 |
+      while read -r f; do echo "// patched $f" >> "$f"; done)
+    mv "$t/large-c.tmp" "$t/large-c"
+  fi
+  make_zips "$t/large-c" large-c
+  CASE_OLD[small-change]="$WORK/pkg/large-a.stored.zip"; CASE_NEW[small-change]="$WORK/pkg/large-c.stored.zip"
+  CASE_PATCH[small-change]="$WORK/patch/large-c.stored.bsdiff"; CASE_TREE[small-change]="$t/large-c"
+  make_patch "${CASE_OLD[small-change]}" "${CASE_NEW[small-change]}" "${CASE_PATCH[small-change]}"
+  CASE_TREE[large]="$t/large-b" CASE_TREE[medium]="$t/medium-b/"
+  ENGINE_PREPARED=1
+}
+
+# probe CMD... -> P_WALL (s), P_RSS_KB, P_WRITE (bytes): bench/probe.py; a failure aborts.
+P_WALL=0 P_RSS_KB=0 P_WRITE=0
+probe() {
+  local out
+  out=$("$PROBE" "$@") || die "command failed: $*"
+  read -r P_WALL P_RSS_KB P_WRITE <<<"$out"
+}
+
+# rotate ROUND TOOL... -> the tools in this round's order (round r starts at tool r mod n),
+# so each tool runs first, middle and last equally often.
+rotate() {
+  local r=$1; shift
+  local n=$# i
+  for ((i = 0; i < n; i++)); do printf '%s\n' "${@:$(( (r + i) % n + 1 )):1}"; done
+}
+
+# engine_rounds RUN_FN TOOL... : one untimed warm-up of each tool, then RUNS rounds,
+# each running every tool once (`RUN_FN TOOL`, which must set P_*) in rotated order.
+# -> E_T[TOOL] (wall times), E_M[TOOL] (peak RSS KiB), E_W[TOOL] (bytes written), each a list.
+declare -A E_T=() E_M=() E_W=()
+engine_rounds() {
+  local fn=$1 r tool; shift
+  E_T=() E_M=() E_W=()
+  for tool in "$@"; do "$fn" "$tool"; done
+  for ((r = 0; r < RUNS; r++)); do
+    while read -r tool; do
+      "$fn" "$tool"
+      E_T[$tool]+="$P_WALL " E_M[$tool]+="$P_RSS_KB " E_W[$tool]+="$P_WRITE "
+    done < <(rotate "$r" "$@")
+  done
+  if [[ ${VERBOSE:-0} == 1 ]]; then
+    for tool in "$@"; do printf '    %-8s s: %s| KiB: %s| written: %s\n' "$tool" "${E_T[$tool]}" "${E_M[$tool]}" "${E_W[$tool]}" >&2; done
+  fi
+}
+# shellcheck disable=SC2086  # word lists
+e_median() { median ${E_T[$1]}; }
+# shellcheck disable=SC2086
+e_max() { max ${E_M[$1]}; }
+
+files_of() { find "$1" -type f | wc -l; }
+
+# engine_versus RUN_FN TREE OUT_FN: ours, bsdtar and 7zz each run once untimed, the tree each
+# made (where `OUT_FN TOOL` says) compared with TREE; then engine_rounds.
+# -> E_RATIO: ours / the faster of bsdtar and 7zz, of the medians.
+E_RATIO=0
+engine_versus() {
+  local fn=$1 tree=$2 out=$3 tool
+  for tool in ours bsdtar 7zz; do
+    "$fn" "$tool"; diff -r "$tree" "$("$out" "$tool")" >/dev/null || die "$fn: the tree $tool made differs from $tree"
+  done
+  engine_rounds "$fn" ours bsdtar 7zz
+  E_RATIO=$(fmt2 "$(calc "$(e_median ours) / $(min "$(e_median bsdtar)" "$(e_median 7zz)")")")
+}
+
+# -- archivers --------------------------------------------------------------
+A_ZIP="" A_OUT=""
+archivers_out() { echo "$A_OUT"; }
+archivers_run() {
+  rm -rf "$A_OUT"; settle
+  case $1 in
+    ours) probe "$OURS" extract "$A_ZIP" "$A_OUT" ;;
+    bsdtar) mkdir -p "$A_OUT"; settle; probe bsdtar -xf "$A_ZIP" -C "$A_OUT" ;;
+    7zz) probe 7zz x -y -bd -o"$A_OUT" "$A_ZIP" ;;
+  esac
+}
+
+section_archivers() {
+  prepare_engine
+  log "archivers: $(basename "$OURS") extract ZIP DIR  vs  bsdtar -xf ZIP -C DIR  vs  7zz x -oDIR ZIP  ($RUNS rounds, rotating)"
+  local pkg ours ratio
+  echo
+  echo "archivers: median wall time (s) of $RUNS interleaved rounds; ratio = ours / the faster of bsdtar and 7zz"
+  printf '%-26s %7s %6s | %8s %8s %8s | %6s\n' package zip_MB files ours_s bsdtar_s 7zz_s ratio
+  for pkg in "${ENGINE_PACKAGES[@]}"; do
+    A_ZIP="$WORK/pkg/$pkg.zip" A_OUT="$WORK/out/archivers"
+    engine_versus archivers_run "${CASE_TREE[$pkg]}" archivers_out
+    rm -rf "$A_OUT"
+    ours=$(e_median ours) ratio=$E_RATIO
+    printf '%-26s %7s %6s | %8s %8s %8s | %6s\n' "$pkg" "$(size_mb "$A_ZIP")" "$(files_of "${CASE_TREE[$pkg]}")" \
+      "$(fmt3 "$ours")" "$(fmt3 "$(e_median bsdtar)")" "$(fmt3 "$(e_median 7zz)")" "$ratio"
+    summary "archivers.$pkg.ours_s" "$(fmt3 "$ours")"
+    summary "archivers.$pkg.bsdtar_s" "$(fmt3 "$(e_median bsdtar)")"
+    summary "archivers.$pkg.7zz_s" "$(fmt3 "$(e_median 7zz)")"
+    summary "archivers.$pkg.rss_mb" "$(mb "$(e_max ours)")"
+    check "archivers.$pkg.ratio" "$ratio" '<=' "$T_ARCHIVERS" "offline-agent extract / the faster of bsdtar and 7zz"
+  done
+}
+
+# -- install ----------------------------------------------------------------
+# engine_serve: one nginx on 127.0.0.1 serving $WORK/engine/www (S_URL).
+engine_serve() {
+  [[ -n ${S_NGINX:-} ]] && return 0
+  S_DIR="$WORK/engine"; mkdir -p "$S_DIR/www"
+  sync_start_nginx
+  trap 'kill $S_NGINX 2>/dev/null || true' EXIT
+}
+
+# full_manifest FILE VERSION URL ZIP: an unsigned manifest of a full package.
+full_manifest() {
+  local sha; sha=$(sha256sum "$4" | cut -d' ' -f1)
+  printf '{"app":"bench","version":"%s","miniVersion":"1.0.0","isPatch":false,"url":"%s","size":%s,"sha256":"%s","packageSha256":"%s","whitelist":["https://bench.example.com/"]}\n' \
+    "$2" "$3" "$(stat -c %s "$4")" "$sha" "$sha" > "$1"
+}
+
+I_PKG="" I_DIR=""
+install_out() { if [[ $1 == ours ]]; then echo "$I_DIR/root/apps/bench/current"; else echo "$I_DIR/out"; fi; }
+install_run() {
+  rm -rf "$I_DIR"; mkdir -p "$I_DIR/out"; settle
+  case $1 in
+    ours) probe "$OURS" sync --root "$I_DIR/root" --app bench --manifest "$S_URL/$I_PKG.json" --force --allow-unsigned ;;
+    bsdtar) probe bash -c "curl -sf -o '$I_DIR/p.zip' '$S_URL/$I_PKG.zip' && bsdtar -xf '$I_DIR/p.zip' -C '$I_DIR/out' && sync -f '$I_DIR/out'" ;;
+    7zz) probe bash -c "curl -sf -o '$I_DIR/p.zip' '$S_URL/$I_PKG.zip' && 7zz x -y -bd -o'$I_DIR/out' '$I_DIR/p.zip' >/dev/null && sync -f '$I_DIR/out'" ;;
+  esac
+}
+
+section_install() {
+  prepare_engine; engine_serve
+  log "install: $(basename "$OURS") sync into an empty root  vs  curl + bsdtar -xf + sync -f  vs  curl + 7zz x + sync -f  ($RUNS rounds, rotating)"
+  local pkg ours ratio
+  echo
+  echo "install: a first install from nginx on 127.0.0.1, median wall time (s) of $RUNS interleaved rounds;"
+  echo "ratio = ours / the faster chain; written = ours, write_bytes of the process / package size"
+  printf '%-26s %7s | %8s %12s %9s | %6s %8s %7s\n' package zip_MB ours_s curl+bsdtar_s curl+7zz_s ratio written ours_MB
+  for pkg in "${ENGINE_PACKAGES[@]}"; do
+    I_PKG=$pkg I_DIR="$WORK/out/install"
+    cp "$WORK/pkg/$pkg.zip" "$S_DIR/www/$pkg.zip"
+    full_manifest "$S_DIR/www/$pkg.json" 1.0.0 "$pkg.zip" "$S_DIR/www/$pkg.zip"
+    engine_versus install_run "${CASE_TREE[$pkg]}" install_out
+    rm -rf "$I_DIR"
+    ours=$(e_median ours) ratio=$E_RATIO
+    # shellcheck disable=SC2086
+    local written; written=$(fmt1 "$(calc "100 * $(median ${E_W[ours]}) / $(stat -c %s "$S_DIR/www/$pkg.zip")")")
+    printf '%-26s %7s | %8s %12s %9s | %6s %7s%% %7s\n' "$pkg" "$(size_mb "$S_DIR/www/$pkg.zip")" "$(fmt3 "$ours")" \
+      "$(fmt3 "$(e_median bsdtar)")" "$(fmt3 "$(e_median 7zz)")" "$ratio" "$written" "$(mb "$(e_max ours)")"
+    summary "install.$pkg.ours_s" "$(fmt3 "$ours")"
+    summary "install.$pkg.curl_bsdtar_s" "$(fmt3 "$(e_median bsdtar)")"
+    summary "install.$pkg.curl_7zz_s" "$(fmt3 "$(e_median 7zz)")"
+    summary "install.$pkg.written_pct" "$written"
+    summary "install.$pkg.rss_mb" "$(mb "$(e_max ours)")"
+    check "install.$pkg.ratio" "$ratio" '<=' "$T_INSTALL" "first install / the faster of curl + bsdtar or 7zz + sync -f"
+  done
+}
+
+# -- update -----------------------------------------------------------------
+U_CASE="" U_DIR=""
+update_run() {
+  case $1 in
+    ours)
+      rm -rf "$U_DIR/root"; cp -a "$U_DIR/base" "$U_DIR/root"; settle
+      probe "$OURS" sync --root "$U_DIR/root" --app bench --manifest "$S_URL/$U_CASE.patch.json" --force --allow-unsigned
+      [[ -d $U_DIR/root/apps/bench/versions/2.0.0 ]] || die "update: $U_CASE: sync did not install 2.0.0" ;;
+    chain)
+      rm -rf "$U_DIR/chain"; mkdir -p "$U_DIR/chain"; settle
+      probe bash -c "cd '$U_DIR/chain' && curl -sf -o p.bsdiff '$S_URL/$U_CASE.bsdiff' && bspatch '$U_DIR/installed.zip' new.zip p.bsdiff \
+        && sha256sum new.zip >/dev/null && unzip -q -o new.zip -d out" ;;
+  esac
+}
+
+section_update() {
+  prepare_engine; engine_serve
+  log "update: $(basename "$OURS") sync of a patch  vs  curl + bspatch + sha256sum + unzip  ($RUNS rounds, alternating)"
+  local c target ours chain ratio written rss worst_rss=0 new_pct
+  echo
+  echo "update: a patch update from nginx on 127.0.0.1 onto a root holding the old version, median wall time (s) of $RUNS"
+  echo "interleaved rounds; ratio = ours / the chain; written = write_bytes of ours / the new package; new = bytes of the"
+  echo "new package in entries the old one lacks (name and CRC-32), %; RSS = ours, peak over the rounds"
+  printf '%-14s %7s %6s %6s | %8s %8s | %6s %8s %7s\n' case zip_MB patch new% ours_s chain_s ratio written ours_MB
+  for c in large medium small-change; do
+    U_CASE=$c U_DIR="$WORK/out/update"
+    rm -rf "$U_DIR"; mkdir -p "$U_DIR"
+    cp "${CASE_OLD[$c]}" "$S_DIR/www/$c.old.zip"; cp "${CASE_NEW[$c]}" "$S_DIR/www/$c.new.zip"
+    cp "${CASE_PATCH[$c]}" "$S_DIR/www/$c.bsdiff"; cp "${CASE_OLD[$c]}" "$U_DIR/installed.zip"
+    full_manifest "$S_DIR/www/$c.full.json" 1.0.0 "$c.old.zip" "$S_DIR/www/$c.old.zip"
+    local pkg size
+    pkg=$(sha256sum "$S_DIR/www/$c.new.zip" | cut -d' ' -f1); size=$(stat -c %s "$S_DIR/www/$c.new.zip")
+    printf '{"app":"bench","version":"2.0.0","miniVersion":"1.0.0","isPatch":true,"baseVersion":"1.0.0","url":"%s","size":%s,"sha256":"%s","packageSha256":"%s","fullUrl":"%s","fullSize":%s,"whitelist":["https://bench.example.com/"]}\n' \
+      "$c.bsdiff" "$(stat -c %s "$S_DIR/www/$c.bsdiff")" "$(sha256sum "$S_DIR/www/$c.bsdiff" | cut -d' ' -f1)" "$pkg" "$c.new.zip" "$size" \
+      > "$S_DIR/www/$c.patch.json"
+    "$OURS" sync --root "$U_DIR/base" --app bench --manifest "$S_URL/$c.full.json" --force --allow-unsigned >/dev/null 2>&1 \
+      || die "update: $c: installing the old version failed"
+    engine_rounds update_run ours chain
+    diff -r "${CASE_TREE[$c]}" "$U_DIR/root/apps/bench/current" >/dev/null || die "update: $c: our tree differs from the new version's"
+    cmp -s "$U_DIR/chain/new.zip" "${CASE_NEW[$c]}" || die "update: $c: the chain's package differs"
+    new_pct=$(python3 - "${CASE_OLD[$c]}" "${CASE_NEW[$c]}" <<'PY'
+import sys, zipfile
+old = {(i.filename, i.CRC) for i in zipfile.ZipFile(sys.argv[1]).infolist()}
+new = zipfile.ZipFile(sys.argv[2]).infolist()
+print(f"{100 * sum(i.file_size for i in new if (i.filename, i.CRC) not in old) / max(1, sum(i.file_size for i in new)):.0f}")
+PY
+)
+    ours=$(e_median ours); chain=$(e_median chain)
+    ratio=$(fmt2 "$(calc "$ours / $chain")")
+    # shellcheck disable=SC2086
+    written=$(fmt1 "$(calc "100 * $(median ${E_W[ours]}) / $size")")
+    rss=$(e_max ours); worst_rss=$(max "$worst_rss" "$rss")
+    printf '%-14s %7s %6s %5s%% | %8s %8s | %6s %7s%% %7s\n' "$c" "$(size_mb "$S_DIR/www/$c.new.zip")" "$(size_h "$S_DIR/www/$c.bsdiff")" \
+      "$new_pct" "$(fmt3 "$ours")" "$(fmt3 "$chain")" "$ratio" "$written" "$(mb "$rss")"
+    summary "update.$c.new_bytes_pct" "$new_pct"
+    summary "update.$c.ours_s" "$(fmt3 "$ours")"
+    summary "update.$c.chain_s" "$(fmt3 "$chain")"
+    summary "update.$c.written_pct" "$written"
+    summary "update.$c.rss_mb" "$(mb "$rss")"
+    if [[ $c == small-change ]]; then
+      check "update.$c.ratio" "$ratio" '<=' "$T_UPDATE_SMALL" "patch update of a small change / curl + bspatch + sha256sum + unzip"
+      check "update.$c.written_pct" "$written" '<=' "$T_UPDATE_WRITTEN" "bytes written by a small change's update, % of the package"
+    else
+      check "update.$c.ratio" "$ratio" '<=' "$T_UPDATE_NEW" "patch update of a release with $new_pct % new bytes / curl + bspatch + sha256sum + unzip"
+    fi
+    rm -rf "$U_DIR"
+  done
+  check update.rss_mb "$(mb "$worst_rss")" '<=' "$T_UPDATE_RSS_MB" "peak RSS of an update, worst case"
+}
+
+# --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
 print_summary() {
@@ -801,9 +1067,10 @@ main() {
   for s in "${args[@]}"; do
     case $s in
       all) todo+=("${SECTIONS[@]}") ;;
+      engine) todo+=("${ENGINE_SECTIONS[@]}") ;;
       prepare) todo+=(prepare) ;;
       -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
-      *) declare -F "section_$s" >/dev/null || die "unknown section '$s' (have: prepare ${SECTIONS[*]} all)"
+      *) declare -F "section_$s" >/dev/null || die "unknown section '$s' (have: prepare ${SECTIONS[*]} all report proxy engine ${ENGINE_SECTIONS[*]})"
          todo+=("$s") ;;
     esac
   done

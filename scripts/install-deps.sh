@@ -15,6 +15,7 @@ packages=(
     postgresql                                                       # tests: offline-server's shared report store (scripts/postgres-test.sh starts it)
     python3-venv                                                     # tests: scripts/tuf-venv.sh, python-tuf for the TUF interop tests
     wrk                                                              # bench/run.sh report, manifest, proxy; bench/serve.sh: the HTTP load generator
+    libarchive-tools 7zip                                            # bench/run.sh engine: bsdtar and 7zz, the reference extractors
     binutils lintian                                                 # build-release.sh, package-deb.sh: nm, strings, strip, objdump; test-deb.sh: lintian
     libsystemd-dev dbus dbus-daemon                                  # build: sd-bus headers (serve --dbus); tests: a private dbus-daemon, busctl
     python3-gi gir1.2-webkit2-4.1 xvfb libglib2.0-bin                # tests: D-Bus hosts in Python (Gio, WebKitGTK under xvfb-run), gdbus

@@ -2,6 +2,9 @@ import ArgumentParser
 import CommandSupport
 import FoundationEssentials
 import OfflineAgent
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @main
 struct OfflineAgentCommand: AsyncParsableCommand {
@@ -34,6 +37,10 @@ struct OfflineAgentCommand: AsyncParsableCommand {
     /// Whatever `sync` alone does not parse (help, a usage error, completion scripts,
     /// another command) goes through the full parser, so help and errors read exactly as before.
     static func main() async {
+        // libzip converts every header's DOS date with mktime(). With TZ unset, glibc stats
+        // /etc/localtime at each call, under a lock every thread shares: six calls an entry,
+        // and the extraction workers queued on that lock. The same zone, named, is read once.
+        if getenv("TZ") == nil { setenv("TZ", ":/etc/localtime", 0) }
         DryParse.exitIfAsked(Self.self)
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first == SyncCommand.configuration.commandName,

@@ -33,7 +33,7 @@ final class ObjectWriter {
     init(objects: ObjectStore) {
         self.objects = objects
         chunk = UnsafeMutableRawPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
-        whole = UnsafeMutableRawPointer.allocate(byteCount: Self.wholeCapacity, alignment: 16)
+        whole = UnsafeMutableRawPointer.allocate(byteCount: Self.wholeCapacity + 1, alignment: 16)
     }
 
     deinit {
@@ -48,10 +48,9 @@ final class ObjectWriter {
         if entry.size <= Int64(Self.wholeCapacity) {
             var hasher = SHA256()
             var filled = 0
-            let whole = self.whole
-            try ZipExtractor.stream(entry, path: path, archive: archive, buffer: chunk, bufferSize: Self.chunkSize) { bytes in
+            // Read straight into `whole` (no copy), one byte more than it holds allowed for.
+            try ZipExtractor.stream(entry, path: path, archive: archive, buffer: whole, bufferSize: Self.wholeCapacity + 1, whole: true) { bytes in
                 hasher.update(bufferPointer: bytes)
-                whole.advanced(by: filled).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
                 filled += bytes.count
             }
             let content = UnsafeRawBufferPointer(start: whole, count: filled)

@@ -96,8 +96,9 @@ extension Store {
         do {
             // Without an object store (it cannot even be created), extraction writes plain files as before.
             let objects = try? ObjectStore(root: root)
+            // Not flushed here: `commit` flushes the whole install once, before the swap.
             summary = try ZipExtractor.extract(
-                archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: true, objects: objects)
+                archive: URL(fileURLWithPath: package), to: URL(fileURLWithPath: target), limits: limits, durable: false, objects: objects)
             if let objects {
                 noticeCopies(objects, app: app, version: version, notice: notice)
             } else {
@@ -178,7 +179,8 @@ extension Store {
     }
 
     /// What every install does once the tree is in place: keep the package (`keep`),
-    /// write the record, swap `current`, collect what no kept version needs.
+    /// write the record, flush the file system, swap `current`, collect what no kept
+    /// version needs.
     private func commit(
         app: String, version: Version, previous: InstalledVersion?, packageSha256: String, manifest: Manifest, via: UpdateMethod,
         trialLaunches: Int, target: String, keep: @escaping () throws -> Void
@@ -193,6 +195,10 @@ extension Store {
                 trialLaunches: trialLaunches > 0 ? trialLaunches : nil)
             try write(installed, to: metadataPath(app, version))
             try CrashPoint.afterRecord.reached()
+            // One flush of everything the install wrote (objects, tree, skeleton or kept zip,
+            // record) before the swap makes it the version: nothing is active that is not on
+            // disk. A package file removed before it (its skeleton kept) never reaches the disk.
+            try FileSystem.syncFilesystem(containing: target)
             try activate(app, version)
             try CrashPoint.afterSwap.reached()
             collectGarbage(app, keep: [version, previous?.version].compactMap { $0 })

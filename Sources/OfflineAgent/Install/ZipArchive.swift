@@ -12,10 +12,13 @@ final class ZipArchive {
     /// What the archive is read through when it is not a file; kept alive as long as the handle.
     private let view: PackageView?
 
-    init(path: String) throws {
+    /// - Parameter checked: whether libzip checks the archive's consistency; false only to
+    ///   reopen a file that was opened with the checks (the extraction workers, after `plan`):
+    ///   the checks read every local header again, for each handle.
+    init(path: String, checked: Bool = true) throws {
         let zip = try Libzip.load()
         var code: Int32 = 0
-        guard let handle = zip.zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) else {
+        guard let handle = zip.zip_open(path, ZIP_RDONLY | (checked ? ZIP_CHECKCONS : 0), &code) else {
             // Duplicate names and overlapping entries are attacks (bombs); the rest is damage.
             let hostile = code == ZIP_ER_EXISTS || code == ZIP_ER_INCONS
             throw OfflineAgentError(.extract, Self.openFailure(code, zip), cause: hostile ? .hostileArchive : .archiveCorrupt, path: path)

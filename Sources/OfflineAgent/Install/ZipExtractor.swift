@@ -103,7 +103,8 @@ public enum ZipExtractor {
             }
             names[entry.index] = object.name
         }
-        let summary = try makeTree(entries, tree: tree, source: .objects(names), destination: destinationPath, durable: true, objects: objects)
+        // Not flushed here: the install flushes once, before its swap (`Store.install`).
+        let summary = try makeTree(entries, tree: tree, source: .objects(names), destination: destinationPath, durable: false, objects: objects)
         // The names the tree links (`.x` for executables): what the kept skeleton must name.
         var namesByOffset: [UInt64: String] = [:]
         for (index, name) in summary.objectNames { namesByOffset[UInt64(directory[Int(index)].localHeaderOffset)] = name }
@@ -269,7 +270,8 @@ public enum ZipExtractor {
             do {
                 let archive: ZipArchive?
                 switch source {
-                case .archive(let path): archive = try ZipArchive(path: path)
+                // `plan` opened this file with libzip's consistency checks; each worker's own handle needs them no more.
+                case .archive(let path): archive = try ZipArchive(path: path, checked: false)
                 case .objects: archive = nil
                 }
                 let cursor = DirectoryCursor(tree: tree, rootFD: root)
@@ -344,8 +346,12 @@ public enum ZipExtractor {
 
     /// Reads `entry` to its end through `buffer`, handing each chunk to `body`: never past
     /// its declared size, refusing a short entry, and checking the CRC at the close.
+    /// - Parameter whole: read the entry into `buffer` back to back, each chunk after the
+    ///   last, instead of each into its start: `buffer` then holds the entry (the caller
+    ///   checked that `bufferSize` holds its declared size; one byte more is asked for, so
+    ///   an entry longer than declared is still seen).
     static func stream(
-        _ entry: Entry, path: String, archive: ZipArchive, buffer: UnsafeMutableRawPointer, bufferSize: Int,
+        _ entry: Entry, path: String, archive: ZipArchive, buffer: UnsafeMutableRawPointer, bufferSize: Int, whole: Bool = false,
         _ body: (UnsafeRawBufferPointer) throws -> Void
     ) throws {
         let reader = try archive.open(entry.index)
@@ -353,7 +359,9 @@ public enum ZipExtractor {
         // Bounded: every pass consumes at least one byte of the declared size, or ends.
         while true {
             let n: Int
-            do { n = try reader.read(into: buffer, count: bufferSize) } catch let error as OfflineAgentError {
+            let start = whole ? buffer.advanced(by: Int(written)) : buffer
+            let room = whole ? bufferSize - Int(written) : bufferSize
+            do { n = try reader.read(into: start, count: room) } catch let error as OfflineAgentError {
                 throw corrupt("entry '\(quoted(path))': \(error.reason)", archive.path)
             }
             if n == 0 { break }
@@ -361,7 +369,7 @@ public enum ZipExtractor {
             guard Int64(n) <= entry.size - written else {
                 throw hostile("entry '\(quoted(path))' holds more bytes than its declared \(entry.size)", archive.path)
             }
-            try body(UnsafeRawBufferPointer(start: buffer, count: n))
+            try body(UnsafeRawBufferPointer(start: start, count: n))
             written += Int64(n)
         }
         guard written == entry.size else {

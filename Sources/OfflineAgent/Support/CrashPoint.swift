@@ -23,7 +23,8 @@ enum CrashPoint: String, CaseIterable {
     case afterObjectStored = "after-object-stored"
     /// An existing object was just linked into the staging tree.
     case afterObjectLinked = "after-object-linked"
-    /// The staging tree is complete and flushed, not yet renamed to the version's name.
+    /// The staging tree is complete, not yet renamed to the version's name (an install
+    /// flushes it with the rest of what it wrote, before the swap).
     case beforeTreeRename = "before-tree-rename"
     case afterExtract = "after-extract"
     case afterKeepPackage = "after-keep-package"

@@ -13,7 +13,7 @@ import Glibc
 struct Downloader: Sendable {
     let fetcher: HTTPFetcher
     let directory: String
-    /// Where hashing and fsync run, off the cooperative pool.
+    /// Where hashing and the resume record's write run, off the cooperative pool.
     let pool: BlockingPool
     /// Receives every body byte as it arrives, kept or not, so failures are counted too.
     var counter: ByteCounter?
@@ -116,9 +116,12 @@ struct Downloader: Sendable {
             throw OfflineAgentError(.download, "sha256 mismatch: got \(digest), expected \(expected)", cause: .hashMismatch,
                                     path: target.url.absoluteString)
         }
-        try await pool.run(.download) {
-            try FileSystem.sync(part)
-            try FileSystem.renameDurably(part, to: final)
+        // Not flushed: the install flushes what it keeps once, before its swap, and a
+        // package it replaces by its skeleton first never reaches the disk. A file under
+        // this name is hashed again before any reuse (or, without a hash, confirmed and its
+        // output checked), so a power cut that left it short costs a download, not a version.
+        guard rename(part, final) == 0 else {
+            throw OfflineAgentError(.download, "cannot keep the download", cause: .io, path: final, underlying: POSIXFailure("rename \(part)"))
         }
         // A file without a hash keeps its validator: a run stopped before its caller used it
         // confirms it with one byte instead of fetching it again.
