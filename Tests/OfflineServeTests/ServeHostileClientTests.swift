@@ -53,7 +53,7 @@ struct ServeHostileClientTests {
         let f = try LocalServerTests.mall()
         let server = try await Self.start(f, maxConnections: 64)
         let port = server.port
-        // No process is spawned while these sockets are open (see DescriptorFlood).
+        // One flood at a time (see DescriptorFlood).
         let (fds, open) = try await DescriptorFlood.during { () async throws -> ([Int32], Int) in
             let fds = try await LocalHTTP.onThread { () -> [Int32] in
                 var fds: [Int32] = []
@@ -109,7 +109,7 @@ struct ServeHostileClientTests {
         try #require(count >= 1100, "descriptor limit too low for the flood")
         let f = try LocalServerTests.mall()
         // The server gets 1024 descriptors, a common default, and its default settings.
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
         process.arguments = ["--nofile=1024:1024", CLI.binary, "serve", "--root", f.root.path, "--port", "0", "--device-id", "d"]
         let running = CLI.Running(process: process)
@@ -129,7 +129,7 @@ struct ServeHostileClientTests {
         }
         let match = try #require(line.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:([0-9]+)/), "stdout: \(line)")
         let port = try #require(Int(match.1))
-        // No process is spawned while these sockets are open (see DescriptorFlood).
+        // One flood at a time (see DescriptorFlood).
         let (connected, recovered) = try await DescriptorFlood.during { () async throws -> (Int, Bool) in
             let fds = try await LocalHTTP.onThread { () -> [Int32] in
                 (0..<count).compactMap { _ in

@@ -46,8 +46,7 @@ struct FleetAutoHaltTests {
             // All started before any is waited for: the fleet syncs concurrently.
             let running = try roots.enumerated().map { index, root in
                 let base = urls[index % urls.count]
-                // Not while a flood holds descriptors (DescriptorFlood: Process.run() could crash).
-                return try DescriptorFlood.spawnOnThread { try CLI.start([
+                return try CLI.start([
                     "sync", "--root", root, "--app", "fleet", "--manifest", base + "/manifest", "--public-key", key,
                     "--report", base + "/report", "--report-deadline", "30", "--network", "unmetered", "--force", "--json",
                 ]) }

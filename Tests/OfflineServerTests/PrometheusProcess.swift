@@ -6,10 +6,10 @@ import TestSupport
 final class PrometheusProcess: @unchecked Sendable {
     /// Debian's `prometheus`.
     static let binary = "/usr/bin/prometheus"
-    let process: Process
+    let process: ChildProcess
     let port: Int
 
-    private init(process: Process, port: Int) {
+    private init(process: ChildProcess, port: Int) {
         self.process = process
         self.port = port
     }
@@ -32,7 +32,7 @@ final class PrometheusProcess: @unchecked Sendable {
             let listener = try LoopbackListener()
             let port = listener.port
             listener.stop()
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: binary)
             process.arguments = [
                 "--config.file=\(config)", "--storage.tsdb.path=\(dir)/tsdb-\(attempt)",

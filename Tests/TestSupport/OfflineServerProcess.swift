@@ -8,7 +8,7 @@ import Glibc
 /// on a port of its choosing (or a given one), stopped gracefully or killed, and restarted
 /// with the same arguments, so on the same publish directory and reports database.
 package final class OfflineServerProcess: @unchecked Sendable {
-    package let process = Process()
+    package let process = ChildProcess()
     /// The port it listens on, from its first line of output.
     package let port: Int
     /// The arguments given (without the `--port` and `--log-level` added here).

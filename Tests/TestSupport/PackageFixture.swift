@@ -13,7 +13,7 @@ package final class PackageFixture: @unchecked Sendable {
         for version in Self.versions {
             let source = "\(Repo.fixtures)/sample-app/\(version)"
             let files = tree(source).filter { !FileSystem.isDirectory("\(source)/\($0)") }
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             // Stored, sorted, no extra attributes: patches between them stay small.
             process.arguments = ["zip", "-q", "-0", "-X", "-D", package(version)] + files
