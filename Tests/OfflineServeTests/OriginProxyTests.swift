@@ -611,8 +611,8 @@ struct OriginProxyTests {
         let host = "\(origin.mirrorHost):\(server.port)"
         let text = "GET /slow HTTP/1.1\r\nHost: \(host)\r\n\r\nGET /next HTTP/1.1\r\nHost: \(host)\r\n\r\n"
         let client = Task { try await Self.raw(port: server.port, bytes: Array(text.utf8), timeout: 60) }
-        // Stopped once the origin is answering the first request (bounded: 30 s).
-        for _ in 0..<300 where upstream.requests.isEmpty { try await Task.sleep(for: .milliseconds(100)) }
+        // Stopped once the origin is answering the first request (bounded: 5 minutes, a hang).
+        for _ in 0..<3000 where upstream.requests.isEmpty { try await Task.sleep(for: .milliseconds(100)) }
         #expect(upstream.requests.map(\.path) == ["/slow"])
         await server.stop()
         let (_, received, closed) = try await client.value
@@ -692,18 +692,19 @@ struct OriginProxyTests {
         // asked again and end the second one at its own deadline.
         let upstream = try ScriptedServer { request in
             request.path == "/second"
-                ? ScriptedServer.Reply(status: 200, body: Array(repeating: UInt8(ascii: "x"), count: 64), ending: .stall(seconds: 30))
+                ? ScriptedServer.Reply(status: 200, body: Array(repeating: UInt8(ascii: "x"), count: 64), ending: .stall(seconds: 600))
                 : .ok(Array("ok".utf8))
         }
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
-        // 5 s: a loaded machine once took more than 1 s for the scripted origin to answer the first.
-        let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(5), readTimeout: .seconds(5))
+        // 15 s: the first forward must be answered within it on a loaded machine (one took more
+        // than 1 s); the client waits far longer, so only the proxy's timer can end the second.
+        let timeouts = OriginProxy.Configuration(connectTimeout: .seconds(15), readTimeout: .seconds(15))
         try await H.withFront(origins: [origin], configuration: timeouts, via: .serve) { front in
             try await H.withClient { client in
                 let first = try await client.execute(H.request(front, origin, "/first"), timeout: .seconds(60))
                 #expect(try await H.text(first) == "ok")
-                let second = try await client.execute(H.request(front, origin, "/second"), timeout: .seconds(20))
+                let second = try await client.execute(H.request(front, origin, "/second"), timeout: .seconds(300))
                 #expect(second.status == .ok)
                 await #expect(throws: (any Error).self) { _ = try await H.text(second) }
                 #expect(front.metrics.originFailures(origin: origin.origin, reason: "timeout") == 1)

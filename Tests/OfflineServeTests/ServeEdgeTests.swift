@@ -212,9 +212,9 @@ struct ServeEdgeTests {
         }
     }
 
-    /// Waits (bounded) until `server` has `count` connections open.
+    /// Waits (bounded by 2 minutes: a hang, not a speed) until `server` has `count` connections open.
     static func open(_ count: Int, on server: RunningLocalServer) async throws -> Bool {
-        for _ in 0..<2000 where server.metrics.openConnections != count { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<12_000 where server.metrics.openConnections != count { try await Task.sleep(for: .milliseconds(10)) }
         return server.metrics.openConnections == count
     }
 
@@ -226,7 +226,8 @@ struct ServeEdgeTests {
 
     private static func capEvictsIdleAlone() async throws {
         _ = HostileSocket.raiseDescriptorLimit(to: 8192)
-        let upstream = try ScriptedServer { _ in .init(status: 200, body: Array("never all of it".utf8), ending: .stall(seconds: 120)) }
+        // Busy for longer than the test can take on a loaded machine.
+        let upstream = try ScriptedServer { _ in .init(status: 200, body: Array("never all of it".utf8), ending: .stall(seconds: 900)) }
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
         let f = try LocalServerTests.mall()
@@ -246,12 +247,12 @@ struct ServeEdgeTests {
         // The web view's request is served; the oldest idle socket is the one closed for it.
         #expect(try await LocalHTTP.request(port: port, "/mall/index.html").status == 200)
         let oldest = idle[0]
-        #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(oldest, until: .now + .seconds(20)).closed }, "the oldest idle connection was kept")
+        #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(oldest, until: .now + .seconds(120)).closed }, "the oldest idle connection was kept")
         #expect(server.metrics.evictedConnections == 1 && server.metrics.refusedConnections == 0)
         // Four more busy ones: one takes the free slot, each other one the oldest idle one's.
         let more = try await Self.busyConnections(4, port: port, mirror: mirror)
         for fd in idle {
-            #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(20)).closed }, "an idle connection was kept")
+            #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(120)).closed }, "an idle connection was kept")
         }
         #expect(server.metrics.evictedConnections == 4)
         // Four closed for four admitted, all of them idle ones: no busy connection was.
@@ -260,7 +261,7 @@ struct ServeEdgeTests {
         let refused = try await LocalHTTP.onThread { () -> String in
             guard let fd = HostileSocket.connect(port: port) else { return "" }
             defer { close(fd) }
-            return String(decoding: HostileSocket.waitForClose(fd, until: .now + .seconds(20)).received, as: UTF8.self)
+            return String(decoding: HostileSocket.waitForClose(fd, until: .now + .seconds(120)).received, as: UTF8.self)
         }
         #expect(refused.hasPrefix("HTTP/1.1 503"), "\(refused)")
         #expect(server.metrics.refusedConnections == 1)

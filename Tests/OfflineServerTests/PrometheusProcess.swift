@@ -45,7 +45,7 @@ final class PrometheusProcess: @unchecked Sendable {
             try process.run()
             let running = PrometheusProcess(process: process, port: port)
             // Ready when /-/ready answers 200; a process that exits lost the port (or failed).
-            let deadline = ContinuousClock.now + .seconds(30)
+            let deadline = ContinuousClock.now + .seconds(180)  // a bound on a hang, not a speed
             while ContinuousClock.now < deadline, process.isRunning {
                 if let ready = try? await PublishHTTP.fetch("http://127.0.0.1:\(port)/-/ready"), ready.status == 200 {
                     return running

@@ -60,7 +60,8 @@ package final class Nginx: @unchecked Sendable {
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.run()
-            if Self.waitForListening(port: port, process: process, within: 10) {
+            // A bound on an nginx that never listens, not a speed (a loaded machine starts slowly).
+            if Self.waitForListening(port: port, process: process, within: 120) {
                 self.prefix = prefix
                 self.port = port
                 self.process = process

@@ -21,7 +21,7 @@ package final class OfflineServerProcess: @unchecked Sendable {
 
     /// How long a start may take on a loaded machine before the process is killed and the
     /// start fails: a bound on a hang, not a speed.
-    package static let startTimeout: TimeInterval = 60
+    package static let startTimeout: TimeInterval = 300
 
     /// Starts the built `offline-server` with `arguments`, on `port` (0: one the kernel picks).
     package init(arguments: [String], port: Int = 0, environment: [String: String] = [:]) throws {

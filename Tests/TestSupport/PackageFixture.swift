@@ -100,9 +100,10 @@ package final class Origin: @unchecked Sendable {
         }
     }
 
-    /// Blocks until a request for `path` arrived (at most a few seconds).
+    /// Blocks until a request for `path` arrived (at most 5 minutes: a request that never
+    /// comes, not a slow one).
     package func waitForRequest(_ path: String) {
-        for _ in 0..<300 where requests(for: path).isEmpty { usleep(20_000) }
+        for _ in 0..<15_000 where requests(for: path).isEmpty { usleep(20_000) }
     }
 
     package var requests: [ScriptedServer.Request] { server.requests }
