@@ -227,13 +227,16 @@ struct ServeEdgeTests {
     private static func capEvictsIdleAlone() async throws {
         _ = HostileSocket.raiseDescriptorLimit(to: 8192)
         // Busy for longer than the test can take on a loaded machine.
-        let upstream = try ScriptedServer { _ in .init(status: 200, body: Array("never all of it".utf8), ending: .stall(seconds: 900)) }
+        let upstream = try ScriptedServer { _ in .init(status: 200, body: Array("never all of it".utf8), ending: .stall(seconds: 3600)) }
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
         let f = try LocalServerTests.mall()
         try f.add("proxied", version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never/"])
-        // Long timeouts: only the cap closes connections here.
-        let server = try await ServeHostileClientTests.start(f, maxConnections: 8, header: .seconds(600), idle: .seconds(600))
+        // Timeouts longer than the test can take on a loaded machine (the forwards' read
+        // timeout too: it would end a busy connection): only the cap closes connections here.
+        let server = try await ServeHostileClientTests.start(
+            f, maxConnections: 8, header: .seconds(3600), idle: .seconds(3600),
+            origins: OriginProxy.Configuration(connectTimeout: .seconds(60), readTimeout: .seconds(3600)))
         let port = server.port, mirror = "\(origin.mirrorHost):\(port)"
         let busy = try await Self.busyConnections(4, port: port, mirror: mirror)
         // Four idle ones, oldest first: a local process holding sockets without a request.
@@ -266,6 +269,8 @@ struct ServeEdgeTests {
         #expect(refused.hasPrefix("HTTP/1.1 503"), "\(refused)")
         #expect(server.metrics.refusedConnections == 1)
         for fd in busy + more + idle { close(fd) }
+        // The origin ends its stalls, so the forwards end and the server stops without waiting for them.
+        upstream.stop()
         await server.stop()
     }
 

@@ -20,11 +20,13 @@ struct ServeHostileClientTests {
     /// Short timeouts and a small cap, so the tests see them act.
     static func start(
         _ f: LocalStoreFixture, maxConnections: Int = 64, header: Duration = .seconds(1), idle: Duration = .seconds(1),
-        allowRemote: Bool = false
+        allowRemote: Bool = false, origins: OriginProxy.Configuration = OriginProxy.Configuration()
     ) async throws -> RunningLocalServer {
-        try await LocalServer(configuration: .init(
+        var configuration = LocalServer.Configuration(
             root: f.root.path, port: 0, deviceID: "device", allowRemote: allowRemote, maxConnections: maxConnections,
-            headerTimeout: header, idleTimeout: idle)).start()
+            headerTimeout: header, idleTimeout: idle)
+        configuration.origins = origins
+        return try await LocalServer(configuration: configuration).start()
     }
 
     /// Polls (bounded) until a normal request is answered 200 with the file.
