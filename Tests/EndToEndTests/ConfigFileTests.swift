@@ -83,7 +83,7 @@ struct ConfigFileTests {
             let running = try CLI.start(command)
             // Bounded: a process still reading the FIFO after this (the fault) gets an end
             // of file from a writer that opens and closes it, so the test ends either way.
-            for _ in 0..<600 where running.process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
+            for _ in 0..<3000 where running.process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
             let waited = running.process.isRunning
             if waited {
                 let writer = open(file, O_WRONLY | O_NONBLOCK)

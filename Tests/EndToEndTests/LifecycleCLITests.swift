@@ -288,7 +288,8 @@ struct LifecycleCLITests {
         _ = try await Self.open(port)
         // The second launch rolls back, and serve dies in the middle of it.
         _ = try? await Self.open(port)
-        for _ in 0..<500 where server.process.isRunning { usleep(20_000) }
+        // 5 minutes bound a serve that never dies there, not a slow one.
+        for _ in 0..<15_000 where server.process.isRunning { usleep(20_000) }
         if server.process.isRunning { server.process.terminate() }
         let ended = await CLI.finish(server)
         #expect(ended.signaled && ended.status == SIGKILL, "serve should die at \(point): \(ended.stderr)")

@@ -66,7 +66,7 @@ struct ServeMirrorUsageTests {
         defer { collector.stop() }
         // A flush every second (1/60 minute), so events come while serve runs.
         let (server, port) = try LifecycleCLITests.serve(
-            f.root.path, ["--report", collector.url.absoluteString, "--report-interval", "\(1.0 / 60)", "--report-deadline", "30"])
+            f.root.path, ["--report", collector.url.absoluteString, "--report-interval", "\(1.0 / 60)", "--report-deadline", "300"])
         var stopped = false
         defer { if !stopped { server.process.terminate(); _ = CLI.finishBlocking(server) } }
 
@@ -75,8 +75,8 @@ struct ServeMirrorUsageTests {
             let added = try await Self.round(port: port)
             expected = (expected.spa + added.spa, expected.missing + added.missing, expected.killed + added.killed)
             let want = expected
-            // Bounded: flushes come every second; 30 s is a hang, not a speed.
-            let arrived = await collector.waitUntil(timeout: 30) {
+            // Bounded: flushes come every second; 10 minutes is a hang, not a speed.
+            let arrived = await collector.waitUntil(timeout: 600) {
                 Self.totals(collector, app: "spa") == (want.spa, ["missing-file": want.missing])
                     && Self.totals(collector, app: "mall") == (0, ["outside-rollout": want.killed])
             }

@@ -144,9 +144,12 @@ struct StagedRolloutTests {
         }
 
         // An expiring manifest: refused once expired, accepted again after `set --expires 7d`.
-        let soon = RFC3339.string(from: Date().addingTimeInterval(3))
-        try publisher(["set", "--expires", soon] + base)
-        try await Task.sleep(for: .seconds(4))
+        // Half a minute ahead: `set` refuses a time already past, and a loaded machine may take
+        // seconds to start it. Then a wait until that time has passed.
+        let expiry = Date().addingTimeInterval(30)
+        try publisher(["set", "--expires", RFC3339.string(from: expiry)] + base)
+        let untilExpired = expiry.addingTimeInterval(1).timeIntervalSinceNow
+        if untilExpired > 0 { try await Task.sleep(for: .seconds(untilExpired)) }
         let expired = try await sync(devices[0], manifest: manifest, key: key)
         #expect(expired["errorCode"] as? String == "expired", "\(expired)")
         try publisher(["set", "--expires", "7d", "--reason", "cron keeps the signature fresh"] + base)
@@ -208,13 +211,16 @@ struct StagedRolloutTests {
         let base = ["--app", Self.app, "--out", out, "--key", path]
         try Self.publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--whitelist", Self.whitelist] + base)
         for device in devices { _ = try await Self.sync(device, manifest: server.manifestURL, key: key) }
-        // 10 % now, everyone 3 seconds later: the same manifest bytes, a different answer.
-        try Self.publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0"), "--stage-schedule", "10@0s,100@3s"] + base)
+        // 10 % now, everyone a minute later: the same manifest bytes, a different answer. A
+        // minute is far more than six syncs take on a loaded machine.
+        try Self.publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0"), "--stage-schedule", "10@0s,100@60s"] + base)
+        let published = Date()  // no earlier than the publish time the manifest carries
         for device in devices {
             let report = try await Self.sync(device, manifest: server.manifestURL, key: key)
             #expect(report["result"] as? String == (device.bucket <= 10 ? "updated" : "not-in-stage"), "\(device): \(report)")
         }
-        try await Task.sleep(for: .seconds(3.5))
+        let untilWidened = published.addingTimeInterval(61).timeIntervalSinceNow
+        if untilWidened > 0 { try await Task.sleep(for: .seconds(untilWidened)) }
         for device in devices where device.bucket > 10 {
             let report = try await Self.sync(device, manifest: server.manifestURL, key: key)
             #expect(report["result"] as? String == "updated", "\(device): \(report)")

@@ -160,7 +160,8 @@ struct StaticCDNTests {
         let running = try CLI.start(["sync", "--allow-unsigned", "--root", root, "--app", "sample", "--manifest", manifest, "--force", "--json",
                                      "--public-key", key.publicKeyBase64])
         let downloads = Store(root: root).downloadsDirectory("sample")
-        let deadline = Date().addingTimeInterval(30)
+        // A bound on a download that never starts, not a speed (a loaded machine starts slowly).
+        let deadline = Date().addingTimeInterval(300)
         var partial: Int64 = 0
         while Date() < deadline, running.process.isRunning {
             let sizes = ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
@@ -225,7 +226,7 @@ struct StaticCDNTests {
         // proxy answers the Range from its cached copy.
         let running = try CLI.start(["sync", "--allow-unsigned", "--root", first, "--app", "sample", "--manifest", manifest, "--force", "--json"])
         let downloads = Store(root: first).downloadsDirectory("sample")
-        let deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(300)  // a bound on a hang, as above
         while Date() < deadline, running.process.isRunning {
             let sizes = ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? [])
                 .filter { $0.hasSuffix(".part") }.compactMap { FileSystem.fileSize("\(downloads)/\($0)") }

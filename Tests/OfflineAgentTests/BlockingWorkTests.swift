@@ -114,7 +114,7 @@ struct BlockingWorkTests {
         #expect(FileManager.default.fileExists(atPath: task))
         pool = nil
         // Bounded: a thread left idle for good, not a speed.
-        for _ in 0..<1000 where FileManager.default.fileExists(atPath: task) { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<12_000 where FileManager.default.fileExists(atPath: task) { try await Task.sleep(for: .milliseconds(10)) }
         #expect(!FileManager.default.fileExists(atPath: task), "\(task): the dropped pool's thread is still there")
     }
 }

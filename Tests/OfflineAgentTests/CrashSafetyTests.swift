@@ -70,14 +70,20 @@ struct CrashSafetyTests {
     @Test("two syncs at once: one installs, the other exits 75")
     func concurrentSyncs() async throws {
         let h = try SyncHarness()
-        // Slow enough (about 2 s) that the second process starts while the first downloads.
-        h.origin.slow("1.0.0.zip", chunk: 1024, pause: 0.05)
         h.origin.setManifest(h.full("1.0.0"))
         let args = ["sync", "--allow-unsigned", "--root", h.root.path, "--app", "mall", "--manifest", h.origin.manifestURL.absoluteString, "--force", "--json"]
-        let first = try CLI.start(args)
-        // Wait until the first one is downloading (it holds the lock by then).
-        h.origin.waitForRequest("/files/1.0.0.zip")
+        // The first one holds the root's lock at its pause point (after its download) until the
+        // second has run: no race with the machine's speed.
+        let scratch = TemporaryDirectory("pause")
+        let pause = scratch.file("pause")
+        let first = try CLI.start(args, environment: ["OFFLINE_AGENT_PAUSE_AT": "after-download", "OFFLINE_AGENT_PAUSE_FILE": pause])
+        // Bounded (5 minutes): a sync that never gets there, not a slow one.
+        for _ in 0..<3000 where first.process.isRunning && !FileManager.default.fileExists(atPath: pause) {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(FileManager.default.fileExists(atPath: pause), "the first sync reached its download's end")
         let second = try await CLI.run(args)
+        try? FileManager.default.removeItem(atPath: pause)
         #expect(second.status == 75, "\(second.stderr)")
         #expect(CLI.json(second.stdout)?["result"] as? String == "failed")
         let done = await CLI.finish(first)
@@ -88,11 +94,18 @@ struct CrashSafetyTests {
     @Test("two agents in one process: the second finds the root busy")
     func busyInProcess() async throws {
         let h = try SyncHarness()
-        h.origin.slow("1.0.0.zip", chunk: 8192)
+        // The package is answered only once the second sync has ended: the first holds the
+        // root meanwhile, however fast or slow the machine.
+        let gate = DispatchSemaphore(value: 0)
+        h.origin.override("1.0.0.zip") { request, bytes in
+            _ = gate.wait(timeout: .now() + 300)  // a bound on a test that never opens it
+            return Origin.serve(bytes, request: request)
+        }
         h.origin.setManifest(h.full("1.0.0"))
         async let first = h.sync()
         await Task.detached { h.origin.waitForRequest("/files/1.0.0.zip") }.value
         let second = await h.sync()
+        gate.signal()
         #expect(second.result == .failed)
         #expect(second.error?.code == .busy)
         #expect(await first.result == .updated)

@@ -62,7 +62,7 @@ struct FileDescriptorTests {
         while true {
             // Every wait is bounded: a writer that stopped early shows as a short read, not a hang.
             var ready = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
-            try #require(poll(&ready, 1, 10_000) == 1, "the writer stalled after \(received.count) bytes")
+            try #require(poll(&ready, 1, 120_000) == 1, "the writer stalled after \(received.count) bytes")
             let n = try chunk.withUnsafeMutableBytes { try FileDescriptor.read(readEnd, into: $0.baseAddress!, count: $0.count) }
             if n == 0 { break }
             received += chunk[0..<n]

@@ -216,7 +216,7 @@ struct ProgressEventTests {
 
     /// Runs `body`, failing once `seconds` pass: no test waits forever for a stream to end.
     @discardableResult
-    static func bounded<T: Sendable>(_ seconds: Double = 60, _ body: @escaping @Sendable () async -> T) async throws -> T {
+    static func bounded<T: Sendable>(_ seconds: Double = 300, _ body: @escaping @Sendable () async -> T) async throws -> T {
         try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { await body() }
             group.addTask {

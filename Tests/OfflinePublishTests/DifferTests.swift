@@ -293,7 +293,7 @@ import TestSupport
     }
 
     private func run(_ executable: String, _ arguments: String...) throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let stderr = Pipe()

@@ -9,7 +9,7 @@ import TestSupport
 /// its stderr goes to a file the test can read while it runs, and it can be stopped at
 /// a `PublishStep` (`OFFLINE_PUBLISH_PAUSE_AT`) and resumed.
 final class PublishProcess: @unchecked Sendable {
-    let process = Process()
+    let process = ChildProcess()
     let stdoutPath: String
     let stderrPath: String
 

@@ -19,7 +19,7 @@ struct BrowserTests {
         let profile = TemporaryDirectory("chromium")
         let result = try await LocalHTTP.onThread {
             try run("/usr/bin/timeout", [
-                "60", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "300", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)",
             ] + flags + ["--virtual-time-budget=5000", "--dump-dom", url])
         }

@@ -470,8 +470,8 @@ struct LocalServerTests {
             // Once that response is over, nothing holds 1.0.0 (the server's kept pin moved
             // to 2.0.0 with the request above): the next collection removes it. The server
             // lets go of the response a moment after the client has read it all, hence the
-            // bounded retries.
-            for _ in 0..<500 where FileSystem.isDirectory(f.directory("1.0.0")) {
+            // retries (bounded by 2 minutes: a pin never let go, not a speed).
+            for _ in 0..<12_000 where FileSystem.isDirectory(f.directory("1.0.0")) {
                 f.store.collectGarbage("mall", keep: [Version("2.0.0")!])
                 try await Task.sleep(for: .milliseconds(10))
             }

@@ -45,7 +45,7 @@ final class RecordingOrigin: @unchecked Sendable {
 
     /// Waits (on the calling thread, at most `timeout` seconds) until `done` holds for the
     /// connections so far; false when it never did.
-    func wait(timeout: TimeInterval = 60, until done: ([Connection]) -> Bool) -> Bool {
+    func wait(timeout: TimeInterval = 300, until done: ([Connection]) -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         condition.lock()
         defer { condition.unlock() }

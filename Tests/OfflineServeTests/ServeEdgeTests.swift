@@ -212,9 +212,9 @@ struct ServeEdgeTests {
         }
     }
 
-    /// Waits (bounded) until `server` has `count` connections open.
+    /// Waits (bounded by 2 minutes: a hang, not a speed) until `server` has `count` connections open.
     static func open(_ count: Int, on server: RunningLocalServer) async throws -> Bool {
-        for _ in 0..<2000 where server.metrics.openConnections != count { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<12_000 where server.metrics.openConnections != count { try await Task.sleep(for: .milliseconds(10)) }
         return server.metrics.openConnections == count
     }
 
@@ -226,13 +226,17 @@ struct ServeEdgeTests {
 
     private static func capEvictsIdleAlone() async throws {
         _ = HostileSocket.raiseDescriptorLimit(to: 8192)
-        let upstream = try ScriptedServer { _ in .init(status: 200, body: Array("never all of it".utf8), ending: .stall(seconds: 120)) }
+        // Busy for longer than the test can take on a loaded machine.
+        let upstream = try ScriptedServer { _ in .init(status: 200, body: Array("never all of it".utf8), ending: .stall(seconds: 3600)) }
         defer { upstream.stop() }
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
         let f = try LocalServerTests.mall()
         try f.add("proxied", version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never/"])
-        // Long timeouts: only the cap closes connections here.
-        let server = try await ServeHostileClientTests.start(f, maxConnections: 8, header: .seconds(600), idle: .seconds(600))
+        // Timeouts longer than the test can take on a loaded machine (the forwards' read
+        // timeout too: it would end a busy connection): only the cap closes connections here.
+        let server = try await ServeHostileClientTests.start(
+            f, maxConnections: 8, header: .seconds(3600), idle: .seconds(3600),
+            origins: OriginProxy.Configuration(connectTimeout: .seconds(60), readTimeout: .seconds(3600)))
         let port = server.port, mirror = "\(origin.mirrorHost):\(port)"
         let busy = try await Self.busyConnections(4, port: port, mirror: mirror)
         // Four idle ones, oldest first: a local process holding sockets without a request.
@@ -246,12 +250,12 @@ struct ServeEdgeTests {
         // The web view's request is served; the oldest idle socket is the one closed for it.
         #expect(try await LocalHTTP.request(port: port, "/mall/index.html").status == 200)
         let oldest = idle[0]
-        #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(oldest, until: .now + .seconds(20)).closed }, "the oldest idle connection was kept")
+        #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(oldest, until: .now + .seconds(120)).closed }, "the oldest idle connection was kept")
         #expect(server.metrics.evictedConnections == 1 && server.metrics.refusedConnections == 0)
         // Four more busy ones: one takes the free slot, each other one the oldest idle one's.
         let more = try await Self.busyConnections(4, port: port, mirror: mirror)
         for fd in idle {
-            #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(20)).closed }, "an idle connection was kept")
+            #expect(try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(120)).closed }, "an idle connection was kept")
         }
         #expect(server.metrics.evictedConnections == 4)
         // Four closed for four admitted, all of them idle ones: no busy connection was.
@@ -260,11 +264,13 @@ struct ServeEdgeTests {
         let refused = try await LocalHTTP.onThread { () -> String in
             guard let fd = HostileSocket.connect(port: port) else { return "" }
             defer { close(fd) }
-            return String(decoding: HostileSocket.waitForClose(fd, until: .now + .seconds(20)).received, as: UTF8.self)
+            return String(decoding: HostileSocket.waitForClose(fd, until: .now + .seconds(120)).received, as: UTF8.self)
         }
         #expect(refused.hasPrefix("HTTP/1.1 503"), "\(refused)")
         #expect(server.metrics.refusedConnections == 1)
         for fd in busy + more + idle { close(fd) }
+        // The origin ends its stalls, so the forwards end and the server stops without waiting for them.
+        upstream.stop()
         await server.stop()
     }
 

@@ -20,11 +20,13 @@ struct ServeHostileClientTests {
     /// Short timeouts and a small cap, so the tests see them act.
     static func start(
         _ f: LocalStoreFixture, maxConnections: Int = 64, header: Duration = .seconds(1), idle: Duration = .seconds(1),
-        allowRemote: Bool = false
+        allowRemote: Bool = false, origins: OriginProxy.Configuration = OriginProxy.Configuration()
     ) async throws -> RunningLocalServer {
-        try await LocalServer(configuration: .init(
+        var configuration = LocalServer.Configuration(
             root: f.root.path, port: 0, deviceID: "device", allowRemote: allowRemote, maxConnections: maxConnections,
-            headerTimeout: header, idleTimeout: idle)).start()
+            headerTimeout: header, idleTimeout: idle)
+        configuration.origins = origins
+        return try await LocalServer(configuration: configuration).start()
     }
 
     /// Polls (bounded) until a normal request is answered 200 with the file.
@@ -53,7 +55,7 @@ struct ServeHostileClientTests {
         let f = try LocalServerTests.mall()
         let server = try await Self.start(f, maxConnections: 64)
         let port = server.port
-        // No process is spawned while these sockets are open (see DescriptorFlood).
+        // One flood at a time (see DescriptorFlood).
         let (fds, open) = try await DescriptorFlood.during { () async throws -> ([Int32], Int) in
             let fds = try await LocalHTTP.onThread { () -> [Int32] in
                 var fds: [Int32] = []
@@ -66,8 +68,8 @@ struct ServeHostileClientTests {
             }
             // The server lets go of every one: closed for a newer one beyond the cap, timed out within it.
             let open = try await LocalHTTP.onThread { () -> Int in
-                // 60× the 1 s timeouts: a bound on connections never let go, not a speed.
-                let deadline = ContinuousClock.now + .seconds(60)
+                // 300× the 1 s timeouts: a bound on connections never let go, not a speed.
+                let deadline = ContinuousClock.now + .seconds(300)
                 var open = 0
                 for fd in fds {
                     if !HostileSocket.waitForClose(fd, until: deadline).closed { open += 1 }
@@ -94,11 +96,12 @@ struct ServeHostileClientTests {
         let port = server.port
         let fds = try await LocalHTTP.onThread { (0..<32).compactMap { _ in HostileSocket.connect(port: port) } }
         try #require(fds.count == 32)
-        for _ in 0..<500 where server.metrics.openConnections < 32 { try await Task.sleep(for: .milliseconds(10)) }
+        // Bounded by 2 minutes (a hang, not a speed), as below.
+        for _ in 0..<12_000 where server.metrics.openConnections < 32 { try await Task.sleep(for: .milliseconds(10)) }
         #expect(server.metrics.openConnections == 32)
         for fd in fds { close(fd) }
         #expect(try await Self.servedAgain(port: port))
-        for _ in 0..<500 where server.metrics.openConnections > 0 { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<12_000 where server.metrics.openConnections > 0 { try await Task.sleep(for: .milliseconds(10)) }
         #expect(server.metrics.openConnections == 0, "slots leaked")
         await server.stop()
     }
@@ -109,7 +112,7 @@ struct ServeHostileClientTests {
         try #require(count >= 1100, "descriptor limit too low for the flood")
         let f = try LocalServerTests.mall()
         // The server gets 1024 descriptors, a common default, and its default settings.
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
         process.arguments = ["--nofile=1024:1024", CLI.binary, "serve", "--root", f.root.path, "--port", "0", "--device-id", "d"]
         let running = CLI.Running(process: process)
@@ -129,7 +132,7 @@ struct ServeHostileClientTests {
         }
         let match = try #require(line.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:([0-9]+)/), "stdout: \(line)")
         let port = try #require(Int(match.1))
-        // No process is spawned while these sockets are open (see DescriptorFlood).
+        // One flood at a time (see DescriptorFlood).
         let (connected, recovered) = try await DescriptorFlood.during { () async throws -> (Int, Bool) in
             let fds = try await LocalHTTP.onThread { () -> [Int32] in
                 (0..<count).compactMap { _ in
@@ -173,7 +176,7 @@ struct ServeHostileClientTests {
         let server = try await Self.start(f, header: .seconds(1), idle: .seconds(600))
         let port = server.port
         let (closed, received, sentAll) = try await LocalHTTP.onThread { () -> (Bool, [UInt8], Bool) in
-            guard let fd = HostileSocket.connect(port: port) else { return (false, [], false) }
+            guard let fd = HostileSocket.connect(port: port, timeout: 60) else { return (false, [], false) }
             defer { close(fd) }
             var sentAll = true
             var received: [UInt8] = []
@@ -196,7 +199,7 @@ struct ServeHostileClientTests {
                     Thread.sleep(forTimeInterval: 0.04)
                 }
             }
-            let (closed, rest) = HostileSocket.waitForClose(fd, until: .now + .seconds(20))
+            let (closed, rest) = HostileSocket.waitForClose(fd, until: .now + .seconds(120))
             return (closed, received + rest, sentAll)
         }
         #expect(closed, "\(label): still open")
@@ -215,7 +218,7 @@ struct ServeHostileClientTests {
         let server = try await Self.start(f, header: .seconds(600), idle: .seconds(1))
         let port = server.port
         let (answers, closed) = try await LocalHTTP.onThread { () -> (Int, Bool) in
-            guard let fd = HostileSocket.connect(port: port) else { return (0, false) }
+            guard let fd = HostileSocket.connect(port: port, timeout: 60) else { return (0, false) }
             defer { close(fd) }
             var answers = 0
             for _ in 0..<requests {
@@ -232,7 +235,7 @@ struct ServeHostileClientTests {
                 }
                 if body == Self.index { answers += 1 }
             }
-            return (answers, HostileSocket.waitForClose(fd, until: .now + .seconds(20)).closed)
+            return (answers, HostileSocket.waitForClose(fd, until: .now + .seconds(120)).closed)
         }
         #expect(answers == requests)
         #expect(closed, "an idle keep-alive connection stayed open")
@@ -254,12 +257,12 @@ struct ServeHostileClientTests {
         #expect(head.status == 200)
         // Stop reading; the server's writes stall until the idle timeout closes the connection.
         var timedOut = false
-        for _ in 0..<300 where !timedOut {
+        for _ in 0..<3000 where !timedOut {  // 5 minutes: a bound on a hang, not a speed
             try await Task.sleep(for: .milliseconds(100))
             timedOut = server.metrics.timedOutConnections(.idle) == 1
         }
         #expect(timedOut, "a stalled response kept its connection")
-        let (closed, rest) = try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(20)) }
+        let (closed, rest) = try await LocalHTTP.onThread { HostileSocket.waitForClose(fd, until: .now + .seconds(120)) }
         #expect(closed && rest.count < size, "the whole body arrived: the connection was not cut")
         #expect(try await Self.servedAgain(port: port))
         await server.stop()
@@ -271,12 +274,13 @@ struct ServeHostileClientTests {
         let origin = MirrorOrigin(scheme: "http", host: "127.0.0.1", port: upstream.port)!
         let f = LocalStoreFixture()
         try f.add(version: "1.0.0", fixture: nil, whitelist: ["\(origin.origin)/never-requested/"])
-        let server = try await Self.start(f, header: .seconds(1), idle: .seconds(2))
+        // Idle 10 s: far above a 300 ms gap even when a loaded machine stretches it.
+        let server = try await Self.start(f, header: .seconds(1), idle: .seconds(10))
         let port = server.port, host = "\(origin.mirrorHost):\(port)"
         let pieces = (0..<10).map { String(repeating: Character(UnicodeScalar(UInt8(97 + $0))), count: 4) }
-        // 10 pieces 300 ms apart: 2.7 s of body, each gap inside the idle timeout.
+        // 10 pieces 300 ms apart: 2.7 s of body (past the header timeout), each gap inside the idle timeout.
         let answer = try await LocalHTTP.onThread { () -> String in
-            guard let fd = HostileSocket.connect(port: port) else { return "no connection" }
+            guard let fd = HostileSocket.connect(port: port, timeout: 60) else { return "no connection" }
             defer { close(fd) }
             guard HostileSocket.send(fd, "POST /echo/slow HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 40\r\n\r\n") else { return "head not sent" }
             for piece in pieces {
@@ -300,7 +304,7 @@ struct ServeHostileClientTests {
             guard let fd = HostileSocket.connect(port: port) else { return false }
             defer { close(fd) }
             guard HostileSocket.send(fd, "POST /echo/stall HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 40\r\n\r\n0123456789") else { return false }
-            return HostileSocket.waitForClose(fd, until: .now + .seconds(30)).closed
+            return HostileSocket.waitForClose(fd, until: .now + .seconds(120)).closed
         }
         #expect(closed, "a stalled body kept its connection")
         #expect(server.metrics.timedOutConnections(.idle) == 1)

@@ -184,8 +184,8 @@ struct WebKitIsolationTests {
             let old = try await view.load(page) as? [String: Any]
             // The page read its version from its own response's Server-Timing, as documented.
             #expect(old?["shipped"] as? String == "1.0.0" && old?["own"] as? String == "1.0.0", "\(String(describing: old))")
-            // The snippet confirms on load (bounded: 600 looks, 0.1 s apart).
-            for _ in 0..<600 {
+            // The snippet confirms on load (bounded: 3000 looks, 0.1 s apart: a hang, not a speed).
+            for _ in 0..<3000 {
                 if await h.agent().lifecycle(app: "mall").state == .good { break }
                 try await Task.sleep(for: .milliseconds(100))
             }

@@ -6,7 +6,7 @@ import TestSupport
 /// xvfb-run, with the system's python3, whose `gi` has WebKit2 4.1): pages load in it one
 /// after another and keep running between commands, as in a kiosk.
 final class WebKitView: @unchecked Sendable {
-    private let process = Process()
+    private let process = ChildProcess()
     private let input = Pipe()
     private let output = Pipe()
     private let errors = Pipe()

@@ -22,7 +22,7 @@ struct DashboardTests {
         let profile = TemporaryDirectory("chromium")
         return try await LocalHTTP.onThread {
             try CLI.runBlocking([
-                "60", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "300", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)", "--hide-scrollbars",
                 "--window-size=1100,1000", "--virtual-time-budget=3000", action, url,
             ], executable: "/usr/bin/timeout")

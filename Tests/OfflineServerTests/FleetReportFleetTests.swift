@@ -50,7 +50,7 @@ struct FleetReportFleetTests {
             let answers = try await LocalHTTP.onThread {
                 // All 100 started before any is waited for: they post concurrently.
                 let processes = try files.map { file in
-                    let process = Process()
+                    let process = ChildProcess()
                     process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
                     process.arguments = [
                         "-sS", "--max-time", "120", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",

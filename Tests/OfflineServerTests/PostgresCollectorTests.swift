@@ -81,7 +81,7 @@ struct PostgresCollectorTests {
         let count = try await C.stats(again.baseURL)["events"] as? Int
         await again.stop()
         #expect(count == Self.events().count - 1)
-        let output = Pipe(), process = Process()
+        let output = Pipe(), process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
         process.arguments = [database.url, "-qAtc", "SELECT name FROM offline_server_migrations ORDER BY name"]
         process.standardOutput = output

@@ -6,10 +6,10 @@ import TestSupport
 final class PrometheusProcess: @unchecked Sendable {
     /// Debian's `prometheus`.
     static let binary = "/usr/bin/prometheus"
-    let process: Process
+    let process: ChildProcess
     let port: Int
 
-    private init(process: Process, port: Int) {
+    private init(process: ChildProcess, port: Int) {
         self.process = process
         self.port = port
     }
@@ -32,7 +32,7 @@ final class PrometheusProcess: @unchecked Sendable {
             let listener = try LoopbackListener()
             let port = listener.port
             listener.stop()
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: binary)
             process.arguments = [
                 "--config.file=\(config)", "--storage.tsdb.path=\(dir)/tsdb-\(attempt)",
@@ -45,7 +45,7 @@ final class PrometheusProcess: @unchecked Sendable {
             try process.run()
             let running = PrometheusProcess(process: process, port: port)
             // Ready when /-/ready answers 200; a process that exits lost the port (or failed).
-            let deadline = ContinuousClock.now + .seconds(30)
+            let deadline = ContinuousClock.now + .seconds(180)  // a bound on a hang, not a speed
             while ContinuousClock.now < deadline, process.isRunning {
                 if let ready = try? await PublishHTTP.fetch("http://127.0.0.1:\(port)/-/ready"), ready.status == 200 {
                     return running

@@ -268,7 +268,7 @@ struct ReferenceServerTests {
         let out = try F.temporaryDirectory("server-exe")
         defer { F.cleanUp(out) }
         try F.publishSample(["1.0.0", "1.1.0"], to: out)
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["--dir", out, "--port", "0"]
         let stdout = Pipe()

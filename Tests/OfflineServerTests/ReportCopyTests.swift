@@ -11,7 +11,7 @@ struct ReportCopyTests {
     typealias C = FleetReportClient
 
     static func psql(_ url: String, _ sql: String) throws -> String {
-        let output = Pipe(), process = Process()
+        let output = Pipe(), process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
         process.arguments = [url, "-qAtc", sql]
         process.standardOutput = output

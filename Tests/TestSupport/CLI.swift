@@ -36,22 +36,20 @@ package enum CLI {
     package static func run(
         _ arguments: [String], environment: [String: String] = [:], executable: String = binary
     ) async throws -> Result {
-        // Not while a flood test holds its sockets (see DescriptorFlood).
-        let process = try await DescriptorFlood.spawn { try start(arguments, environment: environment, executable: executable) }
-        return await finish(process)
+        await finish(try start(arguments, environment: environment, executable: executable))
     }
 
     package final class Running: @unchecked Sendable {
-        package let process: Process
+        package let process: ChildProcess
         package let out = Pipe()
         package let err = Pipe()
-        package init(process: Process) { self.process = process }
+        package init(process: ChildProcess) { self.process = process }
     }
 
     package static func start(
         _ arguments: [String], environment: [String: String] = [:], executable: String = binary
     ) throws -> Running {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment

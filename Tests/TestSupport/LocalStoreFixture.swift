@@ -47,7 +47,13 @@ package final class LocalStoreFixture: @unchecked Sendable {
     }
 
     package func start(deviceID: String = "device", allowRemote: Bool = false) async throws -> RunningLocalServer {
-        try await LocalServer(configuration: .init(root: root.path, port: 0, deviceID: deviceID, allowRemote: allowRemote)).start()
+        var configuration = LocalServer.Configuration(root: root.path, port: 0, deviceID: deviceID, allowRemote: allowRemote)
+        // Bounds on a hang, not speeds: on a loaded machine the other side's close frame, or
+        // the origin's 101, can come later than the defaults (5 s, 10 s), and no test here
+        // is about those two bounds.
+        configuration.webSockets.closeTimeout = .seconds(300)
+        configuration.webSockets.handshakeTimeout = .seconds(120)
+        return try await LocalServer(configuration: configuration).start()
     }
 
     package static func fixtureBytes(_ version: String, _ path: String) -> [UInt8] {

@@ -36,7 +36,7 @@ package final class Nginx: @unchecked Sendable {
 
     package let prefix: String
     package let port: Int
-    private let process: Process
+    private let process: ChildProcess
 
     package var baseURL: String { "http://127.0.0.1:\(port)" }
     package var accessLogPath: String { "\(prefix)/access.log" }
@@ -54,13 +54,14 @@ package final class Nginx: @unchecked Sendable {
                 prefix: prefix, port: port, server: server.replacingOccurrences(of: "{prefix}", with: prefix),
                 http: http.replacingOccurrences(of: "{prefix}", with: prefix))
             try Data(config.utf8).write(to: URL(fileURLWithPath: "\(prefix)/nginx.conf"))
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: Self.binary)
             process.arguments = ["-p", prefix, "-c", "\(prefix)/nginx.conf", "-e", "\(prefix)/error.log"]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.run()
-            if Self.waitForListening(port: port, process: process, within: 10) {
+            // A bound on an nginx that never listens, not a speed (a loaded machine starts slowly).
+            if Self.waitForListening(port: port, process: process, within: 120) {
                 self.prefix = prefix
                 self.port = port
                 self.process = process
@@ -156,7 +157,7 @@ package final class Nginx: @unchecked Sendable {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    private static func waitForListening(port: Int, process: Process, within seconds: Double) -> Bool {
+    private static func waitForListening(port: Int, process: ChildProcess, within seconds: Double) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline, process.isRunning {
             if let fd = try? LocalHTTP.connect(port: port) {

@@ -8,7 +8,7 @@ import Glibc
 /// on a port of its choosing (or a given one), stopped gracefully or killed, and restarted
 /// with the same arguments, so on the same publish directory and reports database.
 package final class OfflineServerProcess: @unchecked Sendable {
-    package let process = Process()
+    package let process = ChildProcess()
     /// The port it listens on, from its first line of output.
     package let port: Int
     /// The arguments given (without the `--port` and `--log-level` added here).
@@ -21,7 +21,7 @@ package final class OfflineServerProcess: @unchecked Sendable {
 
     /// How long a start may take on a loaded machine before the process is killed and the
     /// start fails: a bound on a hang, not a speed.
-    package static let startTimeout: TimeInterval = 60
+    package static let startTimeout: TimeInterval = 300
 
     /// Starts the built `offline-server` with `arguments`, on `port` (0: one the kernel picks).
     package init(arguments: [String], port: Int = 0, environment: [String: String] = [:]) throws {

@@ -13,7 +13,7 @@ package final class PackageFixture: @unchecked Sendable {
         for version in Self.versions {
             let source = "\(Repo.fixtures)/sample-app/\(version)"
             let files = tree(source).filter { !FileSystem.isDirectory("\(source)/\($0)") }
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             // Stored, sorted, no extra attributes: patches between them stay small.
             process.arguments = ["zip", "-q", "-0", "-X", "-D", package(version)] + files
@@ -100,9 +100,10 @@ package final class Origin: @unchecked Sendable {
         }
     }
 
-    /// Blocks until a request for `path` arrived (at most a few seconds).
+    /// Blocks until a request for `path` arrived (at most 5 minutes: a request that never
+    /// comes, not a slow one).
     package func waitForRequest(_ path: String) {
-        for _ in 0..<300 where requests(for: path).isEmpty { usleep(20_000) }
+        for _ in 0..<15_000 where requests(for: path).isEmpty { usleep(20_000) }
     }
 
     package var requests: [ScriptedServer.Request] { server.requests }

@@ -48,7 +48,7 @@ package struct PostgresTestDatabase: Sendable {
 
     /// Runs one statement with `psql`; throws with its output when it fails.
     package static func psql(_ url: String, _ sql: String) throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
         process.arguments = [url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql]
         let output = Pipe()

@@ -9,7 +9,7 @@ package final class PrivateBus: @unchecked Sendable {
     package let directory = TemporaryDirectory("bus")
     /// The bus's address, for DBUS_SESSION_BUS_ADDRESS or DBUS_SYSTEM_BUS_ADDRESS.
     package let address: String
-    private let process: Process
+    private let process: ChildProcess
 
     package init(policy: String? = nil) throws {
         // Others reach the socket through the directory (mkdtemp makes it 0700).
@@ -38,7 +38,7 @@ package final class PrivateBus: @unchecked Sendable {
             </busconfig>
             """
         try config.write(toFile: directory.file("bus.conf"), atomically: true, encoding: .utf8)
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
         process.arguments = ["--config-file=\(directory.file("bus.conf"))", "--nofork", "--nopidfile", "--print-address"]
         let out = Pipe()

@@ -68,7 +68,7 @@ package enum PublishFixtures {
     /// Runs a program, returning its exit status, stdout and stderr.
     @discardableResult
     package static func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let out = Pipe(), err = Pipe()
@@ -83,7 +83,7 @@ package enum PublishFixtures {
 
     /// `gzip -dc`: the decompressed bytes of a gzip file.
     package static func gunzip(_ path: String) throws -> Data {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/gzip")
         process.arguments = ["-dc", path]
         let out = Pipe()

@@ -19,7 +19,7 @@ package enum Repo {
 /// Runs a program to completion and returns its status and output.
 @discardableResult
 package func run(_ executable: String, _ arguments: [String], cwd: String? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
     process.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
     if let cwd { process.currentDirectoryURL = URL(fileURLWithPath: cwd) }

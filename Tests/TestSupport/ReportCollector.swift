@@ -71,13 +71,13 @@ package final class ReportCollector: @unchecked Sendable {
     deinit { stop() }
 
     /// Waits (at most `timeout` seconds) until `count` events are stored. The bound is on
-    /// events that never come, not a speed: 60 s, for a loaded machine.
-    package func waitForEvents(_ count: Int, timeout: Double = 60) async -> Bool {
+    /// events that never come, not a speed: 5 minutes, for a loaded machine.
+    package func waitForEvents(_ count: Int, timeout: Double = 300) async -> Bool {
         await waitUntil(timeout: timeout) { self.events.count >= count }
     }
 
     /// Waits (at most `timeout` seconds) until `condition` holds.
-    package func waitUntil(timeout: Double = 60, _ condition: @escaping () -> Bool) async -> Bool {
+    package func waitUntil(timeout: Double = 300, _ condition: @escaping () -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if condition() { return true }

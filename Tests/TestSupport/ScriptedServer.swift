@@ -94,8 +94,12 @@ package final class ScriptedServer: @unchecked Sendable {
         listener.start { [self] client in serve(client) }
     }
 
-    /// Stops accepting; safe to call more than once.
-    package func stop() { listener.stop() }
+    /// Stops accepting and ends every stall and hold under way (their connections close);
+    /// safe to call more than once.
+    package func stop() {
+        state.withLock { $0.stopped = true }
+        listener.stop()
+    }
 
     deinit { stop() }
 
@@ -145,7 +149,8 @@ package final class ScriptedServer: @unchecked Sendable {
                 closed = true
                 return
             case .stall(let seconds):
-                Thread.sleep(forTimeInterval: seconds)
+                // Ends early when the client leaves: long stalls hold no thread past their test.
+                hold(fd, seconds: seconds)
                 return
             case .drip(let chunk, let pause):
                 var offset = 0
@@ -170,10 +175,11 @@ package final class ScriptedServer: @unchecked Sendable {
         }
     }
 
-    /// Keeps the connection open without sending, until the client closes it or `seconds` pass.
+    /// Keeps the connection open without sending, until the client closes it, `seconds`
+    /// pass or the server is stopped.
     private func hold(_ fd: Int32, seconds: Double) {
         let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        while Date() < deadline, !state.withLock({ $0.stopped }) {
             var pollfd = Glibc.pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             if poll(&pollfd, 1, 50) > 0 {
                 // Readable with nothing to read: the client closed; stop holding.

@@ -13,10 +13,11 @@ package final class SyncHarness: @unchecked Sendable {
     package init(fixture: PackageFixture? = nil) throws {
         self.fixture = try fixture ?? PackageFixture()
         origin = try Origin()
-        // Generous: tests run in parallel on two cores. The timeout fault lowers its own.
-        configuration.network.readTimeout = .seconds(15)
-        configuration.network.connectTimeout = .seconds(10)
-        configuration.network.manifestTimeout = .seconds(30)
+        // Bounds on a hang, not speeds: tests run in parallel on two loaded cores. A test of
+        // a timeout sets its own.
+        configuration.network.readTimeout = .seconds(120)
+        configuration.network.connectTimeout = .seconds(60)
+        configuration.network.manifestTimeout = .seconds(120)
         // The lifecycle's tests (here and through serve) exercise trials: the harness's
         // device turns them on, as a host that confirms does. Trials are off by default;
         // `TrialDefaultTests` checks that default with `configuration.maxTrialLaunches = nil`.

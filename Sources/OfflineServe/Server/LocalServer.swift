@@ -108,6 +108,8 @@ public struct LocalServer: Sendable {
         public var idleTimeout: Duration
         /// Timeouts of forwarded requests (the defaults of `OriginProxy.Configuration`).
         package var origins = OriginProxy.Configuration()
+        /// Bounds of relayed WebSockets (the defaults of `WebSocketRelay.Limits`).
+        package var webSockets = WebSocketRelay.Limits()
         /// A configuration; the defaults listen on 127.0.0.1:8421.
         public init(
             root: String, host: String = "127.0.0.1", port: Int = 8421, deviceID: String? = nil, allowRemote: Bool = false,
@@ -229,7 +231,7 @@ public struct LocalServer: Sendable {
         let responder = LocalServerResponder(
             router: router, resolver: resolver, metrics: metrics, logger: logger,
             proxy: OriginProxy(configuration: configuration.origins, metrics: metrics))
-        let webSockets = MirrorWebSocketUpgrade(metrics: metrics, limits: WebSocketRelay.Limits())
+        let webSockets = MirrorWebSocketUpgrade(metrics: metrics, limits: configuration.webSockets)
         let limiter = LocalConnectionLimiter(limit: LocalConnectionLimiter.effectiveLimit(configuration.maxConnections))
         let headerTimeout = TimeAmount(configuration.headerTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
         let metrics = self.metrics

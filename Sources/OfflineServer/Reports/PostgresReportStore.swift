@@ -262,8 +262,10 @@ final class PostgresReportStore: ReportStorage {
 
     /// How long one operation may wait for the database (a connection, a lock, a query):
     /// a database that stopped answering turns into an error (`POST /report` answers 503
-    /// and the agent resends later), never a request that hangs.
-    static let operationTimeout: Duration = .seconds(30)
+    /// and the agent resends later), never a request that hangs. Two minutes: a bound on a
+    /// database that stopped, not a speed (a busy machine's pool and locks can hold a query
+    /// back for tens of seconds, and the agent's own report deadline ends its wait sooner).
+    static let operationTimeout: Duration = .seconds(120)
 
     /// How long the migrations at start may take: a one-time backfill reads the whole
     /// history (v6 sums every stored event), and another instance sharing the database may
