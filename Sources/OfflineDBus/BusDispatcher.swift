@@ -85,7 +85,8 @@ final class BusDispatcher {
             if fds[1].revents != 0 { loop.clearWake() }
             if fds[2].revents != 0 {
                 let events = loop.drainInotify()
-                if events.changed { service.rootChanged() }
+                service.appsAppeared(events.created, rootChanged: events.full)
+                if events.changed { service.rootChanged(full: events.full, apps: events.apps) }
                 for app in events.progress { service.progressRecorded(app) }
             }
         }

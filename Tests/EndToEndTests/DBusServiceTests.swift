@@ -131,6 +131,34 @@ struct DBusServiceTests {
         #expect(gdbus.stdout.contains("'\(mirror.trimmingCharacters(in: .newlines))', '1.0.0', ''"), "\(gdbus.stdout) \(gdbus.stderr)")
     }
 
+    /// `Resolve` keeps its reading of the root between calls: each change another process
+    /// makes must show in the very next call, made as soon as that process exits.
+    @Test("Resolve answers each change of the root at the next call: a swap, a rewritten record (rollout), a rollback")
+    func resolveFollowsChanges() async throws {
+        let s = try await Setup()
+        let url = SyncHarness.whitelist + "index.html"
+        func resolved() async throws -> [String] { try #require(try await s.call("Resolve", "s", [url])["ok"] as? [String]) }
+        func cli(_ arguments: [String]) async throws {
+            let result = try await CLI.run(arguments)
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+        }
+        #expect(try await resolved()[1...] == ["1.0.0", ""])
+        s.h.origin.setManifest(try s.h.patch(from: "1.0.0", to: "1.1.0"))
+        try await cli(s.sync)
+        #expect(try await resolved()[1...] == ["1.1.0", ""])
+        // The same version offered again rewrites its record in versions/: this device's
+        // bucket ("device", mall) is 30, above a rollout of 10.
+        #expect(Resolver.rolloutBucket(deviceID: "device", app: "mall") == 30)
+        s.h.origin.setManifest(s.h.full("1.1.0", ["rollout": 10]))
+        try await cli(s.sync)
+        #expect(try await resolved() == [url, "", "outside-rollout"])
+        s.h.origin.setManifest(s.h.full("1.1.0"))
+        try await cli(s.sync)
+        #expect(try await resolved()[1...] == ["1.1.0", ""])
+        try await cli(["mark-bad", "--root", s.h.root.path, "--app", "mall", "--reason", "test"])
+        #expect(try await resolved()[1...] == ["1.0.0", ""])
+    }
+
     @Test("the introspection XML in the repository is what the service answers")
     func introspection() async throws {
         let s = try await Setup()
