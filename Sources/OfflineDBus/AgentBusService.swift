@@ -404,6 +404,8 @@ public final class AgentBusService: Sendable {
             }
         case .resolve(let app, let url):
             return .now(resolve(app: app, url: url))
+        case .resolveFile(let app, let url):
+            return .now(resolveFile(app: app, url: url))
         case .confirm(let app, let text):
             guard let version = Version(text) else { return .now(.failure(.usage("'\(text)' is not a version"))) }
             return later { lifecycle in
@@ -442,6 +444,49 @@ public final class AgentBusService: Sendable {
     /// `Resolve`: where a host loads `url` (the mirror URL on `serve`'s port), with the
     /// version serving it; the URL itself and the fallback reason when it loads from the network.
     func resolve(app: String, url text: String) -> Result<[BusValue], BusError> {
+        resolution(app: app, url: text).map { url, resolution, cache, apps in
+            switch resolution {
+            case .file(let file):
+                let location = cache.resolver.mirrorURL(for: url, servePort: configuration.servePort, among: apps) ?? text
+                return [.string(location), .string(file.version.description), .string("")]
+            case .network(let reason, _):
+                return [.string(text), .string(""), .string(reason.rawValue)]
+            }
+        }
+    }
+
+    /// `ResolveFile`: the file that serves `url`, opened, with its MIME type and the version
+    /// it belongs to (the descriptor reads that version's bytes whatever is installed
+    /// later), decided as `Resolve` decides; `NotOffline` when the URL loads from the network.
+    func resolveFile(app: String, url text: String) -> Result<[BusValue], BusError> {
+        // Twice at most: a swap and a collection may remove the file between the reading and the open.
+        for _ in 0..<2 {
+            switch resolution(app: app, url: text) {
+            case .failure(let error):
+                return .failure(error)
+            case .success((_, .network(let reason, _), _, _)):
+                return .failure(BusError(
+                    name: DBusNames.errorPrefix + "NotOffline",
+                    message: "\(reason.rawValue): \(text) is not served offline: load it from the network (Resolve says where)"))
+            case .success((_, .file(let file), let cache, _)):
+                let fd = open(file.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+                var info = stat()
+                guard fd >= 0 else { cache.invalidate(); continue }
+                guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                    close(fd)
+                    return .failure(BusError(OfflineAgentError(.serve, "\(file.path) is not a regular file", cause: .unexpected)))
+                }
+                return .success([.file(fd), .string(configuration.contentType(file.path)), .string(file.version.description)])
+            }
+        }
+        return .failure(BusError(OfflineAgentError(.serve, "the file for \(text) changed twice while it was opened", cause: .busy)))
+    }
+
+    /// How `url` resolves among the apps as the service last read them (`ResolveCache`),
+    /// checked for `app`: a URL of another app's whitelist is refused with `WrongApp`.
+    private func resolution(app: String, url text: String)
+        -> Result<(url: URL, resolution: Resolution, cache: ResolveCache, apps: [ResolvableApp]), BusError>
+    {
         guard let url = URL(string: text), url.scheme != nil, url.host != nil else { return .failure(.usage("invalid URL")) }
         let cache: ResolveCache
         do { cache = try resolveCache.withLock { kept in
@@ -450,19 +495,16 @@ public final class AgentBusService: Sendable {
             kept = made
             return made
         } } catch { return .failure(BusError(any: error)) }
-        let resolver = cache.resolver, apps = cache.apps()
-        func otherApp(_ owner: String) -> BusError {
-            BusError(OfflineAgentError(.usage, "the URL belongs to app '\(owner)', not '\(app)'", cause: .wrongApp))
+        let apps = cache.apps()
+        let resolution = cache.resolver.resolve(url, among: apps)
+        let owner: String? = switch resolution {
+        case .file(let file): file.app
+        case .network(_, let owner): owner
         }
-        switch resolver.resolve(url, among: apps) {
-        case .file(let file):
-            guard file.app == app else { return .failure(otherApp(file.app)) }
-            let location = resolver.mirrorURL(for: url, servePort: configuration.servePort, among: apps) ?? text
-            return .success([.string(location), .string(file.version.description), .string("")])
-        case .network(let reason, let owner):
-            if let owner, owner != app { return .failure(otherApp(owner)) }
-            return .success([.string(text), .string(""), .string(reason.rawValue)])
+        if let owner, owner != app {
+            return .failure(BusError(OfflineAgentError(.usage, "the URL belongs to app '\(owner)', not '\(app)'", cause: .wrongApp)))
         }
+        return .success((url, resolution, cache, apps))
     }
 
     /// `Sync`: a job object at once; the sync runs in a task and ends with `SyncFinished`.

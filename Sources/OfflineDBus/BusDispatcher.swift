@@ -169,6 +169,7 @@ final class BusDispatcher {
             case (Int32(C_SDBUS_MANAGER.rawValue), "Status"): return .success(.status(app: nil))
             case (Int32(C_SDBUS_APP.rawValue), "Status"): return .success(.status(app: id))
             case (Int32(C_SDBUS_APP.rawValue), "Resolve"): return .success(.resolve(app: id, url: try string("url")))
+            case (Int32(C_SDBUS_APP.rawValue), "ResolveFile"): return .success(.resolveFile(app: id, url: try string("url")))
             case (Int32(C_SDBUS_APP.rawValue), "Confirm"): return .success(.confirm(app: id, version: try string("version", max: 64)))
             case (Int32(C_SDBUS_APP.rawValue), "ReportBad"):
                 return .success(.reportBad(app: id, version: try string("version", max: 64), reason: try string("reason", max: 1024)))
