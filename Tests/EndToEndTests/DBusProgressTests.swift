@@ -18,17 +18,27 @@ struct DBusProgressTests {
         return [UInt8](try Data(contentsOf: URL(fileURLWithPath: work.file("big.zip"))))
     }
 
+    /// A server of `bytes` as `/big.zip` that trickles them: 256 KiB every 50 ms, so the
+    /// download takes many progress record intervals.
+    static func trickling(_ bytes: [UInt8]) throws -> TrickleServer {
+        try TrickleServer { target in
+            guard target.hasPrefix("/big.zip") else { return [.send(TrickleServer.head(404, length: 0))] }
+            return [.send(TrickleServer.head(200, length: bytes.count)), .trickle(bytes, chunk: 256 << 10, pause: 0.05)]
+        }
+    }
+
+    /// The manifest fields of the full package `bytes` served by `server`.
+    static func package(_ bytes: [UInt8], at server: TrickleServer) -> [String: Any] {
+        let sha = PackageFixture.sha256(bytes)
+        return ["url": "\(server.baseURL)/big.zip", "size": bytes.count, "sha256": sha, "packageSha256": sha]
+    }
+
     @Test("a sync the CLI runs (another process) downloading from a slow server is heard as Progress, 0 < bytes <= total")
     func cliSyncProgress() async throws {
         let s = try await Setup()
         let bytes = try Self.bigPackage(8)
-        // The package trickles: 256 KiB every 50 ms, so the download takes many record intervals.
-        let slow = try TrickleServer { target in
-            guard target.hasPrefix("/big.zip") else { return [.send(TrickleServer.head(404, length: 0))] }
-            return [.send(TrickleServer.head(200, length: bytes.count)), .trickle(bytes, chunk: 256 << 10, pause: 0.05)]
-        }
-        let sha = PackageFixture.sha256(bytes)
-        s.h.origin.setManifest(s.h.full("1.1.0", ["url": "\(slow.baseURL)/big.zip", "size": bytes.count, "sha256": sha, "packageSha256": sha]))
+        let slow = try Self.trickling(bytes)
+        s.h.origin.setManifest(s.h.full("1.1.0", Self.package(bytes, at: slow)))
 
         let (signals, child) = try await DBusMethodTests.signals(s, until: "SyncFinished", [CLI.binary] + s.sync)
         #expect(child["status"] as? Int == 0, "\(child)")
@@ -69,15 +79,8 @@ struct DBusProgressTests {
     func firstInstallProgress() async throws {
         let s = try await Setup()
         let bytes = try Self.bigPackage(4)
-        let slow = try TrickleServer { target in
-            guard target.hasPrefix("/big.zip") else { return [.send(TrickleServer.head(404, length: 0))] }
-            return [.send(TrickleServer.head(200, length: bytes.count)), .trickle(bytes, chunk: 256 << 10, pause: 0.05)]
-        }
-        let sha = PackageFixture.sha256(bytes)
-        s.h.origin.setManifest(s.h.full("1.1.0", [
-            "app": "shop", "whitelist": ["https://shop.example.com/"],
-            "url": "\(slow.baseURL)/big.zip", "size": bytes.count, "sha256": sha, "packageSha256": sha,
-        ]))
+        let slow = try Self.trickling(bytes)
+        s.h.origin.setManifest(s.h.full("1.1.0", Self.package(bytes, at: slow).merging(["app": "shop", "whitelist": ["https://shop.example.com/"]]) { $1 }))
         #expect(!FileManager.default.fileExists(atPath: s.h.root.path + "/apps/shop"))
         let sync = ["sync", "--allow-unsigned", "--root", s.h.root.path, "--app", "shop", "--manifest", s.h.origin.manifestURL.absoluteString, "--force", "--json"]
         let (signals, child) = try await DBusMethodTests.signals(s, until: "SyncFinished", [CLI.binary] + sync)
