@@ -65,7 +65,9 @@ final class ResolveCache: Sendable {
     func apps() -> [ResolvableApp] {
         let generation = generation.load(ordering: .acquiring)
         let previous = kept.withLock { $0 }
-        let key = key(listing: previous?.key)
+        // After an inotify event the apps are listed again: the directory's mtime has the
+        // clock's coarse ticks, and two changes within one tick look like none.
+        let key = key(listing: previous?.generation == generation ? previous?.key : nil)
         if let previous, previous.generation == generation, previous.key == key { return previous.apps }
         let apps = resolver.activeApps()
         kept.withLock { $0 = Kept(generation: generation, key: key, apps: apps) }
