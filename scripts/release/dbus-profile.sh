@@ -26,7 +26,8 @@ pids+=("$serve")
 # Under callgrind the start takes seconds.
 for _ in $(seq 600); do grep -q '^dbus: ' "$work/serve.out" 2>/dev/null && break; sleep 0.2; done
 grep -q '^dbus: ' "$work/serve.out" || { cat "$work/serve.err" >&2; echo "error: serve --dbus did not start" >&2; exit 1; }
-app=$(ls "$root/apps" | head -1)
+apps=("$root"/apps/*/)
+app=$(basename "${apps[0]}")
 path=$(busctl --address="$bus" call org.offlineagent.Agent1 /org/offlineagent/Agent1 org.offlineagent.Agent1.Manager GetApp s "$app" | sed 's/^o "\(.*\)"$/\1/')
 url=$(busctl --address="$bus" get-property org.offlineagent.Agent1 "$path" org.offlineagent.Agent1.App Whitelist | sed 's/^as [0-9]* "\([^"]*\)".*$/\1/')
 for _ in 1 2 3; do
