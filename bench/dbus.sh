@@ -79,7 +79,8 @@ BUS=$(head -1 "$WORK/bus.address")
 export DBUS_SESSION_BUS_ADDRESS=$BUS
 
 # serve_idle NAME ARGS...: starts serve, waits for its lines, makes one request, idles
-# IDLE s; sets SERVE_PID, SERVE_PORT, RSS_KB and CPU_TICKS (user+system over the idle time).
+# IDLE s; sets SERVE_PID, SERVE_PORT, RSS_KB (and its RssAnon and RssFile parts) and
+# CPU_TICKS (user+system over the idle time); leaves the Rss of each mapped file in $WORK/NAME.maps.
 serve_idle() {
     local name=$1 want=1
     shift
@@ -98,18 +99,22 @@ serve_idle() {
     after=$(awk '{ print $14 + $15 }' "/proc/$SERVE_PID/stat")
     CPU_TICKS=$((after - before))
     RSS_KB=$(awk '/^VmRSS:/ { print $2 }' "/proc/$SERVE_PID/status")
+    RSS_ANON_KB=$(awk '/^RssAnon:/ { print $2 }' "/proc/$SERVE_PID/status")
+    RSS_FILE_KB=$(awk '/^RssFile:/ { print $2 }' "/proc/$SERVE_PID/status")
+    awk '/^[0-9a-f]+-[0-9a-f]+ / { name = $6 } /^Rss:/ && name ~ /^\// { rss[name] += $2 } END { for (n in rss) print n, rss[n] }' \
+        "/proc/$SERVE_PID/smaps" | sort > "$WORK/$name.maps"
 }
 stop_serve() { kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null || true; }
 TICK=$(getconf CLK_TCK)
 
 log "serve without --dbus: idle RSS and CPU over ${IDLE}s"
 serve_idle plain
-PLAIN_RSS_KB=$RSS_KB PLAIN_CPU=$CPU_TICKS
+PLAIN_RSS_KB=$RSS_KB PLAIN_CPU=$CPU_TICKS PLAIN_ANON_KB=$RSS_ANON_KB PLAIN_FILE_KB=$RSS_FILE_KB
 stop_serve
 
 log "serve --dbus session: idle RSS and CPU over ${IDLE}s"
 serve_idle dbus --dbus session
-DBUS_RSS_KB=$RSS_KB DBUS_CPU=$CPU_TICKS
+DBUS_RSS_KB=$RSS_KB DBUS_CPU=$CPU_TICKS DBUS_ANON_KB=$RSS_ANON_KB DBUS_FILE_KB=$RSS_FILE_KB
 
 # --- round trips and signal latency, from one Gio client -----------------------------
 log "Resolve and Ping round trips ($CALLS each), $SWAPS swaps"
@@ -192,6 +197,14 @@ echo "busctl_ping.median_ms=$(oneshot org.offlineagent.Agent1 /org/offlineagent/
 stop_serve
 
 awk -v a="$PLAIN_RSS_KB" -v b="$DBUS_RSS_KB" 'BEGIN { printf "rss.plain_mb=%.1f\nrss.dbus_mb=%.1f\nrss.added_mb=%.2f\n", a / 1024, b / 1024, (b - a) / 1024 }'
+# Where the added RSS is: anonymous memory (heap, the bus thread's stack), and file pages:
+# those of the libraries only --dbus maps (libsystemd and what it links, shared with every
+# other process that maps them) and the rest (our binary's code that the service runs).
+BUS_LIBS_KB=$(join -v 2 "$WORK/plain.maps" "$WORK/dbus.maps" | awk '{ s += $2 } END { print s + 0 }')
+awk -v pa="$PLAIN_ANON_KB" -v da="$DBUS_ANON_KB" -v pf="$PLAIN_FILE_KB" -v df="$DBUS_FILE_KB" -v l="$BUS_LIBS_KB" \
+    'BEGIN { printf "rss.added_anon_mb=%.2f\nrss.added_file_mb=%.2f\nrss.bus_libraries_mb=%.2f\n", (da - pa) / 1024, (df - pf) / 1024, l / 1024 }'
+join -v 2 "$WORK/plain.maps" "$WORK/dbus.maps" | sort -k2 -rn | awk '{ printf "# mapped by --dbus only: %s %d kB\n", $1, $2 }'
+join "$WORK/plain.maps" "$WORK/dbus.maps" | awk '$3 - $2 >= 64 { printf "# grown with --dbus: %s +%d kB\n", $1, $3 - $2 }'
 awk -v a="$PLAIN_CPU" -v b="$DBUS_CPU" -v t="$TICK" -v s="$IDLE" 'BEGIN { printf "idle_cpu.plain_ms_per_s=%.2f\nidle_cpu.dbus_ms_per_s=%.2f\n", a * 1000 / t / s, b * 1000 / t / s }'
 
 # --- targets ------------------------------------------------------------------------

@@ -9,7 +9,9 @@
 #   1. what both a throttled no-op `sync` (cron and systemd start it every few minutes) and
 #      `serve` (it stays resident next to the web views) run,
 #   2. what only the throttled `sync` runs, then what only `serve` runs,
-#   3. what the rest of scripts/demo.sh runs (full and patch installs, status, resolve,
+#   3. what only `serve --dbus` adds (the D-Bus service idling and answering reads, on a
+#      private session bus; docs/DBUS.md): packed, it costs the idle serve less resident code,
+#   4. what the rest of scripts/demo.sh runs (full and patch installs, status, resolve,
 #      session-url, cookies), most shared first.
 #
 # How: scripts/demo.sh runs with every offline-agent call under valgrind's callgrind
@@ -50,6 +52,7 @@ valgrind --quiet --tool=callgrind --demangle=no --callgrind-out-file="$profiles/
     "$symbols" sync --root "$work/demo/root" --app mall --manifest "$manifest" --allow-unsigned >/dev/null
 # serve exits on the demo's SIGTERM; wait (bounded) until its profile is complete.
 for _ in $(seq 100); do pgrep -f "callgrind-out-file=$profiles" >/dev/null || break; sleep 0.2; done
+scripts/release/dbus-profile.sh "$symbols" "$work/demo/root" "$profiles/dbus"
 
 mkdir -p scripts/release
 python3 - "$symbols" "$profiles" scripts/release/offline-agent.order <<'PY'
@@ -79,11 +82,12 @@ def executed(path):
 
 runs = {name: executed(os.path.join(profiles, name)) for name in sorted(os.listdir(profiles))}
 noop = runs.pop("noop")
+dbus = runs.pop("dbus", set())
 serve = set().union(*(fns for name, fns in runs.items() if name.startswith("serve.")))
 uses = collections.Counter(f for fns in runs.values() for f in fns)
 order, seen = [], set()
 # What both run first, so each of the two finds all it runs in one stretch.
-for group in (sorted(noop & serve), sorted(noop - serve), sorted(serve - noop),
+for group in (sorted(noop & serve), sorted(noop - serve), sorted(serve - noop), sorted(dbus - serve - noop),
               sorted(uses, key=lambda f: (-uses[f], f))):
     for f in group:
         if f not in seen and not f.startswith("0x"):
@@ -92,5 +96,6 @@ for group in (sorted(noop & serve), sorted(noop - serve), sorted(serve - noop),
 with open(out, "w") as f:
     f.write("\n".join(order) + "\n")
 print(f"{out}: {len(order)} functions: {len(noop)} run by a throttled sync, "
-      f"{len(serve - noop)} more by serve, {len(order) - len(serve | noop)} more by the rest of the demo")
+      f"{len(serve - noop)} more by serve, {len(dbus - serve - noop)} more by serve --dbus, "
+      f"{len(order) - len(serve | noop | dbus)} more by the rest of the demo")
 PY

@@ -214,6 +214,8 @@ static sd_bus_vtable app_vtable[] = {
     SD_BUS_PROPERTY("BytesOnDisk", "t", on_property, 0, CHANGES),
     SD_BUS_METHOD_WITH_NAMES("Resolve", "s", SD_BUS_PARAM(url), "sss",
                              SD_BUS_PARAM(location) SD_BUS_PARAM(version) SD_BUS_PARAM(fallback), on_method, CALL),
+    SD_BUS_METHOD_WITH_NAMES("ResolveFile", "s", SD_BUS_PARAM(url), "hss",
+                             SD_BUS_PARAM(file) SD_BUS_PARAM(mime_type) SD_BUS_PARAM(version), on_method, CALL),
     SD_BUS_METHOD_WITH_NAMES("Confirm", "s", SD_BUS_PARAM(version), "", , on_method, CALL),
     SD_BUS_METHOD_WITH_NAMES("ReportBad", "ss", SD_BUS_PARAM(version) SD_BUS_PARAM(reason), "s", SD_BUS_PARAM(active), on_method, CALL),
     SD_BUS_METHOD_WITH_NAMES("Sync", "b", SD_BUS_PARAM(force), "o", SD_BUS_PARAM(job), on_method, CALL),
@@ -271,6 +273,7 @@ int c_sdbus_append_path(sd_bus_message *m, const char *value) { return api.sd_bu
 int c_sdbus_append_bool(sd_bus_message *m, int value) { return api.sd_bus_message_append_basic(m, 'b', &value); }
 int c_sdbus_append_u32(sd_bus_message *m, uint32_t value) { return api.sd_bus_message_append_basic(m, 'u', &value); }
 int c_sdbus_append_u64(sd_bus_message *m, uint64_t value) { return api.sd_bus_message_append_basic(m, 't', &value); }
+int c_sdbus_append_fd(sd_bus_message *m, int fd) { return api.sd_bus_message_append_basic(m, 'h', &fd); }
 int c_sdbus_open_array(sd_bus_message *m, const char *contents) { return api.sd_bus_message_open_container(m, 'a', contents); }
 int c_sdbus_close_container(sd_bus_message *m) { return api.sd_bus_message_close_container(m); }
 int c_sdbus_send(sd_bus_message *m) { return api.sd_bus_send(NULL, m, NULL); }

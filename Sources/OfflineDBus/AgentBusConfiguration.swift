@@ -27,6 +27,8 @@ public struct AgentBusConfiguration: Sendable {
     /// How often the root is read again when no change was noticed (a missed inotify event
     /// costs at most this long).
     public var pollInterval: Duration = .seconds(2)
+    /// The MIME type `ResolveFile` answers for a file path (`serve`'s, by extension).
+    public var contentType: @Sendable (String) -> String = { _ in "application/octet-stream" }
 
     /// A configuration; `syncs` and `access` from the config file.
     public init(

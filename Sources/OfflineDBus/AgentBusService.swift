@@ -32,6 +32,8 @@ public final class AgentBusService: Sendable {
     private let changes: AsyncStream<Void>
     private let changed: AsyncStream<Void>.Continuation
     private let tasks = Mutex<[Task<Void, Never>]>([])
+    /// `Resolve`'s reading of the root, made by the first call (it needs the device id).
+    private let resolveCache = Mutex<ResolveCache?>(nil)
 
     private struct State {
         var snapshots: [String: AppSnapshot] = [:]
@@ -45,7 +47,10 @@ public final class AgentBusService: Sendable {
         /// Apps another process's sync installed a version of, in a reading before the one
         /// that sees that sync end: its `SyncFinished` then says `updated`.
         var installedBySync: Set<String> = []
-        var watched: Set<String> = []
+        /// What the next reading reads: every app (`full`), or only the apps whose
+        /// directories inotify named since the last one.
+        var full = false
+        var partial: Set<String> = []
         /// The progress record of another process's sync last sent on, by app.
         var lastProgress: [String: ProgressRecord] = [:]
         /// Readings asked for and done: a caller waiting for a reading that started after
@@ -75,7 +80,7 @@ public final class AgentBusService: Sendable {
     public static func start(_ configuration: AgentBusConfiguration, logger: Logger = Logger(label: "offline-agent.dbus")) async throws -> AgentBusService {
         let service = try AgentBusService(configuration, logger: logger)
         service.loop.watch(configuration.root)
-        service.loop.watch(configuration.root + "/apps")
+        service.loop.watch(configuration.root + "/apps", apps: true)
         _ = await service.refresh()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let loop = service.loop
@@ -114,8 +119,11 @@ public final class AgentBusService: Sendable {
         let interval = configuration.pollInterval
         let watcher = Task { [self] in
             for await _ in changes {
-                let ticket = state.withLock { $0.asked }
-                publish(await refresh())
+                let (ticket, only) = state.withLock { state in
+                    defer { (state.full, state.partial) = (false, []) }
+                    return (state.asked, state.full || state.partial.isEmpty ? nil : state.partial)
+                }
+                publish(await refresh(only: only))
                 let ready = state.withLock { state in
                     state.done = max(state.done, ticket)
                     let ready = state.waiting.filter { $0.ticket <= state.done }
@@ -130,6 +138,7 @@ public final class AgentBusService: Sendable {
         let ticker = Task { [self] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: interval)
+                state.withLock { $0.full = true }
                 changed.yield()
             }
         }
@@ -149,10 +158,32 @@ public final class AgentBusService: Sendable {
         tasks.withLock { $0 = [watcher, ticker, progress] }
     }
 
-    /// Something under the root changed (an inotify event): read it again soon.
-    func rootChanged() {
-        state.withLock { $0.asked &+= 1 }
+    /// Something under the root changed (inotify, bus thread): read it again soon, only
+    /// the apps whose directories changed unless `full`.
+    func rootChanged(full: Bool, apps: [String] = []) {
+        resolveCache.withLock { $0 }?.invalidate()
+        state.withLock { state in
+            state.asked &+= 1
+            if full { state.full = true } else { state.partial.formUnion(apps) }
+        }
         changed.yield()
+    }
+
+    /// App directories that appeared in `apps/` (bus thread): each is watched at once and
+    /// its progress record read, since a first sync writes it as soon as it made the
+    /// directory, maybe before the watch took. When `apps/` itself is not watched yet (the
+    /// root was empty at start) and the root changed, it is watched now, with what it holds.
+    func appsAppeared(_ created: [String], rootChanged full: Bool) {
+        var created = created
+        let apps = "\(store.root)/apps"
+        if full, !loop.watchesAppsDirectory {
+            loop.watch(apps, apps: true)
+            if loop.watchesAppsDirectory { created += store.apps() }
+        }
+        for app in created where !loop.isWatched(app) {
+            loop.watch("\(apps)/\(app)", app: app)
+            if loop.isWatched(app) { progressRecorded(app) }
+        }
     }
 
     /// Another process's sync replaced `app`'s progress record (bus thread): its step goes
@@ -176,6 +207,7 @@ public final class AgentBusService: Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let stopped = state.withLock { state in
                 state.asked &+= 1
+                state.full = true
                 if !state.stopped { state.waiting.append((state.asked, continuation)) }
                 return state.stopped
             }
@@ -190,16 +222,25 @@ public final class AgentBusService: Sendable {
         var finishedJobs: [SyncJob] = []
     }
 
-    /// Reads every app of the root again and returns what changed. Only the watcher task
-    /// calls it once the service runs, so readings never overtake one another.
-    private func refresh() async -> Changes {
+    /// Reads every app of the root again, or only the apps `only` names (whose directories
+    /// inotify named: a swap is told without reading the others), and returns what changed.
+    /// Only the watcher task calls it once the service runs, so readings never overtake
+    /// one another.
+    private func refresh(only named: Set<String>? = nil) async -> Changes {
+        // An app whose directory went is gone from the root's listing: a full reading says so.
+        let only = named.flatMap { $0.allSatisfy { FileSystem.isDirectory("\(store.root)/apps/\($0)") } ? $0 : nil }
         // Read before the root: a sync of this service that ended before this reading is
         // announced by it; one ending during it, by the next (its last writes may come
         // after what this reads). The root's lock likewise, before and after: a sync of
         // another process that was running at either point is not over in this reading.
         let busyBefore = Self.rootLocked(store.root)
-        let endedBefore = state.withLock { Set($0.finishing.keys) }
-        let statuses = (try? await agent.status(deviceID: configuration.deviceID)) ?? []
+        let endedBefore = state.withLock { Set($0.finishing.keys) }.filter { only?.contains($0) ?? true }
+        var statuses: [AppStatus] = []
+        if let only {
+            for app in only.sorted() { statuses += (try? await agent.status(app: app, deviceID: configuration.deviceID)) ?? [] }
+        } else {
+            statuses = (try? await agent.status(deviceID: configuration.deviceID)) ?? []
+        }
         let lifecycle = Lifecycle(store: store)
         var fresh: [String: AppSnapshot] = [:]
         for status in statuses where AppName.isValid(status.app) {
@@ -213,8 +254,12 @@ public final class AgentBusService: Sendable {
         // A sync of another process holds the root's lock from its check to its install:
         // its end is announced once the lock is free (the check record is replaced at its start).
         let busy = busyBefore || Self.rootLocked(store.root)
-        let (old, syncing, finished, unwatched) = state.withLock { state in
+        let (old, syncing, finished, known) = state.withLock { state in
             let ended = state.finishing.filter { endedBefore.contains($0.key) }
+            // A partial reading: the apps it did not read stay as they were.
+            if only != nil {
+                for (app, snapshot) in state.snapshots where fresh[app] == nil { fresh[app] = snapshot }
+            }
             if busy {
                 for app in fresh.keys where state.syncing[app] == nil {
                     fresh[app]?.checkStamp = state.snapshots[app]?.checkStamp ?? ""
@@ -222,16 +267,14 @@ public final class AgentBusService: Sendable {
             }
             defer {
                 state.snapshots = fresh
-                state.watched.formUnion(fresh.keys)
                 for app in ended.keys {
                     state.syncing[app] = nil
                     state.finishing[app] = nil
                 }
             }
-            return (state.snapshots, state.syncing, ended.values.sorted().compactMap { state.jobs[$0] },
-                    fresh.keys.filter { !state.watched.contains($0) })
+            return (state.snapshots, state.syncing, ended.values.sorted().compactMap { state.jobs[$0] }, fresh.keys.sorted())
         }
-        for app in unwatched { loop.watch("\(store.root)/apps/\(app)", app: app) }
+        for app in known where !loop.isWatched(app) { loop.watch("\(store.root)/apps/\(app)", app: app) }
         var changes = Changes()
         if Set(old.keys) != Set(fresh.keys) { changes.properties.append((DBusNames.managerPath, ["Apps"])) }
         for (app, now) in fresh.sorted(by: { $0.key < $1.key }) {
@@ -361,6 +404,8 @@ public final class AgentBusService: Sendable {
             }
         case .resolve(let app, let url):
             return .now(resolve(app: app, url: url))
+        case .resolveFile(let app, let url):
+            return .now(resolveFile(app: app, url: url))
         case .confirm(let app, let text):
             guard let version = Version(text) else { return .now(.failure(.usage("'\(text)' is not a version"))) }
             return later { lifecycle in
@@ -399,22 +444,67 @@ public final class AgentBusService: Sendable {
     /// `Resolve`: where a host loads `url` (the mirror URL on `serve`'s port), with the
     /// version serving it; the URL itself and the fallback reason when it loads from the network.
     func resolve(app: String, url text: String) -> Result<[BusValue], BusError> {
+        resolution(app: app, url: text).map { url, resolution, cache, apps in
+            switch resolution {
+            case .file(let file):
+                let location = cache.resolver.mirrorURL(for: url, servePort: configuration.servePort, among: apps) ?? text
+                return [.string(location), .string(file.version.description), .string("")]
+            case .network(let reason, _):
+                return [.string(text), .string(""), .string(reason.rawValue)]
+            }
+        }
+    }
+
+    /// `ResolveFile`: the file that serves `url`, opened, with its MIME type and the version
+    /// it belongs to (the descriptor reads that version's bytes whatever is installed
+    /// later), decided as `Resolve` decides; `NotOffline` when the URL loads from the network.
+    func resolveFile(app: String, url text: String) -> Result<[BusValue], BusError> {
+        // Twice at most: a swap and a collection may remove the file between the reading and the open.
+        for _ in 0..<2 {
+            switch resolution(app: app, url: text) {
+            case .failure(let error):
+                return .failure(error)
+            case .success((_, .network(let reason, _), _, _)):
+                return .failure(BusError(
+                    name: DBusNames.errorPrefix + "NotOffline",
+                    message: "\(reason.rawValue): \(text) is not served offline: load it from the network (Resolve says where)"))
+            case .success((_, .file(let file), let cache, _)):
+                let fd = open(file.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+                var info = stat()
+                guard fd >= 0 else { cache.invalidate(); continue }
+                guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                    close(fd)
+                    return .failure(BusError(OfflineAgentError(.serve, "\(file.path) is not a regular file", cause: .unexpected)))
+                }
+                return .success([.file(fd), .string(configuration.contentType(file.path)), .string(file.version.description)])
+            }
+        }
+        return .failure(BusError(OfflineAgentError(.serve, "the file for \(text) changed twice while it was opened", cause: .busy)))
+    }
+
+    /// How `url` resolves among the apps as the service last read them (`ResolveCache`),
+    /// checked for `app`: a URL of another app's whitelist is refused with `WrongApp`.
+    private func resolution(app: String, url text: String)
+        -> Result<(url: URL, resolution: Resolution, cache: ResolveCache, apps: [ResolvableApp]), BusError>
+    {
         guard let url = URL(string: text), url.scheme != nil, url.host != nil else { return .failure(.usage("invalid URL")) }
-        let deviceID: String
-        do { deviceID = try configuration.deviceID ?? DeviceID.load(root: store.root) } catch { return .failure(BusError(any: error)) }
-        let resolver = Resolver(store: store, deviceID: deviceID)
-        func otherApp(_ owner: String) -> BusError {
-            BusError(OfflineAgentError(.usage, "the URL belongs to app '\(owner)', not '\(app)'", cause: .wrongApp))
+        let cache: ResolveCache
+        do { cache = try resolveCache.withLock { kept in
+            if let kept { return kept }
+            let made = ResolveCache(resolver: Resolver(store: store, deviceID: try configuration.deviceID ?? DeviceID.load(root: store.root)))
+            kept = made
+            return made
+        } } catch { return .failure(BusError(any: error)) }
+        let apps = cache.apps()
+        let resolution = cache.resolver.resolve(url, among: apps)
+        let owner: String? = switch resolution {
+        case .file(let file): file.app
+        case .network(_, let owner): owner
         }
-        switch resolver.resolve(url) {
-        case .file(let file):
-            guard file.app == app else { return .failure(otherApp(file.app)) }
-            let location = resolver.mirrorURL(for: url, servePort: configuration.servePort) ?? text
-            return .success([.string(location), .string(file.version.description), .string("")])
-        case .network(let reason, let owner):
-            if let owner, owner != app { return .failure(otherApp(owner)) }
-            return .success([.string(text), .string(""), .string(reason.rawValue)])
+        if let owner, owner != app {
+            return .failure(BusError(OfflineAgentError(.usage, "the URL belongs to app '\(owner)', not '\(app)'", cause: .wrongApp)))
         }
+        return .success((url, resolution, cache, apps))
     }
 
     /// `Sync`: a job object at once; the sync runs in a task and ends with `SyncFinished`.
@@ -444,7 +534,7 @@ public final class AgentBusService: Sendable {
                     state.jobs[job.number]?.errorCode = report.error?.cause.rawValue ?? ""
                     state.finishing[app] = job.number
                 }
-                rootChanged()
+                rootChanged(full: true)
             }
         }
         return .success([.path(job.path)])

@@ -1,4 +1,7 @@
 import COfflineSDBus
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 
 /// A method call answered later: holds a reference to the call message, released with
 /// this value. Lives on the bus thread only, like the connection the message belongs to.
@@ -9,10 +12,12 @@ final class BusCall {
         self.message = c_sdbus_message_ref(message)
     }
 
-    /// Answers with `values` (the method's out arguments, in order) or an error.
+    /// Answers with `values` (the method's out arguments, in order) or an error. A file
+    /// descriptor among `values` is closed here, sent or not (the reply sends a duplicate).
     func reply(_ result: Result<[BusValue], BusError>) {
         switch result {
         case .success(let values):
+            defer { for case .file(let fd) in values { close(fd) } }
             var reply: OpaquePointer?
             guard c_sdbus_new_return(message, &reply) >= 0, let reply else { return }
             defer { c_sdbus_message_unref(reply) }

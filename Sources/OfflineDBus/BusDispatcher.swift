@@ -85,7 +85,8 @@ final class BusDispatcher {
             if fds[1].revents != 0 { loop.clearWake() }
             if fds[2].revents != 0 {
                 let events = loop.drainInotify()
-                if events.changed { service.rootChanged() }
+                service.appsAppeared(events.created, rootChanged: events.full)
+                if events.changed { service.rootChanged(full: events.full, apps: events.apps) }
                 for app in events.progress { service.progressRecorded(app) }
             }
         }
@@ -168,6 +169,7 @@ final class BusDispatcher {
             case (Int32(C_SDBUS_MANAGER.rawValue), "Status"): return .success(.status(app: nil))
             case (Int32(C_SDBUS_APP.rawValue), "Status"): return .success(.status(app: id))
             case (Int32(C_SDBUS_APP.rawValue), "Resolve"): return .success(.resolve(app: id, url: try string("url")))
+            case (Int32(C_SDBUS_APP.rawValue), "ResolveFile"): return .success(.resolveFile(app: id, url: try string("url")))
             case (Int32(C_SDBUS_APP.rawValue), "Confirm"): return .success(.confirm(app: id, version: try string("version", max: 64)))
             case (Int32(C_SDBUS_APP.rawValue), "ReportBad"):
                 return .success(.reportBad(app: id, version: try string("version", max: 64), reason: try string("reason", max: 1024)))

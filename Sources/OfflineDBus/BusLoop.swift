@@ -1,4 +1,5 @@
 import COfflineSDBus
+import OfflineAgent
 import Synchronization
 #if canImport(Glibc)
 @preconcurrency import Glibc
@@ -13,8 +14,8 @@ final class BusLoop: Sendable {
     let wakeFD: Int32
     let inotifyFD: Int32
     private let jobs = Mutex<[Job]>([])
-    /// The app of each watched app directory, by watch descriptor.
-    private let watchedApps = Mutex<[Int32: String]>([:])
+    /// The directories watched (read and written on the bus thread and by the readings).
+    private let watched = Mutex(Watches())
     private let exit = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     init() throws(BusError) {
@@ -48,11 +49,17 @@ final class BusLoop: Sendable {
         _ = read(wakeFD, &count, 8)
     }
 
-    /// What the inotify events waiting say: whether anything but a progress record
-    /// changed (the root is read again), and the apps whose progress record was replaced.
+    /// What the inotify events waiting say: which apps changed (their directory's entries),
+    /// whether anything else under the root did (`full`: the root, `apps/`, an overflow; the
+    /// whole root is read again), the apps whose progress record was replaced, and the app
+    /// directories that appeared in `apps/` (watched at once: a first sync writes its record
+    /// there as soon as it made the directory).
     struct Events: Equatable {
-        var changed = false
+        var full = false
+        var apps: [String] = []
         var progress: [String] = []
+        var created: [String] = []
+        var changed: Bool { full || !apps.isEmpty }
     }
 
     /// Reads the inotify events waiting (at most `maxReads` buffers: the loop is not held
@@ -61,19 +68,38 @@ final class BusLoop: Sendable {
         guard inotifyFD >= 0 else { return Events() }
         var buffer = [UInt8](repeating: 0, count: 4096)
         var events = Events()
-        let apps = watchedApps.withLock { $0 }
+        let before = watched.withLock { $0 }
+        var watches = before
         for _ in 0..<maxReads {
             let n = buffer.withUnsafeMutableBytes { read(inotifyFD, $0.baseAddress, $0.count) }
             guard n > 0 else { break }
-            Self.parse(buffer.prefix(n), apps: apps, into: &events)
+            Self.parse(buffer.prefix(n), watches: &watches, into: &events)
+        }
+        // Watches the kernel dropped (their directory went) are forgotten: the app may come back.
+        let dropped = Set(before.apps.keys).subtracting(watches.apps.keys)
+        let appsDropped = before.appsDirectory >= 0 && watches.appsDirectory < 0
+        if !dropped.isEmpty || appsDropped {
+            watched.withLock { watched in
+                for wd in dropped { watched.apps[wd] = nil }
+                if appsDropped, watched.appsDirectory == before.appsDirectory { watched.appsDirectory = -1 }
+            }
         }
         return events
     }
 
+    /// The directories watched: the app of each app directory, by watch descriptor, and
+    /// the descriptor of `apps/`.
+    struct Watches: Equatable {
+        var apps: [Int32: String] = [:]
+        var appsDirectory: Int32 = -1
+    }
+
     /// Sorts the `inotify_event`s in `bytes` (the kernel's, but read without trusting a
-    /// length): a progress record written in a watched app directory names its app; an
-    /// overflow, an event of another file or of an unknown watch says the root changed.
-    static func parse(_ bytes: ArraySlice<UInt8>, apps: [Int32: String], into events: inout Events) {
+    /// length): a progress record written in a watched app directory names its app, any
+    /// other entry of it changes that app; a new directory in `apps/` with an app's name is
+    /// `created`; an overflow, an event of the root, of `apps/` or of an unknown watch says
+    /// the root changed. A watch the kernel removed (`IN_IGNORED`) leaves `watches`.
+    static func parse(_ bytes: ArraySlice<UInt8>, watches: inout Watches, into events: inout Events) {
         let header = MemoryLayout<inotify_event>.size
         var offset = bytes.startIndex
         while bytes.endIndex - offset >= header {
@@ -82,30 +108,72 @@ final class BusLoop: Sendable {
                  Int(raw.loadUnaligned(fromByteOffset: 12, as: UInt32.self)))
             }
             guard length <= bytes.endIndex - offset - header else {
-                events.changed = true
+                events.full = true
                 return
             }
             let name = bytes[(offset + header)..<(offset + header + length)].prefix { $0 != 0 }
             offset += header + length
-            if mask & UInt32(IN_Q_OVERFLOW) != 0 { events.changed = true; continue }
-            let file = String(decoding: name, as: UTF8.self)
-            if file == ProgressRecord.temporaryName { continue }
-            if file == ProgressRecord.fileName, let app = apps[wd] {
-                if mask & UInt32(IN_MOVED_TO | IN_CLOSE_WRITE) != 0, !events.progress.contains(app) { events.progress.append(app) }
+            if mask & UInt32(IN_Q_OVERFLOW) != 0 { events.full = true; continue }
+            if mask & UInt32(IN_IGNORED) != 0 {
+                if let app = watches.apps.removeValue(forKey: wd) { append(app, to: &events.apps) }
+                if wd == watches.appsDirectory {
+                    watches.appsDirectory = -1
+                    events.full = true
+                }
                 continue
             }
-            events.changed = true
+            let file = String(decoding: name, as: UTF8.self)
+            if file == ProgressRecord.temporaryName { continue }
+            if let app = watches.apps[wd] {
+                if file == ProgressRecord.fileName {
+                    if mask & UInt32(IN_MOVED_TO | IN_CLOSE_WRITE) != 0 { append(app, to: &events.progress) }
+                } else {
+                    append(app, to: &events.apps)
+                }
+                continue
+            }
+            if wd == watches.appsDirectory, mask & UInt32(IN_ISDIR) != 0, mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0,
+               AppName.isValid(file) {
+                append(file, to: &events.created)
+            }
+            events.full = true
         }
     }
 
+    private static func append(_ app: String, to list: inout [String]) {
+        if !list.contains(app) { list.append(app) }
+    }
+
+    /// The app directories watched at most: each takes one of the user's inotify watches
+    /// (`fs.inotify.max_user_watches`); an app beyond is read at every poll, with no `Progress`
+    /// of other processes' syncs.
+    static let maxWatchedApps = 256
+
     /// Watches `path` for entries created, replaced, written or removed (best effort: a
     /// directory that cannot be watched is still read at every poll). `app`: the directory
-    /// is that app's, where its progress record is written.
-    func watch(_ path: String, app: String? = nil) {
+    /// is that app's, where its progress record is written; `apps`: it is `apps/`, where
+    /// new app directories appear.
+    func watch(_ path: String, app: String? = nil, apps: Bool = false) {
         guard inotifyFD >= 0 else { return }
-        let mask = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_ATTRIB)
+        if let app {
+            guard watched.withLock({ $0.apps.count < Self.maxWatchedApps && !$0.apps.values.contains(app) }) else { return }
+        }
+        // Never through a link: an app directory that is one is not the agent's.
+        let mask = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_ATTRIB | IN_ONLYDIR | IN_DONT_FOLLOW)
         let wd = inotify_add_watch(inotifyFD, path, mask)
-        if wd >= 0, let app { watchedApps.withLock { $0[wd] = app } }
+        guard wd >= 0 else { return }
+        watched.withLock { watched in
+            if let app { watched.apps[wd] = app }
+            if apps { watched.appsDirectory = wd }
+        }
+    }
+
+    /// Whether `apps/` is watched.
+    var watchesAppsDirectory: Bool { watched.withLock { $0.appsDirectory >= 0 } }
+
+    /// Whether `app`'s directory is watched.
+    func isWatched(_ app: String) -> Bool {
+        watched.withLock { $0.apps.values.contains(app) }
     }
 
     /// Runs `body` on a thread of its own (the bus thread); false when no thread could be made.

@@ -3,6 +3,7 @@ enum BusRequest: Sendable, Equatable {
     case getApp(name: String)
     case status(app: String?)
     case resolve(app: String, url: String)
+    case resolveFile(app: String, url: String)
     case confirm(app: String, version: String)
     case reportBad(app: String, version: String, reason: String)
     case sync(app: String, force: Bool)
@@ -12,7 +13,7 @@ enum BusRequest: Sendable, Equatable {
     var guardedApp: String? {
         switch self {
         case .confirm(let app, _), .reportBad(let app, _, _), .sync(let app, _): app
-        case .getApp, .status, .resolve: nil
+        case .getApp, .status, .resolve, .resolveFile: nil
         }
     }
 }

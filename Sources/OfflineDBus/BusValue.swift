@@ -9,6 +9,8 @@ enum BusValue: Sendable, Equatable {
     case uint64(UInt64)
     case strings([String])
     case paths([String])
+    /// A file descriptor (type `h`), owned by the value's reply: `BusCall.reply` closes it.
+    case file(Int32)
 
     /// Appends the value to `message`; 0 or a negative errno.
     func append(to message: OpaquePointer) -> Int32 {
@@ -20,6 +22,7 @@ enum BusValue: Sendable, Equatable {
         case .uint64(let value): return c_sdbus_append_u64(message, value)
         case .strings(let values): return Self.appendArray(values, of: "s", to: message, c_sdbus_append_string)
         case .paths(let values): return Self.appendArray(values, of: "o", to: message, c_sdbus_append_path)
+        case .file(let fd): return c_sdbus_append_fd(message, fd)
         }
     }
 

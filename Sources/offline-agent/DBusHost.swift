@@ -2,6 +2,7 @@ import FoundationEssentials
 import Logging
 import OfflineAgent
 import OfflineDBus
+import OfflineServe
 import Synchronization
 #if canImport(Glibc)
 @preconcurrency import Glibc
@@ -32,9 +33,12 @@ final class DBusHost: Sendable {
             }
         }
         let agentRoot = URL(fileURLWithPath: root)
-        return AgentBusConfiguration(
+        var configuration = AgentBusConfiguration(
             bus: bus, root: root, servePort: port, deviceID: deviceID, syncs: syncs, access: access,
             status: { app in try await StatusCommand.json(Agent(root: agentRoot), app: app, deviceID: deviceID) })
+        // ResolveFile's MIME types are serve's.
+        configuration.contentType = { LocalContentType.of(path: $0) }
+        return configuration
     }
 
     /// Starts the service in the background; a failure to start ends `serve` with status 1

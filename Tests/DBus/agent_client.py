@@ -12,7 +12,10 @@ a D-Bus error is {"error": NAME, "message": TEXT}. Used by Tests/EndToEndTests/D
                                   print the signals received until MEMBER arrived or SECONDS passed
   compare XML PATH...              compare the org.offlineagent interfaces of XML with what PATHs answer
   loop N APP URL                  N Resolve and N Get calls; prints the service's RSS before and after
+  file APP URL [-- CMD...]        ResolveFile(URL) through Gio's fd list; runs CMD, then reads the
+                                  descriptor: {"ok": [BYTES_HEX, MIME, VERSION], "child": ...}
 """
+import os
 import json
 import subprocess
 import sys
@@ -162,6 +165,29 @@ def main(argv):
         before = rss()
         run(n)
         print(json.dumps({"before": before, "after": rss(), "failures": failures}))
+    elif command == "file":
+        app, url = argv[2], argv[3]
+        child = argv[argv.index("--") + 1:] if "--" in argv else []
+        path = app_path(connection, app)
+        try:
+            reply, fds = connection.call_with_unix_fd_list_sync(
+                NAME, path, NAME + ".App", "ResolveFile", GLib.Variant("(s)", (url,)), GLib.VariantType("(hss)"),
+                Gio.DBusCallFlags.NONE, TIMEOUT_MS, None, None)
+        except GLib.Error as error:
+            name = Gio.DBusError.get_remote_error(error)
+            prefix = "GDBus.Error:%s: " % name
+            message = error.message[len(prefix):] if error.message.startswith(prefix) else error.message
+            print(json.dumps({"error": name, "message": message}))
+            return
+        handle, mime, version = reply.unpack()
+        fd = fds.get(handle)
+        result = {}
+        if child:
+            done = subprocess.run(child, capture_output=True, text=True)
+            result = {"status": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+        with os.fdopen(fd, "rb") as file:
+            data = file.read()
+        print(json.dumps({"ok": [data.hex(), mime, version], "fds": fds.get_length(), "child": result}))
     else:
         raise SystemExit("unknown command " + command)
 

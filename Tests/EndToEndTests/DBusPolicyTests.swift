@@ -17,7 +17,7 @@ struct DBusPolicyTests {
                           "--method", method] + arguments, user: nobody)
     }
 
-    @Test("a caller outside the shipped policy gets AccessDenied from the bus and nothing changes; properties and Resolve stay open")
+    @Test("a caller outside the shipped policy gets AccessDenied from the bus and nothing changes; properties, Resolve and ResolveFile stay open")
     func busPolicy() async throws {
         let s = try await Setup(policy: Self.policy, prepare: DBusMethodTests.onTrial)
         let mall = DBusServiceTests.mallPath
@@ -32,6 +32,8 @@ struct DBusPolicyTests {
         #expect(read.stdout == "s \"1.1.0\"\n", "\(read.stderr)")
         let resolve = try await Self.gdbus(s, mall, "org.offlineagent.Agent1.App.Resolve", [SyncHarness.whitelist + "index.html"])
         #expect(resolve.status == 0 && resolve.stdout.contains("'1.1.0', '')"), "\(resolve.stdout) \(resolve.stderr)")
+        let file = try await Self.gdbus(s, mall, "org.offlineagent.Agent1.App.ResolveFile", [SyncHarness.whitelist + "index.html"])
+        #expect(file.status == 0 && file.stdout.contains("'text/html; charset=utf-8', '1.1.0')"), "\(file.stdout) \(file.stderr)")
 
         // Root passes the policy: the same call confirms.
         #expect(try await s.call("Confirm", "s", ["1.1.0"])["ok"] != nil)

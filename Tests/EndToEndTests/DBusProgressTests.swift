@@ -18,17 +18,27 @@ struct DBusProgressTests {
         return [UInt8](try Data(contentsOf: URL(fileURLWithPath: work.file("big.zip"))))
     }
 
+    /// A server of `bytes` as `/big.zip` that trickles them: 256 KiB every 50 ms, so the
+    /// download takes many progress record intervals.
+    static func trickling(_ bytes: [UInt8]) throws -> TrickleServer {
+        try TrickleServer { target in
+            guard target.hasPrefix("/big.zip") else { return [.send(TrickleServer.head(404, length: 0))] }
+            return [.send(TrickleServer.head(200, length: bytes.count)), .trickle(bytes, chunk: 256 << 10, pause: 0.05)]
+        }
+    }
+
+    /// The manifest fields of the full package `bytes` served by `server`.
+    static func package(_ bytes: [UInt8], at server: TrickleServer) -> [String: Any] {
+        let sha = PackageFixture.sha256(bytes)
+        return ["url": "\(server.baseURL)/big.zip", "size": bytes.count, "sha256": sha, "packageSha256": sha]
+    }
+
     @Test("a sync the CLI runs (another process) downloading from a slow server is heard as Progress, 0 < bytes <= total")
     func cliSyncProgress() async throws {
         let s = try await Setup()
         let bytes = try Self.bigPackage(8)
-        // The package trickles: 256 KiB every 50 ms, so the download takes many record intervals.
-        let slow = try TrickleServer { target in
-            guard target.hasPrefix("/big.zip") else { return [.send(TrickleServer.head(404, length: 0))] }
-            return [.send(TrickleServer.head(200, length: bytes.count)), .trickle(bytes, chunk: 256 << 10, pause: 0.05)]
-        }
-        let sha = PackageFixture.sha256(bytes)
-        s.h.origin.setManifest(s.h.full("1.1.0", ["url": "\(slow.baseURL)/big.zip", "size": bytes.count, "sha256": sha, "packageSha256": sha]))
+        let slow = try Self.trickling(bytes)
+        s.h.origin.setManifest(s.h.full("1.1.0", Self.package(bytes, at: slow)))
 
         let (signals, child) = try await DBusMethodTests.signals(s, until: "SyncFinished", [CLI.binary] + s.sync)
         #expect(child["status"] as? Int == 0, "\(child)")
@@ -46,6 +56,40 @@ struct DBusProgressTests {
         // The download was told before the end of the sync it is part of.
         let members = signals.map { $0.0 == "Progress" ? "\($0.0) \($0.1[1])" : $0.0 }
         #expect((members.lastIndex(of: "Progress downloading") ?? .max) < (members.firstIndex(of: "SyncFinished") ?? -1), "\(members)")
+    }
+
+    /// An app's first sync makes its directory (`apps/<app>`) and writes the record in it at
+    /// once: the service must watch a new app directory as it appears (inotify on `apps/`),
+    /// and read a record written before that watch took, or the first install is silent.
+    @Test("the first record in a new app's directory, written as the directory appears, is sent as Progress")
+    func newAppDirectoryRecord() async throws {
+        let s = try await Setup()
+        let dir = s.h.root.path + "/apps/shop"
+        // As the sync's writer does it: the directory, then a record renamed into place, then nothing more.
+        let script = "mkdir \(dir) && printf '{\"phase\":\"downloading\",\"bytes\":7,\"total\":9}' > \(dir)/.x && mv -fT \(dir)/.x \(dir)/.progress && sleep 4"
+        let watched = try await s.client(["watch", "15", "Progress", "--", "/bin/sh", "-c", script])
+        let progress = (watched["signals"] as? [[String: Any]] ?? []).filter { $0["member"] as? String == "Progress" }
+        #expect(progress.count == 1, "\(watched)")
+        let only = progress.first?["args"] as? [Any] ?? []
+        #expect(only.count == 4 && only[0] as? String == "shop" && only[1] as? String == "downloading"
+                && only[2] as? Int == 7 && only[3] as? Int == 9, "\(watched)")
+    }
+
+    @Test("the first install of an app (no directory of it yet) by the CLI is heard as Progress, then VersionInstalled with no previous")
+    func firstInstallProgress() async throws {
+        let s = try await Setup()
+        let bytes = try Self.bigPackage(4)
+        let slow = try Self.trickling(bytes)
+        s.h.origin.setManifest(s.h.full("1.1.0", Self.package(bytes, at: slow).merging(["app": "shop", "whitelist": ["https://shop.example.com/"]]) { $1 }))
+        #expect(!FileManager.default.fileExists(atPath: s.h.root.path + "/apps/shop"))
+        let sync = ["sync", "--allow-unsigned", "--root", s.h.root.path, "--app", "shop", "--manifest", s.h.origin.manifestURL.absoluteString, "--force", "--json"]
+        let (signals, child) = try await DBusMethodTests.signals(s, until: "SyncFinished", [CLI.binary] + sync)
+        #expect(child["status"] as? Int == 0, "\(child)")
+        let downloads = signals.filter { $0.0 == "Progress" && $0.1.first as? String == "shop" && $0.1[1] as? String == "downloading" }
+        #expect(!downloads.isEmpty, "\(signals.map(\.0))")
+        #expect(downloads.allSatisfy { $0.1[3] as? Int == bytes.count && ($0.1[2] as? Int ?? .max) <= bytes.count }, "\(downloads.map(\.1))")
+        #expect(signals.contains { $0.0 == "VersionInstalled" && $0.1 as? [String] == ["shop", "1.1.0", ""] }, "\(signals.map(\.0))")
+        #expect(try await s.properties("shop")["ActiveVersion"] as? String == "1.1.0")
     }
 
     @Test("a throttled sync writes no progress record (nor loads the bus library)")

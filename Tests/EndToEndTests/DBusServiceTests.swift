@@ -131,6 +131,82 @@ struct DBusServiceTests {
         #expect(gdbus.stdout.contains("'\(mirror.trimmingCharacters(in: .newlines))', '1.0.0', ''"), "\(gdbus.stdout) \(gdbus.stderr)")
     }
 
+    /// `Resolve` keeps its reading of the root between calls: each change another process
+    /// makes must show in the very next call, made as soon as that process exits.
+    @Test("Resolve answers each change of the root at the next call: a swap, a rewritten record (rollout), a rollback")
+    func resolveFollowsChanges() async throws {
+        let s = try await Setup()
+        let url = SyncHarness.whitelist + "index.html"
+        func resolved() async throws -> [String] { try #require(try await s.call("Resolve", "s", [url])["ok"] as? [String]) }
+        func cli(_ arguments: [String]) async throws {
+            let result = try await CLI.run(arguments)
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+        }
+        #expect(try await resolved()[1...] == ["1.0.0", ""])
+        s.h.origin.setManifest(try s.h.patch(from: "1.0.0", to: "1.1.0"))
+        try await cli(s.sync)
+        #expect(try await resolved()[1...] == ["1.1.0", ""])
+        // The same version offered again rewrites its record in versions/: this device's
+        // bucket ("device", mall) is 30, above a rollout of 10.
+        #expect(Resolver.rolloutBucket(deviceID: "device", app: "mall") == 30)
+        s.h.origin.setManifest(s.h.full("1.1.0", ["rollout": 10]))
+        try await cli(s.sync)
+        #expect(try await resolved() == [url, "", "outside-rollout"])
+        s.h.origin.setManifest(s.h.full("1.1.0"))
+        try await cli(s.sync)
+        #expect(try await resolved()[1...] == ["1.1.0", ""])
+        try await cli(["mark-bad", "--root", s.h.root.path, "--app", "mall", "--reason", "test"])
+        #expect(try await resolved()[1...] == ["1.0.0", ""])
+    }
+
+    /// `ResolveFile` hands a host the file itself (a descriptor, D-Bus type `h`): the
+    /// decision is `Resolve`'s, and the descriptor reads the version the reply names.
+    @Test("ResolveFile answers a descriptor of the file, its MIME type and version, over Gio, gdbus and busctl; refusals as Resolve's")
+    func resolveFile() async throws {
+        let s = try await Setup()
+        let url = SyncHarness.whitelist + "index.html"
+        func hex(_ path: String) throws -> String {
+            try Data(contentsOf: URL(fileURLWithPath: path)).map { String(format: "%02x", $0) }.joined()
+        }
+        let descriptors = "/proc/\(s.serve.process.processIdentifier)/fd"
+        let openBefore = try FileManager.default.contentsOfDirectory(atPath: descriptors).count
+        // The descriptor is held across a sync that installs 1.1.0: it still reads 1.0.0's bytes.
+        s.h.origin.setManifest(try s.h.patch(from: "1.0.0", to: "1.1.0"))
+        let held = try await s.client(["file", "mall", url, "--", CLI.binary] + s.sync)
+        #expect((held["child"] as? [String: Any])?["status"] as? Int == 0, "\(held)")
+        let answer = try #require(held["ok"] as? [String], "\(held)")
+        #expect(answer.count == 3 && answer[1] == "text/html; charset=utf-8" && answer[2] == "1.0.0", "\(answer.dropFirst())")
+        #expect(answer.first == (try hex("\(Repo.fixtures)/sample-app/1.0.0/index.html")))
+        #expect(held["fds"] as? Int == 1)
+        // Now 1.1.0 answers, at the next call.
+        let now = try #require(try await s.client(["file", "mall", url])["ok"] as? [String])
+        #expect(now.first == (try hex("\(Repo.fixtures)/sample-app/1.1.0/index.html")) && now.last == "1.1.0", "\(now.dropFirst())")
+        let css = try await s.client(["file", "mall", SyncHarness.whitelist + "css/app.css"])
+        #expect((css["ok"] as? [String])?.dropFirst() == ["text/css; charset=utf-8", "1.1.0"], "\(css)")
+
+        // Refused as Resolve refuses; a URL that loads from the network is NotOffline, with the reason first.
+        func refused(_ url: String, _ name: String, _ reason: String? = nil) async throws {
+            let answer = try await s.client(["file", "mall", url])
+            #expect(answer["error"] as? String == name, "\(url.prefix(80)): \(answer)")
+            if let reason { #expect((answer["message"] as? String)?.hasPrefix(reason + ": ") == true, "\(answer)") }
+        }
+        let notOffline = "org.offlineagent.Agent1.Error.NotOffline"
+        try await refused(SyncHarness.whitelist + "no-such-file.html", notOffline, "missing-file")
+        try await refused("https://elsewhere.example.com/index.html", notOffline, "not-whitelisted")
+        try await refused(SyncHarness.whitelist + "../../etc/passwd", notOffline)
+        try await refused("not a URL", DBusMethodTests.usage)
+        try await refused("https://h5.example.com/mall/" + String(repeating: "a", count: 100_000), DBusMethodTests.usage)
+
+        // gdbus and busctl pass the descriptor too.
+        let gdbus = try await s.tool(["gdbus", "call", "--address", s.bus.address, "--dest", "org.offlineagent.Agent1", "--object-path", Self.mallPath,
+                                      "--method", "\(Self.appInterface).ResolveFile", url])
+        #expect(gdbus.stdout.contains("'text/html; charset=utf-8', '1.1.0')"), "\(gdbus.stdout) \(gdbus.stderr)")
+        let busctl = try await s.tool(["busctl", "--address=\(s.bus.address)", "call", "org.offlineagent.Agent1", Self.mallPath, Self.appInterface, "ResolveFile", "s", url])
+        #expect(busctl.stdout.hasPrefix("hss ") && busctl.stdout.hasSuffix(" \"text/html; charset=utf-8\" \"1.1.0\"\n"), "\(busctl.stdout) \(busctl.stderr)")
+        // The service keeps none of the descriptors it sent.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: descriptors).count == openBefore)
+    }
+
     @Test("the introspection XML in the repository is what the service answers")
     func introspection() async throws {
         let s = try await Setup()

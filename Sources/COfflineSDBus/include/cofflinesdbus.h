@@ -88,6 +88,8 @@ int c_sdbus_append_path(sd_bus_message *_Nonnull m, const char *_Nonnull value);
 int c_sdbus_append_bool(sd_bus_message *_Nonnull m, int value);
 int c_sdbus_append_u32(sd_bus_message *_Nonnull m, uint32_t value);
 int c_sdbus_append_u64(sd_bus_message *_Nonnull m, uint64_t value);
+/* Appends a file descriptor (type 'h'): the message keeps a duplicate, the caller still owns `fd`. */
+int c_sdbus_append_fd(sd_bus_message *_Nonnull m, int fd);
 int c_sdbus_open_array(sd_bus_message *_Nonnull m, const char *_Nonnull contents);
 int c_sdbus_close_container(sd_bus_message *_Nonnull m);
 int c_sdbus_send(sd_bus_message *_Nonnull m);

@@ -4,9 +4,13 @@ extension Resolver {
     /// The origins `offline-agent serve` mirrors: every origin (scheme, host, port) an
     /// active version's whitelist names and `MirrorOrigin` can mirror.
     public func mirroredOrigins() -> Set<MirrorOrigin> {
+        Self.mirroredOrigins(of: store.apps().compactMap { store.active($0) })
+    }
+
+    /// The origins the whitelists of `versions` (the active ones) name that `MirrorOrigin` can mirror.
+    static func mirroredOrigins(of versions: [InstalledVersion]) -> Set<MirrorOrigin> {
         var origins: Set<MirrorOrigin> = []
-        for app in store.apps() {
-            guard let installed = store.active(app) else { continue }
+        for installed in versions {
             for prefix in installed.whitelist {
                 guard let url = ParsedURL(string: prefix),
                       let origin = MirrorOrigin(scheme: url.scheme, host: url.host, port: url.port) else { continue }
@@ -24,6 +28,12 @@ extension Resolver {
     /// so the URL is right whatever the kill switch says.
     public func mirrorURL(for url: URL, servePort: Int) -> String? {
         guard let origin = MirrorOrigin(url: url), mirroredOrigins().contains(origin) else { return nil }
+        return origin.mirrorURL(for: url, servePort: servePort)
+    }
+
+    /// `mirrorURL(for:servePort:)` over `apps`, an `activeApps()` reading the caller keeps.
+    public func mirrorURL(for url: URL, servePort: Int, among apps: [ResolvableApp]) -> String? {
+        guard let origin = MirrorOrigin(url: url), Self.mirroredOrigins(of: apps.map(\.installed)).contains(origin) else { return nil }
         return origin.mirrorURL(for: url, servePort: servePort)
     }
 }

@@ -30,24 +30,41 @@ public struct Resolver: Sendable {
     /// active whitelists of two apps name the URL's origin (a root from before the rule),
     /// neither answers for it and the URL goes to the network.
     public func resolve(_ url: URL) -> Resolution {
+        resolve(url, among: activeApps())
+    }
+
+    /// Every app of the store with an active version, as `resolve` weighs it: the record,
+    /// the bad mark and the kill switch (`fallbackReason`), read from the root now.
+    public func activeApps() -> [ResolvableApp] {
+        let lifecycle = Lifecycle(store: store)
+        return store.apps().compactMap { app in
+            guard let installed = store.active(app) else { return nil }
+            return ResolvableApp(
+                app: app, installed: installed, bad: lifecycle.isBad(app, installed.version),
+                fallback: fallbackReason(app: app, installed: installed))
+        }
+    }
+
+    /// `resolve(_:)` over `apps`, an `activeApps()` reading the caller keeps while the
+    /// files it came from are unchanged: only the file `url` names is looked up on disk.
+    public func resolve(_ url: URL, among apps: [ResolvableApp]) -> Resolution {
         guard let target = ParsedURL(url) else { return .network(.notWhitelisted, app: nil) }
         let targetOrigin = OriginClaims.origin(of: url.absoluteString)
-        var best: (app: String, installed: InstalledVersion, rest: String, length: Int)?
+        var best: (app: ResolvableApp, rest: String, length: Int)?
         var claimants = 0
-        for app in store.apps() {
-            guard let installed = store.active(app) else { continue }
-            if let targetOrigin, OriginClaims.origins(of: installed.whitelist).contains(targetOrigin) { claimants += 1 }
-            for entry in installed.whitelist {
+        for app in apps {
+            if let targetOrigin, OriginClaims.origins(of: app.installed.whitelist).contains(targetOrigin) { claimants += 1 }
+            for entry in app.installed.whitelist {
                 guard let prefix = ParsedURL(string: entry), let rest = target.rest(after: prefix) else { continue }
                 if best == nil || prefix.path.count > best!.length {
-                    best = (app, installed, rest, prefix.path.count)
+                    best = (app, rest, prefix.path.count)
                 }
             }
         }
         guard let best, claimants <= 1 else { return .network(.notWhitelisted, app: nil) }
-        let app = best.app, installed = best.installed
-        guard !Lifecycle(store: store).isBad(app, installed.version) else { return .network(.badVersion, app: app) }
-        if let reason = fallbackReason(app: app, installed: installed) { return .network(reason, app: app) }
+        let app = best.app.app, installed = best.app.installed
+        guard !best.app.bad else { return .network(.badVersion, app: app) }
+        if let reason = best.app.fallback { return .network(reason, app: app) }
         let directory = store.versionDirectory(app, installed.version)
         guard let path = Self.file(at: best.rest, in: directory) else { return .network(.missingFile, app: app) }
         return .file(ResolvedFile(app: app, version: installed.version, path: path, versionDirectory: directory, relativePath: best.rest))

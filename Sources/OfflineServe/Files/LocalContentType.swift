@@ -5,7 +5,7 @@ import OfflineAgent
 import Glibc
 #endif
 
-enum LocalContentType {
+package enum LocalContentType {
     /// Content types by lowercased extension; text types say UTF-8.
     static let byExtension: [String: String] = [
         "html": "text/html; charset=utf-8", "htm": "text/html; charset=utf-8",
@@ -22,7 +22,7 @@ enum LocalContentType {
     ]
 
     /// The content type of a file path by its extension; `application/octet-stream` otherwise.
-    static func of(path: String) -> String {
+    package static func of(path: String) -> String {
         guard let dot = path.lastIndex(of: "."), !path[dot...].contains("/") else { return "application/octet-stream" }
         return byExtension[path[path.index(after: dot)...].lowercased()] ?? "application/octet-stream"
     }
