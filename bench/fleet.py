@@ -169,9 +169,9 @@ COLUMNS = ("id, time, timeMillis, device, app, event, version, previousVersion, 
 
 # The running sums /stats and /metrics read (ReportRollup, ReportCounters). A fill writes
 # events only and drops these with their migrations' records, so the server's first start
-# fills them from the events (v3, v4, v6).
+# fills them from the events (v3, v4, v6; v7 indexes the moves anew).
 SUMS = ("version_totals", "failure_causes", "fallback_totals", "devices", "version_moves", "report_counters")
-REFILLED = "('v3', 'v4', 'v6')"
+REFILLED = "('v3', 'v4', 'v6', 'v7')"
 
 
 def fill_sqlite(path, n, versions):

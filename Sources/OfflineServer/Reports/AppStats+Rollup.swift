@@ -32,15 +32,19 @@ extension AppStats {
         for (version, count) in devices {
             versions[version, default: VersionStats(version: version)].devices = count
         }
-        // Most frequent first; a tie by code, byte order (a failure without a code first).
-        let ranked = causes.sorted { a, b in
-            a.count != b.count ? a.count > b.count : a.errorCode.utf8.lexicographicallyPrecedes(b.errorCode.utf8)
+        // Per version, most frequent first; a tie by code, byte order (a failure without a
+        // code first). Ranked per version, not all at once: an app may have thousands.
+        var codes: [String: [(errorCode: String, count: Int64)]] = [:]
+        for cause in causes { codes[cause.version, default: []].append((cause.errorCode, cause.count)) }
+        for (version, counts) in codes {
+            let ranked = counts.sorted { a, b in
+                a.count != b.count ? a.count > b.count : a.errorCode.utf8.lexicographicallyPrecedes(b.errorCode.utf8)
+            }
+            versions[version, default: VersionStats(version: version)].topFailures = ranked.prefix(Self.topFailureCount).map {
+                .init(errorCode: $0.errorCode == ReportRollup.none ? nil : $0.errorCode, count: $0.count)
+            }
         }
-        for cause in ranked where versions[cause.version, default: VersionStats(version: cause.version)].topFailures.count < Self.topFailureCount {
-            let code = cause.errorCode == ReportRollup.none ? nil : cause.errorCode
-            versions[cause.version, default: VersionStats(version: cause.version)].topFailures.append(.init(errorCode: code, count: cause.count))
-        }
-        self.versions = versions.values.sorted(by: VersionStats.newestFirst)
+        self.versions = VersionStats.sortedNewestFirst(versions.values)
         self.devices = knownDevices
         for (reason, count) in reasons {
             let name = Self.fallbackName(reason)

@@ -228,6 +228,8 @@ final class PostgresReportStore: ReportStorage {
         ("v5", ["ALTER TABLE events ADD COLUMN IF NOT EXISTS authenticated BOOLEAN NOT NULL DEFAULT false"]),
         // As ReportStore's v6: the /metrics counters' sums, so a start reads them instead of every event.
         ("v6", ReportCounters.migration(type: "BIGINT") { "LEAST(SUM(\($0)), \(Int64.max))::BIGINT" }.map { PostgresQuery(unsafeSQL: $0) }),
+        // As ReportStore's v7: the adoption chart reads the moves of the versions it draws.
+        ("v7", AdoptionSeries.movesIndexes.map { PostgresQuery(unsafeSQL: $0) }),
     ]
 
     /// An arbitrary constant: the advisory lock every instance takes to migrate.
@@ -309,8 +311,8 @@ final class PostgresReportStore: ReportStorage {
         try await bounded("/stats") { try await self.unboundedStats(app: app) }
     }
 
-    func adoption(app: String) async throws -> AdoptionSeries {
-        try await bounded("the adoption chart") { try await self.unboundedAdoption(app: app) }
+    func adoption(app: String, versions: [String]) async throws -> AdoptionSeries {
+        try await bounded("the adoption chart") { try await self.unboundedAdoption(app: app, versions: versions) }
     }
 
     func knownDevices(app: String) async throws -> Int64 {
@@ -496,7 +498,7 @@ final class PostgresReportStore: ReportStorage {
         return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
     }
 
-    private func unboundedAdoption(app: String) async throws -> AdoptionSeries {
+    private func unboundedAdoption(app: String, versions: [String]) async throws -> AdoptionSeries {
         var range: (Int64, Int64)?
         let bounds = try await client.query(
             "SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = \(app)", logger: logger)
@@ -504,11 +506,17 @@ final class PostgresReportStore: ReportStorage {
             if let from, let to { range = (from, to) }
         }
         guard let (from, to) = range else { return AdoptionSeries() }
+        guard !versions.isEmpty else { return AdoptionSeries(fromMillis: from, toMillis: to, moves: []) }
         let buckets = Int64(AdoptionSeries.buckets)
-        // The same arithmetic as ReportStore's (bigint division truncates as SQLite's does).
+        // The same arithmetic and the same two index searches as ReportStore's (bigint
+        // division truncates as SQLite's does).
         let rows = try await client.query("""
-            SELECT (receivedMillis - \(from)) * \(buckets) / (\(to) - \(from) + 1) AS bucket, version, previous, COUNT(*)
-            FROM version_moves WHERE app = \(app) GROUP BY bucket, version, previous
+            SELECT (receivedMillis - \(from)) * \(buckets) / (\(to) - \(from) + 1) AS bucket, version, previous, COUNT(*) FROM (
+                SELECT receivedMillis, version, previous FROM version_moves WHERE app = \(app) AND version = ANY(\(versions))
+                UNION ALL
+                SELECT receivedMillis, version, previous FROM version_moves
+                WHERE app = \(app) AND previous = ANY(\(versions)) AND NOT version = ANY(\(versions))
+            ) moves GROUP BY bucket, version, previous
             """, logger: logger)
         var moves: [AdoptionSeries.Move] = []
         for try await (bucket, version, previous, count) in rows.decode((Int64, String, String?, Int64).self) {

@@ -20,8 +20,10 @@ protocol ReportStorage: Sendable {
     func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device]
     /// Devices that sent any event about `app` (`--auto-halt` scales `min-devices` by it).
     func knownDevices(app: String) async throws -> Int64
-    /// The dashboard's adoption chart of `app` (see `AdoptionSeries`).
-    func adoption(app: String) async throws -> AdoptionSeries
+    /// The dashboard's adoption chart of `app` (see `AdoptionSeries`), from the moves into
+    /// and out of `versions` only (the versions its table lists, a bounded number): the
+    /// read costs what the chart shows, not the history of every version reported.
+    func adoption(app: String, versions: [String]) async throws -> AdoptionSeries
     /// Releases connections.
     func close() async
 }

@@ -163,6 +163,10 @@ final class ReportStore: ReportStorage {
         migrator.registerMigration("v6") { db in
             for statement in ReportCounters.migration(type: "INTEGER", total: total) { try db.execute(sql: statement) }
         }
+        // The adoption chart reads the moves of the versions it draws, not every move.
+        migrator.registerMigration("v7") { db in
+            for statement in AdoptionSeries.movesIndexes { try db.execute(sql: statement) }
+        }
         return migrator
     }
 
@@ -311,7 +315,7 @@ final class ReportStore: ReportStorage {
                 SELECT version, COUNT(*) FROM devices WHERE app = ? AND version IS NOT NULL AND version != '' GROUP BY version
                 """, arguments: [app]).map { (version: $0[0] as String, count: Self.count($0, 1)) }
             let causes = try Row.fetchAll(db, sql: """
-                SELECT version, errorCode, count FROM failure_causes WHERE app = ? ORDER BY version, count DESC, errorCode
+                SELECT version, errorCode, count FROM failure_causes WHERE app = ?
                 """, arguments: [app]).map { (version: $0[0] as String, errorCode: $0[1] as String, count: Self.count($0, 2)) }
             let reasons = try Row.fetchAll(db, sql: "SELECT reason, count FROM fallback_totals WHERE app = ?", arguments: [app])
                 .map { (reason: $0[0] as String, count: Self.count($0, 1)) }
@@ -344,15 +348,24 @@ final class ReportStore: ReportStorage {
         }
     }
 
-    func adoption(app: String) async throws -> AdoptionSeries {
+    func adoption(app: String, versions: [String]) async throws -> AdoptionSeries {
         try await pool.read { db in
             guard let range = try Row.fetchOne(db, sql: """
                 SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = ?
                 """, arguments: [app]), let from = range[0] as Int64?, let to = range[1] as Int64? else { return AdoptionSeries() }
+            guard !versions.isEmpty else { return AdoptionSeries(fromMillis: from, toMillis: to, moves: []) }
+            // Moves into a listed version, then out of one into another: two index searches
+            // (an OR of the two, without ANALYZE's statistics, scans every move of the app).
+            let listed = "(" + Array(repeating: "?", count: versions.count).joined(separator: ", ") + ")"
+            var arguments: StatementArguments = [from, AdoptionSeries.buckets, to, from, app]
+            arguments += StatementArguments(versions) + [app] + StatementArguments(versions) + StatementArguments(versions)
             let rows = try Row.fetchAll(db, sql: """
-                SELECT (receivedMillis - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*)
-                FROM version_moves WHERE app = ? GROUP BY bucket, version, previous
-                """, arguments: [from, AdoptionSeries.buckets, to, from, app])
+                SELECT (receivedMillis - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*) FROM (
+                    SELECT receivedMillis, version, previous FROM version_moves WHERE app = ? AND version IN \(listed)
+                    UNION ALL
+                    SELECT receivedMillis, version, previous FROM version_moves WHERE app = ? AND previous IN \(listed) AND version NOT IN \(listed)
+                ) moves GROUP BY bucket, version, previous
+                """, arguments: arguments)
             let moves = rows.map { AdoptionSeries.Move(bucket: $0[0], version: $0[1], previous: $0[2], count: $0[3]) }
             return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
         }
