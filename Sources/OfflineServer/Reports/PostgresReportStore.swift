@@ -337,31 +337,46 @@ final class PostgresReportStore: ReportStorage {
     private func unboundedInsert(_ events: [ReportEvent], authenticated: Bool, received: Int64) async throws -> ReportInsertion {
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection in
+            // The whole batch in one statement (a round trip per event made a batch of 10 wait
+            // on 10 of them), in batch order, so `seq` follows arrival as in ReportStore; an
+            // id stored before, or earlier in the batch, inserts nothing and returns no row.
+            let text = { (value: (ReportEvent) -> String?) in Self.arrayLiteral(events.map(value)) }
+            let number = { (value: (ReportEvent) -> Int64?) in Self.arrayLiteral(events.map { value($0).map(String.init) }) }
+            let rows = try await connection.query("""
+                INSERT INTO events (id, time, timeMillis, device, app, event, version, previousVersion, via,
+                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis, authenticated)
+                SELECT id, time, timeMillis, device, app, event, version, previousVersion, via,
+                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, \(received), \(authenticated)
+                FROM unnest(\(events.map(\.id))::text[], \(events.map(\.time))::text[], \(events.map(\.timeMillis))::bigint[],
+                    \(events.map(\.device))::text[], \(events.map(\.app))::text[], \(events.map(\.event.rawValue))::text[],
+                    \(text(\.version))::text[], \(text(\.previousVersion))::text[], \(text { $0.via?.rawValue })::text[],
+                    \(events.map(\.bytes))::bigint[], \(number(\.fullSize))::bigint[], \(events.map(\.durationMs))::bigint[],
+                    \(text(\.errorCode))::text[], \(text(\.message))::text[], \(number(\.offlineHits))::bigint[],
+                    \(number(\.periodSeconds))::bigint[])
+                    WITH ORDINALITY AS e(id, time, timeMillis, device, app, event, version, previousVersion, via,
+                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, position)
+                ORDER BY position
+                ON CONFLICT (id) DO NOTHING RETURNING id, seq
+                """, logger: logger)
+            var seqs: [String: Int64] = [:]
+            for try await (id, seq) in rows.decode((String, Int64).self) { seqs[id] = seq }
             var result = ReportInsertion(inserted: [], duplicates: 0)
             var stored: [(event: ReportEvent, seq: Int64)] = []
             for event in events {
-                let via = event.via?.rawValue, kind = event.event.rawValue
-                let rows = try await connection.query("""
-                    INSERT INTO events (id, time, timeMillis, device, app, event, version, previousVersion, via,
-                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis, authenticated)
-                    VALUES (\(event.id), \(event.time), \(event.timeMillis), \(event.device), \(event.app), \(kind),
-                        \(event.version), \(event.previousVersion), \(via), \(event.bytes), \(event.fullSize),
-                        \(event.durationMs), \(event.errorCode), \(event.message), \(event.offlineHits),
-                        \(event.periodSeconds), \(received), \(authenticated))
-                    ON CONFLICT (id) DO NOTHING RETURNING seq
-                    """, logger: logger).collect()
-                guard let row = rows.first else {
+                // The first of a batch's events with an id is the one stored.
+                guard let seq = seqs.removeValue(forKey: event.id) else {
                     result.duplicates += 1
                     continue
                 }
-                let seq = try row.decode(Int64.self)
-                for fallback in event.fallbacks {
-                    try await connection.query(
-                        "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (\(seq), \(fallback.reason), \(fallback.count))",
-                        logger: logger)
-                }
                 result.inserted.append(event)
                 stored.append((event, seq))
+            }
+            let fallbacks = stored.flatMap { event, seq in event.fallbacks.map { (seq: seq, reason: $0.reason, count: $0.count) } }
+            if !fallbacks.isEmpty {
+                try await connection.query("""
+                    INSERT INTO fallbacks (eventSeq, reason, count)
+                    SELECT * FROM unnest(\(fallbacks.map(\.seq))::bigint[], \(fallbacks.map(\.reason))::text[], \(fallbacks.map(\.count))::bigint[])
+                    """, logger: logger)
             }
             try await Self.add(ReportRollup(stored, receivedMillis: received), to: connection, logger: logger)
             return result
@@ -442,6 +457,15 @@ final class PostgresReportStore: ReportStorage {
                 FROM unnest(\(moves.map(\.latest.version))::text[], \(moves.map { stored[$0.key.device]?.version ?? "" })::text[]) AS m(v, p)
                 """, logger: logger)
         }
+    }
+
+    /// `values` as the text of a PostgreSQL array, nil as `NULL` (PostgresNIO binds no
+    /// array of optionals); every element quoted, `"` and `\` escaped, so any text reads back as sent.
+    static func arrayLiteral(_ values: [String?]) -> String {
+        "{" + values.map { value in
+            guard let value else { return "NULL" }
+            return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        }.joined(separator: ",") + "}"
     }
 
     /// `column = stored + added` for each of `columns` of `version_totals`, saturating.
