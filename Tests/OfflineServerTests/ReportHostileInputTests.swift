@@ -316,13 +316,18 @@ struct ReportHostileInputTests {
         let moves = [
             C.event("updated", device: "fake-3-49", version: "9.0.0", ["via": "full", "previousVersion": "9.3.49"]),
             C.event("updated", device: "fake-0-0", version: "9.3.48", ["via": "full", "previousVersion": "9.0.0"]),
+            // Failure causes are read for the listed versions only: this one's must show.
+            C.event("failed", device: "fake-0-1", version: "9.3.47", ["errorCode": "disk-full"]),
+            C.event("failed", device: "fake-0-1", version: "9.0.1", ["errorCode": "network"]),
         ].map { event in event.merging(["time": "2026-11-22T21:31:00Z"]) { $1 } }
         #expect(try await C.post(server.baseURL, try C.body(moves)).status == 200)
         let stats = try await C.stats(server.baseURL)
         let listed = try #require(stats["versions"] as? [[String: Any]]).map { $0["version"] as? String ?? "" }
         #expect(listed.count == 21 && listed.first == "9.3.49" && listed.last == "2.1.0", "\(listed)")
+        let causes = try #require(C.version(stats, "9.3.47")?["topFailures"] as? [[String: Any]])
+        #expect(causes.map { "\($0["errorCode"] as? String ?? "")×\($0["count"] as? Int ?? 0)" } == ["disk-full×1"])
         let other = try #require(stats["otherVersions"] as? [String: Int])
-        #expect(other["versions"] == 180 && other["updated"] == 181 && other["devices"] == 180 && other["bytesDownloaded"] == 180, "\(other)")
+        #expect(other["versions"] == 180 && other["updated"] == 181 && other["failed"] == 1 && other["devices"] == 180 && other["bytesDownloaded"] == 180, "\(other)")
         #expect(stats["fallbacks"] as? [String: Int] == ["missing-file": 4, "other": 8])
         let page = String(decoding: try await PublishHTTP.fetch(server.baseURL + "/dashboard?app=fleet").body, as: UTF8.self)
         #expect(page.components(separatedBy: "<tr class=").count - 1 == 22, "21 versions and one row of the rest")

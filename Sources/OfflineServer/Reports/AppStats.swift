@@ -61,9 +61,9 @@ struct AppStats: Sendable, Encodable {
 
     /// Keeps the `maxVersions` newest versions and `latest` (the version the publish
     /// directory stages or halted), and sums the rest into `otherVersions`.
-    mutating func bound() {
+    mutating func bound(keeping latest: String?) {
         guard versions.count > Self.maxVersions else { return }
-        var kept: [VersionStats] = [], other = OtherVersions()
+        var kept: [VersionStats] = [], other = otherVersions ?? OtherVersions()
         for version in versions {
             if kept.count < Self.maxVersions || version.version == latest { kept.append(version) } else { other.add(version) }
         }

@@ -307,8 +307,8 @@ final class PostgresReportStore: ReportStorage {
         try await bounded("the counters") { try await self.unboundedTally(labels: labels) }
     }
 
-    func stats(app: String) async throws -> AppStats {
-        try await bounded("/stats") { try await self.unboundedStats(app: app) }
+    func stats(app: String, keeping latest: String?) async throws -> AppStats {
+        try await bounded("/stats") { try await self.unboundedStats(app: app, keeping: latest) }
     }
 
     func adoption(app: String, versions: [String]) async throws -> AdoptionSeries {
@@ -493,7 +493,7 @@ final class PostgresReportStore: ReportStorage {
         return tally
     }
 
-    private func unboundedStats(app: String) async throws -> AppStats {
+    private func unboundedStats(app: String, keeping latest: String?) async throws -> AppStats {
         var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
         let rows = try await client.query("""
             SELECT version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits FROM version_totals WHERE app = \(app)
@@ -509,9 +509,6 @@ final class PostgresReportStore: ReportStorage {
             SELECT version, COUNT(*) FROM devices WHERE app = \(app) AND version IS NOT NULL AND version != '' GROUP BY version
             """, logger: logger)
         for try await (version, count) in perVersion.decode((String, Int64).self) { devices.append((version, count)) }
-        var causes: [(version: String, errorCode: String, count: Int64)] = []
-        let failures = try await client.query("SELECT version, errorCode, count FROM failure_causes WHERE app = \(app)", logger: logger)
-        for try await (version, code, count) in failures.decode((String, String, Int64).self) { causes.append((version, code, count)) }
         var reasons: [(reason: String, count: Int64)] = []
         let fallbacks = try await client.query("SELECT reason, count FROM fallback_totals WHERE app = \(app)", logger: logger)
         for try await (reason, count) in fallbacks.decode((String, Int64).self) { reasons.append((reason, count)) }
@@ -519,7 +516,16 @@ final class PostgresReportStore: ReportStorage {
         for try await count in try await client.query("SELECT COUNT(*) FROM devices WHERE app = \(app)", logger: logger).decode(Int64.self) {
             known = count
         }
-        return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
+        var stats = AppStats(app: app, totals: totals, devices: devices, reasons: reasons, knownDevices: known)
+        stats.bound(keeping: latest)
+        let listed = stats.versions.map(\.version)
+        guard !listed.isEmpty else { return stats }
+        var causes: [(version: String, errorCode: String, count: Int64)] = []
+        let failures = try await client.query(
+            "SELECT version, errorCode, count FROM failure_causes WHERE app = \(app) AND version = ANY(\(listed))", logger: logger)
+        for try await (version, code, count) in failures.decode((String, String, Int64).self) { causes.append((version, code, count)) }
+        stats.rankFailures(causes)
+        return stats
     }
 
     private func unboundedAdoption(app: String, versions: [String]) async throws -> AdoptionSeries {

@@ -78,9 +78,9 @@ final class ReportCollector: Sendable {
 
     /// `/stats?app=NAME`: the stored figures and what the publish directory says now.
     func stats(app: String, now: Date = Date()) async throws -> AppStats {
-        var stats = try await store.stats(app: app)
-        if let entry = try? catalog.entry(app: app) { stats.apply(entry.state, now: now) }
-        stats.bound()
+        let state = (try? catalog.entry(app: app))?.state
+        var stats = try await store.stats(app: app, keeping: state?.latest.description)
+        if let state { stats.apply(state, now: now) }
         return stats
     }
 }

@@ -12,8 +12,9 @@ protocol ReportStorage: Sendable {
     /// The counters of every stored event (restored into `/metrics` at start), from their
     /// stored sums (`ReportCounters`), so a start does not read every event.
     func tally(labels: ReportLabels) async throws -> ReportTally
-    /// `/stats?app=NAME`, from every stored event of `app`.
-    func stats(app: String) async throws -> AppStats
+    /// `/stats?app=NAME`, from every stored event of `app`, its versions bounded
+    /// (`AppStats.bound(keeping:)`, `latest` kept) before their failure causes are read.
+    func stats(app: String, keeping latest: String?) async throws -> AppStats
     /// Per device, what it reported about `version` of `app` in events received at
     /// `sinceMillis` or later: `updated` or `failed` naming it, `rolled-back` or `marked-bad` from it;
     /// with `authenticatedOnly`, only events stored as `authenticated`.

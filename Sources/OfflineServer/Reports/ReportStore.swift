@@ -294,7 +294,7 @@ final class ReportStore: ReportStorage {
     }
 
     /// `/stats?app=NAME`, from the running sums of `app` (`ReportRollup`).
-    func stats(app: String) async throws -> AppStats {
+    func stats(app: String, keeping latest: String?) async throws -> AppStats {
         try await pool.read { db in
             var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
             for row in try Row.fetchAll(db, sql: """
@@ -314,13 +314,19 @@ final class ReportStore: ReportStorage {
             let devices = try Row.fetchAll(db, sql: """
                 SELECT version, COUNT(*) FROM devices WHERE app = ? AND version IS NOT NULL AND version != '' GROUP BY version
                 """, arguments: [app]).map { (version: $0[0] as String, count: Self.count($0, 1)) }
-            let causes = try Row.fetchAll(db, sql: """
-                SELECT version, errorCode, count FROM failure_causes WHERE app = ?
-                """, arguments: [app]).map { (version: $0[0] as String, errorCode: $0[1] as String, count: Self.count($0, 2)) }
             let reasons = try Row.fetchAll(db, sql: "SELECT reason, count FROM fallback_totals WHERE app = ?", arguments: [app])
                 .map { (reason: $0[0] as String, count: Self.count($0, 1)) }
             let known = try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE app = ?", arguments: [app]) ?? 0
-            return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
+            var stats = AppStats(app: app, totals: totals, devices: devices, reasons: reasons, knownDevices: known)
+            stats.bound(keeping: latest)
+            let listed = stats.versions.map(\.version)
+            guard !listed.isEmpty else { return stats }
+            let causes = try Row.fetchAll(db, sql: """
+                SELECT version, errorCode, count FROM failure_causes WHERE app = ? AND version IN \(Self.list(listed.count))
+                """, arguments: [app] + StatementArguments(listed))
+                .map { (version: $0[0] as String, errorCode: $0[1] as String, count: Self.count($0, 2)) }
+            stats.rankFailures(causes)
+            return stats
         }
     }
 
@@ -356,7 +362,7 @@ final class ReportStore: ReportStorage {
             guard !versions.isEmpty else { return AdoptionSeries(fromMillis: from, toMillis: to, moves: []) }
             // Moves into a listed version, then out of one into another: two index searches
             // (an OR of the two, without ANALYZE's statistics, scans every move of the app).
-            let listed = "(" + Array(repeating: "?", count: versions.count).joined(separator: ", ") + ")"
+            let listed = Self.list(versions.count)
             var arguments: StatementArguments = [from, AdoptionSeries.buckets, to, from, app]
             arguments += StatementArguments(versions) + [app] + StatementArguments(versions) + StatementArguments(versions)
             let rows = try Row.fetchAll(db, sql: """
@@ -373,6 +379,11 @@ final class ReportStore: ReportStorage {
 
     func close() async {
         try? pool.close()
+    }
+
+    /// `(?, ?, …)`: `count` placeholders for `IN`.
+    private static func list(_ count: Int) -> String {
+        "(" + Array(repeating: "?", count: count).joined(separator: ", ") + ")"
     }
 
     /// A stored number as a count, never trapping: GRDB's `row[i] as Int64` stops the
