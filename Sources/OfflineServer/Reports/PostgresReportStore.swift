@@ -291,16 +291,14 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
-    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
-        try await insert(events, authenticated: authenticated, receivedMillis: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
+    func insert(_ writes: [ReportWrite]) async throws -> [ReportInsertion] {
+        try await insert(writes, receivedMillis: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
     }
 
-    /// Stores a batch as if received at `receivedMillis` (`ReportCopy`: a copied history
+    /// Stores batches as if received at `receivedMillis` (`ReportCopy`: a copied history
     /// keeps its receipt times, which the auto-halt window and the adoption chart read).
-    func insert(_ events: [ReportEvent], authenticated: Bool, receivedMillis: Int64) async throws -> ReportInsertion {
-        try await bounded("a batch") {
-            try await self.unboundedInsert(events, authenticated: authenticated, received: receivedMillis)
-        }
+    func insert(_ writes: [ReportWrite], receivedMillis: Int64) async throws -> [ReportInsertion] {
+        try await bounded("a batch") { try await self.unboundedInsert(writes, received: receivedMillis) }
     }
 
     func tally(labels: ReportLabels) async throws -> ReportTally {
@@ -334,42 +332,48 @@ final class PostgresReportStore: ReportStorage {
 
     // MARK: Writing
 
-    private func unboundedInsert(_ events: [ReportEvent], authenticated: Bool, received: Int64) async throws -> ReportInsertion {
+    private func unboundedInsert(_ writes: [ReportWrite], received: Int64) async throws -> [ReportInsertion] {
         let logger = self.logger
+        let events = writes.flatMap(\.events)
+        let authenticated = writes.flatMap { write in write.events.map { _ in write.authenticated } }
         return try await client.withTransaction(logger: logger) { connection in
-            // The whole batch in one statement (a round trip per event made a batch of 10 wait
-            // on 10 of them), in batch order, so `seq` follows arrival as in ReportStore; an
-            // id stored before, or earlier in the batch, inserts nothing and returns no row.
+            // Every event in one statement (a round trip per event made a batch of 10 wait on
+            // 10 of them), in order, so `seq` follows arrival as in ReportStore; an id stored
+            // before, or earlier in `writes`, inserts nothing and returns no row.
             let text = { (value: (ReportEvent) -> String?) in Self.arrayLiteral(events.map(value)) }
             let number = { (value: (ReportEvent) -> Int64?) in Self.arrayLiteral(events.map { value($0).map(String.init) }) }
             let rows = try await connection.query("""
                 INSERT INTO events (id, time, timeMillis, device, app, event, version, previousVersion, via,
                     bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis, authenticated)
                 SELECT id, time, timeMillis, device, app, event, version, previousVersion, via,
-                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, \(received), \(authenticated)
+                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, \(received), authenticated
                 FROM unnest(\(events.map(\.id))::text[], \(events.map(\.time))::text[], \(events.map(\.timeMillis))::bigint[],
                     \(events.map(\.device))::text[], \(events.map(\.app))::text[], \(events.map(\.event.rawValue))::text[],
                     \(text(\.version))::text[], \(text(\.previousVersion))::text[], \(text { $0.via?.rawValue })::text[],
                     \(events.map(\.bytes))::bigint[], \(number(\.fullSize))::bigint[], \(events.map(\.durationMs))::bigint[],
                     \(text(\.errorCode))::text[], \(text(\.message))::text[], \(number(\.offlineHits))::bigint[],
-                    \(number(\.periodSeconds))::bigint[])
+                    \(number(\.periodSeconds))::bigint[], \(authenticated)::boolean[])
                     WITH ORDINALITY AS e(id, time, timeMillis, device, app, event, version, previousVersion, via,
-                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, position)
+                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, authenticated, position)
                 ORDER BY position
                 ON CONFLICT (id) DO NOTHING RETURNING id, seq
                 """, logger: logger)
             var seqs: [String: Int64] = [:]
             for try await (id, seq) in rows.decode((String, Int64).self) { seqs[id] = seq }
-            var result = ReportInsertion(inserted: [], duplicates: 0)
+            var results: [ReportInsertion] = []
             var stored: [(event: ReportEvent, seq: Int64)] = []
-            for event in events {
-                // The first of a batch's events with an id is the one stored.
-                guard let seq = seqs.removeValue(forKey: event.id) else {
-                    result.duplicates += 1
-                    continue
+            for write in writes {
+                var result = ReportInsertion(inserted: [], duplicates: 0)
+                for event in write.events {
+                    // The first event with an id is the one stored.
+                    guard let seq = seqs.removeValue(forKey: event.id) else {
+                        result.duplicates += 1
+                        continue
+                    }
+                    result.inserted.append(event)
+                    stored.append((event, seq))
                 }
-                result.inserted.append(event)
-                stored.append((event, seq))
+                results.append(result)
             }
             let fallbacks = stored.flatMap { event, seq in event.fallbacks.map { (seq: seq, reason: $0.reason, count: $0.count) } }
             if !fallbacks.isEmpty {
@@ -379,7 +383,7 @@ final class PostgresReportStore: ReportStorage {
                     """, logger: logger)
             }
             try await Self.add(ReportRollup(stored, receivedMillis: received), to: connection, logger: logger)
-            return result
+            return results
         }
     }
 

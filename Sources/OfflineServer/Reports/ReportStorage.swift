@@ -5,10 +5,9 @@
 protocol ReportStorage: Sendable {
     /// Where the store is, for the log (a path or a URL without its password).
     var location: String { get }
-    /// Stores a batch in one transaction; an id already stored is a duplicate.
-    /// `authenticated`: its sender proved, by its own credential, to be the device its
-    /// events name (only those count toward `--auto-halt` with enrolment required).
-    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion
+    /// Stores `writes` in one transaction, in order: all of them or none. An id already
+    /// stored, or earlier in `writes`, is a duplicate. One insertion per write, in order.
+    func insert(_ writes: [ReportWrite]) async throws -> [ReportInsertion]
     /// The counters of every stored event (restored into `/metrics` at start), from their
     /// stored sums (`ReportCounters`), so a start does not read every event.
     func tally(labels: ReportLabels) async throws -> ReportTally

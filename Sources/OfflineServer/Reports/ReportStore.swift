@@ -8,7 +8,7 @@ import OfflineAgent
 ///
 /// `id` has a unique index: an event sent twice (a retry after a lost answer) is
 /// stored once, and the second `INSERT OR IGNORE` counts it as a duplicate. A batch
-/// is one transaction, so it is stored whole or not at all.
+/// is stored in one transaction (with those `ReportWriter` groups with it), so whole or not at all.
 final class ReportStore: ReportStorage {
     let path: String
     var location: String { path }
@@ -170,8 +170,7 @@ final class ReportStore: ReportStorage {
         return migrator
     }
 
-    /// Stores a batch in one transaction.
-    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
+    func insert(_ writes: [ReportWrite]) async throws -> [ReportInsertion] {
         let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
         return try await pool.write { db in
             let insertEvent = try db.cachedStatement(sql: """
@@ -180,28 +179,32 @@ final class ReportStore: ReportStorage {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             let insertFallback = try db.cachedStatement(sql: "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (?, ?, ?)")
-            var result = ReportInsertion(inserted: [], duplicates: 0)
-            result.inserted.reserveCapacity(events.count)
+            var results: [ReportInsertion] = []
             var stored: [(event: ReportEvent, seq: Int64)] = []
-            for event in events {
-                try insertEvent.execute(arguments: [
-                    event.id, event.time, event.timeMillis, event.device, event.app, event.event.rawValue, event.version,
-                    event.previousVersion, event.via?.rawValue, event.bytes, event.fullSize, event.durationMs,
-                    event.errorCode, event.message, event.offlineHits, event.periodSeconds, received, authenticated ? 1 : 0,
-                ])
-                guard db.changesCount == 1 else {
-                    result.duplicates += 1
-                    continue
+            for write in writes {
+                var result = ReportInsertion(inserted: [], duplicates: 0)
+                result.inserted.reserveCapacity(write.events.count)
+                for event in write.events {
+                    try insertEvent.execute(arguments: [
+                        event.id, event.time, event.timeMillis, event.device, event.app, event.event.rawValue, event.version,
+                        event.previousVersion, event.via?.rawValue, event.bytes, event.fullSize, event.durationMs,
+                        event.errorCode, event.message, event.offlineHits, event.periodSeconds, received, write.authenticated ? 1 : 0,
+                    ])
+                    guard db.changesCount == 1 else {
+                        result.duplicates += 1
+                        continue
+                    }
+                    let seq = db.lastInsertedRowID
+                    for fallback in event.fallbacks {
+                        try insertFallback.execute(arguments: [seq, fallback.reason, fallback.count])
+                    }
+                    result.inserted.append(event)
+                    stored.append((event, seq))
                 }
-                let seq = db.lastInsertedRowID
-                for fallback in event.fallbacks {
-                    try insertFallback.execute(arguments: [seq, fallback.reason, fallback.count])
-                }
-                result.inserted.append(event)
-                stored.append((event, seq))
+                results.append(result)
             }
             try Self.add(ReportRollup(stored, receivedMillis: received), to: db)
-            return result
+            return results
         }
     }
 
