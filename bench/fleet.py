@@ -203,6 +203,19 @@ def fill_postgres(url, n, versions):
         os.unlink(name)
 
 
+def drop_database(url, name):
+    """Drops the bench's database once the servers are gone. Not WITH (FORCE): that must end
+    every session, and an autovacuum worker (the fill's \\copy wakes one) belongs to a role
+    the test role may not signal; a plain DROP stops autovacuum itself. Retried for 30 s."""
+    for _ in range(30):
+        try:
+            psql(url, f"DROP DATABASE IF EXISTS {name}")
+            return
+        except subprocess.CalledProcessError:
+            time.sleep(1)
+    log(f"could not drop database {name}: drop it by hand")
+
+
 def latency(url, runs):
     def once():
         started = time.perf_counter()
@@ -322,7 +335,7 @@ def main():
                 log(f"halt {name}: median {statistics.median(times):.1f} ms (runs: {', '.join(f'{t:.1f}' for t in times)})")
                 results.append(f"fleet.halt_ms.{name}={statistics.median(times):.1f}")
         finally:
-            psql(server_url, f"DROP DATABASE IF EXISTS {pg_name} WITH (FORCE)")
+            drop_database(server_url, pg_name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # The load average says how much the machine was shared: these figures move with it.
