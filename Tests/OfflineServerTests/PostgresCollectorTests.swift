@@ -29,6 +29,11 @@ struct PostgresCollectorTests {
             events.append(C.event("usage", device: device, version: "2.0.0", ["offlineHits": i, "fallbacks": ["missing-file": 1, "made-up": 2]]))
         }
         events.append(C.event("updated", device: "liar", version: "beta build", ["via": "full", "time": "2099-01-01T00:00:00Z"]))
+        // What an array's text would misread (PostgreSQL receives a batch as arrays): quotes,
+        // backslashes, braces, commas and the word NULL come back as sent.
+        for text in [#"a"b\c{d},e"#, "NULL", #"{"x"}"#, "\\"] {
+            events.append(C.event("failed", device: "quoter", version: text, ["errorCode": text, "message": text]))
+        }
         events.append(events[0])
         return events
     }
@@ -88,7 +93,7 @@ struct PostgresCollectorTests {
         try process.run()
         let names = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        #expect(names == "v1\nv3\nv4\nv5\nv6\n", "each migration once")
+        #expect(names == "v1\nv3\nv4\nv5\nv6\nv7\n", "each migration once")
     }
 
     @Test("a database it cannot use stops the start with one line naming the cause: no TLS for sslmode=require, a wrong password, no such database")

@@ -310,16 +310,36 @@ struct ReportHostileInputTests {
                 + [C.event("usage", device: "fake", version: "9.0.0", ["fallbacks": ["made-up-\(batch)": 2, "missing-file": 1]])]
             #expect(try await C.post(server.baseURL, try C.body(events)).status == 200)
         }
+        // Moves between a listed version and one summed with the rest: a device leaves
+        // 9.3.49 for 9.0.0, another leaves 9.0.0 for 9.3.48 (the chart reads only the
+        // moves into and out of the versions it draws, and must see both).
+        let moves = [
+            C.event("updated", device: "fake-3-49", version: "9.0.0", ["via": "full", "previousVersion": "9.3.49"]),
+            C.event("updated", device: "fake-0-0", version: "9.3.48", ["via": "full", "previousVersion": "9.0.0"]),
+            // Failure causes are read for the listed versions only: this one's must show.
+            C.event("failed", device: "fake-0-1", version: "9.3.47", ["errorCode": "disk-full"]),
+            C.event("failed", device: "fake-0-1", version: "9.0.1", ["errorCode": "network"]),
+        ].map { event in event.merging(["time": "2026-11-22T21:31:00Z"]) { $1 } }
+        #expect(try await C.post(server.baseURL, try C.body(moves)).status == 200)
         let stats = try await C.stats(server.baseURL)
         let listed = try #require(stats["versions"] as? [[String: Any]]).map { $0["version"] as? String ?? "" }
         #expect(listed.count == 21 && listed.first == "9.3.49" && listed.last == "2.1.0", "\(listed)")
+        let causes = try #require(C.version(stats, "9.3.47")?["topFailures"] as? [[String: Any]])
+        #expect(causes.map { "\($0["errorCode"] as? String ?? "")×\($0["count"] as? Int ?? 0)" } == ["disk-full×1"])
         let other = try #require(stats["otherVersions"] as? [String: Int])
-        #expect(other["versions"] == 180 && other["updated"] == 180 && other["devices"] == 180 && other["bytesDownloaded"] == 180, "\(other)")
+        #expect(other["versions"] == 180 && other["updated"] == 181 && other["failed"] == 1 && other["devices"] == 180 && other["bytesDownloaded"] == 180, "\(other)")
         #expect(stats["fallbacks"] as? [String: Int] == ["missing-file": 4, "other": 8])
         let page = String(decoding: try await PublishHTTP.fetch(server.baseURL + "/dashboard?app=fleet").body, as: UTF8.self)
         #expect(page.components(separatedBy: "<tr class=").count - 1 == 22, "21 versions and one row of the rest")
         #expect(page.contains("data-other-versions=\"180\""))
         #expect(page.components(separatedBy: "<polyline").count - 1 <= 21)
+        // Each line ends at the devices /stats counts on its version now.
+        let lines = try Regex(#"<polyline class="line" data-version="([^"]*)" data-last="(\d+)""#)
+        let ends = Dictionary(uniqueKeysWithValues: page.matches(of: lines).map { (String($0.output[1].substring ?? ""), Int($0.output[2].substring ?? "") ?? -1) })
+        #expect(ends["9.3.49"] == 0 && ends["9.3.48"] == 2, "\(ends)")
+        for version in try #require(stats["versions"] as? [[String: Any]]) where ends[version["version"] as? String ?? ""] != nil {
+            #expect(ends[version["version"] as? String ?? ""] == version["devices"] as? Int, "\(version)")
+        }
         #expect(!page.contains("9.0.0\""), "an old made-up version is summed, not listed")
     }
 }

@@ -170,11 +170,11 @@ struct ReportRollupTests {
     static func forgetSums(_ store: String) throws {
         let tables = ["version_totals", "failure_causes", "fallback_totals", "devices", "version_moves"]
         if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name IN ('v3', 'v4');")
+            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name IN ('v3', 'v4', 'v7');")
         } else {
             let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
                 + tables.map { "db.execute('DROP TABLE \($0)'); " }.joined()
-                + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier IN ('v3', 'v4')\"); db.commit()"
+                + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier IN ('v3', 'v4', 'v7')\"); db.commit()"
             let result = try CLI.runBlocking(["-c", script, store], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
         }

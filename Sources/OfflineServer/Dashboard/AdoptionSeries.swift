@@ -14,6 +14,16 @@ struct AdoptionSeries: Sendable, Equatable {
     /// Slices the span is cut into.
     static let buckets = 60
 
+    /// Migration `v7` of both stores: `version_moves` indexed by the version moved to and
+    /// the one moved from, so the chart reads the moves of the versions it draws (its
+    /// index by receipt time led every read through every move of the app). Each step may
+    /// run again (a database whose sums were dropped and filled anew).
+    static let movesIndexes = [
+        "DROP INDEX IF EXISTS version_moves_app",
+        "CREATE INDEX IF NOT EXISTS version_moves_version ON version_moves(app, version)",
+        "CREATE INDEX IF NOT EXISTS version_moves_previous ON version_moves(app, previous)",
+    ]
+
     /// One group of the store's answer: `count` devices moved from `previous` (nil: from
     /// nothing reported) to `version` within slice `bucket`.
     struct Move: Sendable {

@@ -2,16 +2,16 @@ import OfflineAgent
 
 extension AppStats {
     /// `/stats` of `app` from the running sums both stores read (`ReportRollup`), so the
-    /// figures and their order are the same whichever store answers.
+    /// figures and their order are the same whichever store answers; the failure causes
+    /// come after (`rankFailures`), read for the versions `bound(keeping:)` lists only.
     /// - Parameters:
     ///   - totals: the rows of `version_totals` of `app`.
     ///   - devices: devices per version of their latest update.
-    ///   - causes: the rows of `failure_causes` of `app`, in any order.
     ///   - reasons: the rows of `fallback_totals` of `app`.
     ///   - knownDevices: devices that sent any event for `app`.
     init(
         app: String, totals: [ReportRollup.VersionKey: ReportRollup.Totals], devices: [(version: String, count: Int64)],
-        causes: [(version: String, errorCode: String, count: Int64)], reasons: [(reason: String, count: Int64)], knownDevices: Int64
+        reasons: [(reason: String, count: Int64)], knownDevices: Int64
     ) {
         self.init(app: app)
         var versions: [String: VersionStats] = [:]
@@ -32,19 +32,27 @@ extension AppStats {
         for (version, count) in devices {
             versions[version, default: VersionStats(version: version)].devices = count
         }
-        // Most frequent first; a tie by code, byte order (a failure without a code first).
-        let ranked = causes.sorted { a, b in
-            a.count != b.count ? a.count > b.count : a.errorCode.utf8.lexicographicallyPrecedes(b.errorCode.utf8)
-        }
-        for cause in ranked where versions[cause.version, default: VersionStats(version: cause.version)].topFailures.count < Self.topFailureCount {
-            let code = cause.errorCode == ReportRollup.none ? nil : cause.errorCode
-            versions[cause.version, default: VersionStats(version: cause.version)].topFailures.append(.init(errorCode: code, count: cause.count))
-        }
-        self.versions = versions.values.sorted(by: VersionStats.newestFirst)
+        self.versions = VersionStats.sortedNewestFirst(versions.values)
         self.devices = knownDevices
         for (reason, count) in reasons {
             let name = Self.fallbackName(reason)
             fallbacks[name] = (fallbacks[name] ?? 0).adding(saturating: count)
+        }
+    }
+
+    /// Sets `topFailures` of the listed versions from `causes` (rows of `failure_causes`
+    /// of the app, in any order; those of versions not listed are left out): per version,
+    /// most frequent first, a tie by code in byte order (a failure without a code first).
+    mutating func rankFailures(_ causes: [(version: String, errorCode: String, count: Int64)]) {
+        var codes: [String: [(errorCode: String, count: Int64)]] = [:]
+        for cause in causes { codes[cause.version, default: []].append((cause.errorCode, cause.count)) }
+        for index in versions.indices {
+            let ranked = (codes[versions[index].version] ?? []).sorted { a, b in
+                a.count != b.count ? a.count > b.count : a.errorCode.utf8.lexicographicallyPrecedes(b.errorCode.utf8)
+            }
+            versions[index].topFailures = ranked.prefix(Self.topFailureCount).map {
+                .init(errorCode: $0.errorCode == ReportRollup.none ? nil : $0.errorCode, count: $0.count)
+            }
         }
     }
 

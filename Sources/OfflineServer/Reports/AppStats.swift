@@ -61,9 +61,9 @@ struct AppStats: Sendable, Encodable {
 
     /// Keeps the `maxVersions` newest versions and `latest` (the version the publish
     /// directory stages or halted), and sums the rest into `otherVersions`.
-    mutating func bound() {
+    mutating func bound(keeping latest: String?) {
         guard versions.count > Self.maxVersions else { return }
-        var kept: [VersionStats] = [], other = OtherVersions()
+        var kept: [VersionStats] = [], other = otherVersions ?? OtherVersions()
         for version in versions {
             if kept.count < Self.maxVersions || version.version == latest { kept.append(version) } else { other.add(version) }
         }
@@ -137,11 +137,21 @@ struct AppStats: Sendable, Encodable {
 
         /// Newest version first; names `Version` cannot read after every version, by name.
         static func newestFirst(_ a: VersionStats, _ b: VersionStats) -> Bool {
-            switch (Version(a.version), Version(b.version)) {
-            case let (x?, y?): x != y ? x > y : a.version < b.version
+            newestFirst((Version(a.version), a.version), (Version(b.version), b.version))
+        }
+
+        /// `versions` in `newestFirst` order, each name read as a `Version` once (not once
+        /// per comparison: an app may have reported thousands of versions).
+        static func sortedNewestFirst(_ versions: some Collection<VersionStats>) -> [VersionStats] {
+            versions.map { (key: (Version($0.version), $0.version), stats: $0) }.sorted { newestFirst($0.key, $1.key) }.map(\.stats)
+        }
+
+        private static func newestFirst(_ a: (Version?, String), _ b: (Version?, String)) -> Bool {
+            switch (a.0, b.0) {
+            case let (x?, y?): x != y ? x > y : a.1 < b.1
             case (.some, nil): true
             case (nil, .some): false
-            case (nil, nil): a.version < b.version
+            case (nil, nil): a.1 < b.1
             }
         }
     }

@@ -228,6 +228,8 @@ final class PostgresReportStore: ReportStorage {
         ("v5", ["ALTER TABLE events ADD COLUMN IF NOT EXISTS authenticated BOOLEAN NOT NULL DEFAULT false"]),
         // As ReportStore's v6: the /metrics counters' sums, so a start reads them instead of every event.
         ("v6", ReportCounters.migration(type: "BIGINT") { "LEAST(SUM(\($0)), \(Int64.max))::BIGINT" }.map { PostgresQuery(unsafeSQL: $0) }),
+        // As ReportStore's v7: the adoption chart reads the moves of the versions it draws.
+        ("v7", AdoptionSeries.movesIndexes.map { PostgresQuery(unsafeSQL: $0) }),
     ]
 
     /// An arbitrary constant: the advisory lock every instance takes to migrate.
@@ -291,28 +293,26 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
-    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
-        try await insert(events, authenticated: authenticated, receivedMillis: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
+    func insert(_ writes: [ReportWrite]) async throws -> [ReportInsertion] {
+        try await insert(writes, receivedMillis: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
     }
 
-    /// Stores a batch as if received at `receivedMillis` (`ReportCopy`: a copied history
+    /// Stores batches as if received at `receivedMillis` (`ReportCopy`: a copied history
     /// keeps its receipt times, which the auto-halt window and the adoption chart read).
-    func insert(_ events: [ReportEvent], authenticated: Bool, receivedMillis: Int64) async throws -> ReportInsertion {
-        try await bounded("a batch") {
-            try await self.unboundedInsert(events, authenticated: authenticated, received: receivedMillis)
-        }
+    func insert(_ writes: [ReportWrite], receivedMillis: Int64) async throws -> [ReportInsertion] {
+        try await bounded("a batch") { try await self.unboundedInsert(writes, received: receivedMillis) }
     }
 
     func tally(labels: ReportLabels) async throws -> ReportTally {
         try await bounded("the counters") { try await self.unboundedTally(labels: labels) }
     }
 
-    func stats(app: String) async throws -> AppStats {
-        try await bounded("/stats") { try await self.unboundedStats(app: app) }
+    func stats(app: String, keeping latest: String?) async throws -> AppStats {
+        try await bounded("/stats") { try await self.unboundedStats(app: app, keeping: latest) }
     }
 
-    func adoption(app: String) async throws -> AdoptionSeries {
-        try await bounded("the adoption chart") { try await self.unboundedAdoption(app: app) }
+    func adoption(app: String, versions: [String]) async throws -> AdoptionSeries {
+        try await bounded("the adoption chart") { try await self.unboundedAdoption(app: app, versions: versions) }
     }
 
     func knownDevices(app: String) async throws -> Int64 {
@@ -334,37 +334,58 @@ final class PostgresReportStore: ReportStorage {
 
     // MARK: Writing
 
-    private func unboundedInsert(_ events: [ReportEvent], authenticated: Bool, received: Int64) async throws -> ReportInsertion {
+    private func unboundedInsert(_ writes: [ReportWrite], received: Int64) async throws -> [ReportInsertion] {
         let logger = self.logger
+        let events = writes.flatMap(\.events)
+        let authenticated = writes.flatMap { write in write.events.map { _ in write.authenticated } }
         return try await client.withTransaction(logger: logger) { connection in
-            var result = ReportInsertion(inserted: [], duplicates: 0)
+            // Every event in one statement (a round trip per event made a batch of 10 wait on
+            // 10 of them), in order, so `seq` follows arrival as in ReportStore; an id stored
+            // before, or earlier in `writes`, inserts nothing and returns no row.
+            let text = { (value: (ReportEvent) -> String?) in Self.arrayLiteral(events.map(value)) }
+            let number = { (value: (ReportEvent) -> Int64?) in Self.arrayLiteral(events.map { value($0).map(String.init) }) }
+            let rows = try await connection.query("""
+                INSERT INTO events (id, time, timeMillis, device, app, event, version, previousVersion, via,
+                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis, authenticated)
+                SELECT id, time, timeMillis, device, app, event, version, previousVersion, via,
+                    bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, \(received), authenticated
+                FROM unnest(\(events.map(\.id))::text[], \(events.map(\.time))::text[], \(events.map(\.timeMillis))::bigint[],
+                    \(events.map(\.device))::text[], \(events.map(\.app))::text[], \(events.map(\.event.rawValue))::text[],
+                    \(text(\.version))::text[], \(text(\.previousVersion))::text[], \(text { $0.via?.rawValue })::text[],
+                    \(events.map(\.bytes))::bigint[], \(number(\.fullSize))::bigint[], \(events.map(\.durationMs))::bigint[],
+                    \(text(\.errorCode))::text[], \(text(\.message))::text[], \(number(\.offlineHits))::bigint[],
+                    \(number(\.periodSeconds))::bigint[], \(authenticated)::boolean[])
+                    WITH ORDINALITY AS e(id, time, timeMillis, device, app, event, version, previousVersion, via,
+                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, authenticated, position)
+                ORDER BY position
+                ON CONFLICT (id) DO NOTHING RETURNING id, seq
+                """, logger: logger)
+            var seqs: [String: Int64] = [:]
+            for try await (id, seq) in rows.decode((String, Int64).self) { seqs[id] = seq }
+            var results: [ReportInsertion] = []
             var stored: [(event: ReportEvent, seq: Int64)] = []
-            for event in events {
-                let via = event.via?.rawValue, kind = event.event.rawValue
-                let rows = try await connection.query("""
-                    INSERT INTO events (id, time, timeMillis, device, app, event, version, previousVersion, via,
-                        bytes, fullSize, durationMs, errorCode, message, offlineHits, periodSeconds, receivedMillis, authenticated)
-                    VALUES (\(event.id), \(event.time), \(event.timeMillis), \(event.device), \(event.app), \(kind),
-                        \(event.version), \(event.previousVersion), \(via), \(event.bytes), \(event.fullSize),
-                        \(event.durationMs), \(event.errorCode), \(event.message), \(event.offlineHits),
-                        \(event.periodSeconds), \(received), \(authenticated))
-                    ON CONFLICT (id) DO NOTHING RETURNING seq
-                    """, logger: logger).collect()
-                guard let row = rows.first else {
-                    result.duplicates += 1
-                    continue
+            for write in writes {
+                var result = ReportInsertion(inserted: [], duplicates: 0)
+                for event in write.events {
+                    // The first event with an id is the one stored.
+                    guard let seq = seqs.removeValue(forKey: event.id) else {
+                        result.duplicates += 1
+                        continue
+                    }
+                    result.inserted.append(event)
+                    stored.append((event, seq))
                 }
-                let seq = try row.decode(Int64.self)
-                for fallback in event.fallbacks {
-                    try await connection.query(
-                        "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (\(seq), \(fallback.reason), \(fallback.count))",
-                        logger: logger)
-                }
-                result.inserted.append(event)
-                stored.append((event, seq))
+                results.append(result)
+            }
+            let fallbacks = stored.flatMap { event, seq in event.fallbacks.map { (seq: seq, reason: $0.reason, count: $0.count) } }
+            if !fallbacks.isEmpty {
+                try await connection.query("""
+                    INSERT INTO fallbacks (eventSeq, reason, count)
+                    SELECT * FROM unnest(\(fallbacks.map(\.seq))::bigint[], \(fallbacks.map(\.reason))::text[], \(fallbacks.map(\.count))::bigint[])
+                    """, logger: logger)
             }
             try await Self.add(ReportRollup(stored, receivedMillis: received), to: connection, logger: logger)
-            return result
+            return results
         }
     }
 
@@ -444,6 +465,15 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
+    /// `values` as the text of a PostgreSQL array, nil as `NULL` (PostgresNIO binds no
+    /// array of optionals); every element quoted, `"` and `\` escaped, so any text reads back as sent.
+    static func arrayLiteral(_ values: [String?]) -> String {
+        "{" + values.map { value in
+            guard let value else { return "NULL" }
+            return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        }.joined(separator: ",") + "}"
+    }
+
     /// `column = stored + added` for each of `columns` of `version_totals`, saturating.
     private static func sums(_ columns: [String]) -> String {
         columns.map { "\($0) = \(ReportRollup.saturatingSum("version_totals.\($0)", "excluded.\($0)"))" }.joined(separator: ", ")
@@ -469,7 +499,7 @@ final class PostgresReportStore: ReportStorage {
         return tally
     }
 
-    private func unboundedStats(app: String) async throws -> AppStats {
+    private func unboundedStats(app: String, keeping latest: String?) async throws -> AppStats {
         var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
         let rows = try await client.query("""
             SELECT version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits FROM version_totals WHERE app = \(app)
@@ -485,9 +515,6 @@ final class PostgresReportStore: ReportStorage {
             SELECT version, COUNT(*) FROM devices WHERE app = \(app) AND version IS NOT NULL AND version != '' GROUP BY version
             """, logger: logger)
         for try await (version, count) in perVersion.decode((String, Int64).self) { devices.append((version, count)) }
-        var causes: [(version: String, errorCode: String, count: Int64)] = []
-        let failures = try await client.query("SELECT version, errorCode, count FROM failure_causes WHERE app = \(app)", logger: logger)
-        for try await (version, code, count) in failures.decode((String, String, Int64).self) { causes.append((version, code, count)) }
         var reasons: [(reason: String, count: Int64)] = []
         let fallbacks = try await client.query("SELECT reason, count FROM fallback_totals WHERE app = \(app)", logger: logger)
         for try await (reason, count) in fallbacks.decode((String, Int64).self) { reasons.append((reason, count)) }
@@ -495,10 +522,19 @@ final class PostgresReportStore: ReportStorage {
         for try await count in try await client.query("SELECT COUNT(*) FROM devices WHERE app = \(app)", logger: logger).decode(Int64.self) {
             known = count
         }
-        return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
+        var stats = AppStats(app: app, totals: totals, devices: devices, reasons: reasons, knownDevices: known)
+        stats.bound(keeping: latest)
+        let listed = stats.versions.map(\.version)
+        guard !listed.isEmpty else { return stats }
+        var causes: [(version: String, errorCode: String, count: Int64)] = []
+        let failures = try await client.query(
+            "SELECT version, errorCode, count FROM failure_causes WHERE app = \(app) AND version = ANY(\(listed))", logger: logger)
+        for try await (version, code, count) in failures.decode((String, String, Int64).self) { causes.append((version, code, count)) }
+        stats.rankFailures(causes)
+        return stats
     }
 
-    private func unboundedAdoption(app: String) async throws -> AdoptionSeries {
+    private func unboundedAdoption(app: String, versions: [String]) async throws -> AdoptionSeries {
         var range: (Int64, Int64)?
         let bounds = try await client.query(
             "SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = \(app)", logger: logger)
@@ -506,11 +542,17 @@ final class PostgresReportStore: ReportStorage {
             if let from, let to { range = (from, to) }
         }
         guard let (from, to) = range else { return AdoptionSeries() }
+        guard !versions.isEmpty else { return AdoptionSeries(fromMillis: from, toMillis: to, moves: []) }
         let buckets = Int64(AdoptionSeries.buckets)
-        // The same arithmetic as ReportStore's (bigint division truncates as SQLite's does).
+        // The same arithmetic and the same two index searches as ReportStore's (bigint
+        // division truncates as SQLite's does).
         let rows = try await client.query("""
-            SELECT (receivedMillis - \(from)) * \(buckets) / (\(to) - \(from) + 1) AS bucket, version, previous, COUNT(*)
-            FROM version_moves WHERE app = \(app) GROUP BY bucket, version, previous
+            SELECT (receivedMillis - \(from)) * \(buckets) / (\(to) - \(from) + 1) AS bucket, version, previous, COUNT(*) FROM (
+                SELECT receivedMillis, version, previous FROM version_moves WHERE app = \(app) AND version = ANY(\(versions))
+                UNION ALL
+                SELECT receivedMillis, version, previous FROM version_moves
+                WHERE app = \(app) AND previous = ANY(\(versions)) AND NOT version = ANY(\(versions))
+            ) moves GROUP BY bucket, version, previous
             """, logger: logger)
         var moves: [AdoptionSeries.Move] = []
         for try await (bucket, version, previous, count) in rows.decode((Int64, String, String?, Int64).self) {

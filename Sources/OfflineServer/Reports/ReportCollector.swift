@@ -8,6 +8,8 @@ import OfflinePublish
 /// the apps a batch touched to the auto-halt (`AutoHalter`) when rules are set.
 final class ReportCollector: Sendable {
     let store: any ReportStorage
+    /// Writes concurrent batches to `store` a transaction at a time.
+    let writer: ReportWriter
     let metrics = ReportMetrics()
     let catalog: ReferenceServerCatalog
     let labels: ReportLabels
@@ -23,6 +25,7 @@ final class ReportCollector: Sendable {
         logger: Logger
     ) async throws {
         self.store = store
+        writer = ReportWriter(store: store)
         self.catalog = catalog
         self.access = access
         deviceLimiter = access.deviceLimit.map { ReportRateLimiter($0) }
@@ -65,7 +68,7 @@ final class ReportCollector: Sendable {
             }
             authenticated = true
         }
-        let insertion = try await store.insert(batch.events, authenticated: authenticated)
+        let insertion = try await writer.insert(ReportWrite(events: batch.events, authenticated: authenticated))
         var tally = ReportTally(labels: labels)
         for event in insertion.inserted { tally.add(event) }
         metrics.record(tally)
@@ -78,9 +81,9 @@ final class ReportCollector: Sendable {
 
     /// `/stats?app=NAME`: the stored figures and what the publish directory says now.
     func stats(app: String, now: Date = Date()) async throws -> AppStats {
-        var stats = try await store.stats(app: app)
-        if let entry = try? catalog.entry(app: app) { stats.apply(entry.state, now: now) }
-        stats.bound()
+        let state = (try? catalog.entry(app: app))?.state
+        var stats = try await store.stats(app: app, keeping: state?.latest.description)
+        if let state { stats.apply(state, now: now) }
         return stats
     }
 }

@@ -60,9 +60,11 @@ public enum ReportCopy {
                 let events = page[start..<end].compactMap(\.event)
                 result.refused += end - start - events.count
                 if !events.isEmpty {
-                    let insertion = try await target.insert(events, authenticated: first.authenticated, receivedMillis: first.receivedMillis)
-                    result.copied += insertion.inserted.count
-                    result.duplicates += insertion.duplicates
+                    let write = ReportWrite(events: events, authenticated: first.authenticated)
+                    for insertion in try await target.insert([write], receivedMillis: first.receivedMillis) {
+                        result.copied += insertion.inserted.count
+                        result.duplicates += insertion.duplicates
+                    }
                 }
                 start = end
             }

@@ -5,23 +5,25 @@
 protocol ReportStorage: Sendable {
     /// Where the store is, for the log (a path or a URL without its password).
     var location: String { get }
-    /// Stores a batch in one transaction; an id already stored is a duplicate.
-    /// `authenticated`: its sender proved, by its own credential, to be the device its
-    /// events name (only those count toward `--auto-halt` with enrolment required).
-    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion
+    /// Stores `writes` in one transaction, in order: all of them or none. An id already
+    /// stored, or earlier in `writes`, is a duplicate. One insertion per write, in order.
+    func insert(_ writes: [ReportWrite]) async throws -> [ReportInsertion]
     /// The counters of every stored event (restored into `/metrics` at start), from their
     /// stored sums (`ReportCounters`), so a start does not read every event.
     func tally(labels: ReportLabels) async throws -> ReportTally
-    /// `/stats?app=NAME`, from every stored event of `app`.
-    func stats(app: String) async throws -> AppStats
+    /// `/stats?app=NAME`, from every stored event of `app`, its versions bounded
+    /// (`AppStats.bound(keeping:)`, `latest` kept) before their failure causes are read.
+    func stats(app: String, keeping latest: String?) async throws -> AppStats
     /// Per device, what it reported about `version` of `app` in events received at
     /// `sinceMillis` or later: `updated` or `failed` naming it, `rolled-back` or `marked-bad` from it;
     /// with `authenticatedOnly`, only events stored as `authenticated`.
     func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device]
     /// Devices that sent any event about `app` (`--auto-halt` scales `min-devices` by it).
     func knownDevices(app: String) async throws -> Int64
-    /// The dashboard's adoption chart of `app` (see `AdoptionSeries`).
-    func adoption(app: String) async throws -> AdoptionSeries
+    /// The dashboard's adoption chart of `app` (see `AdoptionSeries`), from the moves into
+    /// and out of `versions` only (the versions its table lists, a bounded number): the
+    /// read costs what the chart shows, not the history of every version reported.
+    func adoption(app: String, versions: [String]) async throws -> AdoptionSeries
     /// Releases connections.
     func close() async
 }

@@ -8,7 +8,7 @@ import OfflineAgent
 ///
 /// `id` has a unique index: an event sent twice (a retry after a lost answer) is
 /// stored once, and the second `INSERT OR IGNORE` counts it as a duplicate. A batch
-/// is one transaction, so it is stored whole or not at all.
+/// is stored in one transaction (with those `ReportWriter` groups with it), so whole or not at all.
 final class ReportStore: ReportStorage {
     let path: String
     var location: String { path }
@@ -163,11 +163,14 @@ final class ReportStore: ReportStorage {
         migrator.registerMigration("v6") { db in
             for statement in ReportCounters.migration(type: "INTEGER", total: total) { try db.execute(sql: statement) }
         }
+        // The adoption chart reads the moves of the versions it draws, not every move.
+        migrator.registerMigration("v7") { db in
+            for statement in AdoptionSeries.movesIndexes { try db.execute(sql: statement) }
+        }
         return migrator
     }
 
-    /// Stores a batch in one transaction.
-    func insert(_ events: [ReportEvent], authenticated: Bool) async throws -> ReportInsertion {
+    func insert(_ writes: [ReportWrite]) async throws -> [ReportInsertion] {
         let received = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
         return try await pool.write { db in
             let insertEvent = try db.cachedStatement(sql: """
@@ -176,28 +179,32 @@ final class ReportStore: ReportStorage {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             let insertFallback = try db.cachedStatement(sql: "INSERT INTO fallbacks (eventSeq, reason, count) VALUES (?, ?, ?)")
-            var result = ReportInsertion(inserted: [], duplicates: 0)
-            result.inserted.reserveCapacity(events.count)
+            var results: [ReportInsertion] = []
             var stored: [(event: ReportEvent, seq: Int64)] = []
-            for event in events {
-                try insertEvent.execute(arguments: [
-                    event.id, event.time, event.timeMillis, event.device, event.app, event.event.rawValue, event.version,
-                    event.previousVersion, event.via?.rawValue, event.bytes, event.fullSize, event.durationMs,
-                    event.errorCode, event.message, event.offlineHits, event.periodSeconds, received, authenticated ? 1 : 0,
-                ])
-                guard db.changesCount == 1 else {
-                    result.duplicates += 1
-                    continue
+            for write in writes {
+                var result = ReportInsertion(inserted: [], duplicates: 0)
+                result.inserted.reserveCapacity(write.events.count)
+                for event in write.events {
+                    try insertEvent.execute(arguments: [
+                        event.id, event.time, event.timeMillis, event.device, event.app, event.event.rawValue, event.version,
+                        event.previousVersion, event.via?.rawValue, event.bytes, event.fullSize, event.durationMs,
+                        event.errorCode, event.message, event.offlineHits, event.periodSeconds, received, write.authenticated ? 1 : 0,
+                    ])
+                    guard db.changesCount == 1 else {
+                        result.duplicates += 1
+                        continue
+                    }
+                    let seq = db.lastInsertedRowID
+                    for fallback in event.fallbacks {
+                        try insertFallback.execute(arguments: [seq, fallback.reason, fallback.count])
+                    }
+                    result.inserted.append(event)
+                    stored.append((event, seq))
                 }
-                let seq = db.lastInsertedRowID
-                for fallback in event.fallbacks {
-                    try insertFallback.execute(arguments: [seq, fallback.reason, fallback.count])
-                }
-                result.inserted.append(event)
-                stored.append((event, seq))
+                results.append(result)
             }
             try Self.add(ReportRollup(stored, receivedMillis: received), to: db)
-            return result
+            return results
         }
     }
 
@@ -290,7 +297,7 @@ final class ReportStore: ReportStorage {
     }
 
     /// `/stats?app=NAME`, from the running sums of `app` (`ReportRollup`).
-    func stats(app: String) async throws -> AppStats {
+    func stats(app: String, keeping latest: String?) async throws -> AppStats {
         try await pool.read { db in
             var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
             for row in try Row.fetchAll(db, sql: """
@@ -310,13 +317,19 @@ final class ReportStore: ReportStorage {
             let devices = try Row.fetchAll(db, sql: """
                 SELECT version, COUNT(*) FROM devices WHERE app = ? AND version IS NOT NULL AND version != '' GROUP BY version
                 """, arguments: [app]).map { (version: $0[0] as String, count: Self.count($0, 1)) }
-            let causes = try Row.fetchAll(db, sql: """
-                SELECT version, errorCode, count FROM failure_causes WHERE app = ? ORDER BY version, count DESC, errorCode
-                """, arguments: [app]).map { (version: $0[0] as String, errorCode: $0[1] as String, count: Self.count($0, 2)) }
             let reasons = try Row.fetchAll(db, sql: "SELECT reason, count FROM fallback_totals WHERE app = ?", arguments: [app])
                 .map { (reason: $0[0] as String, count: Self.count($0, 1)) }
             let known = try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE app = ?", arguments: [app]) ?? 0
-            return AppStats(app: app, totals: totals, devices: devices, causes: causes, reasons: reasons, knownDevices: known)
+            var stats = AppStats(app: app, totals: totals, devices: devices, reasons: reasons, knownDevices: known)
+            stats.bound(keeping: latest)
+            let listed = stats.versions.map(\.version)
+            guard !listed.isEmpty else { return stats }
+            let causes = try Row.fetchAll(db, sql: """
+                SELECT version, errorCode, count FROM failure_causes WHERE app = ? AND version IN \(Self.list(listed.count))
+                """, arguments: [app] + StatementArguments(listed))
+                .map { (version: $0[0] as String, errorCode: $0[1] as String, count: Self.count($0, 2)) }
+            stats.rankFailures(causes)
+            return stats
         }
     }
 
@@ -344,15 +357,24 @@ final class ReportStore: ReportStorage {
         }
     }
 
-    func adoption(app: String) async throws -> AdoptionSeries {
+    func adoption(app: String, versions: [String]) async throws -> AdoptionSeries {
         try await pool.read { db in
             guard let range = try Row.fetchOne(db, sql: """
                 SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = ?
                 """, arguments: [app]), let from = range[0] as Int64?, let to = range[1] as Int64? else { return AdoptionSeries() }
+            guard !versions.isEmpty else { return AdoptionSeries(fromMillis: from, toMillis: to, moves: []) }
+            // Moves into a listed version, then out of one into another: two index searches
+            // (an OR of the two, without ANALYZE's statistics, scans every move of the app).
+            let listed = Self.list(versions.count)
+            var arguments: StatementArguments = [from, AdoptionSeries.buckets, to, from, app]
+            arguments += StatementArguments(versions) + [app] + StatementArguments(versions) + StatementArguments(versions)
             let rows = try Row.fetchAll(db, sql: """
-                SELECT (receivedMillis - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*)
-                FROM version_moves WHERE app = ? GROUP BY bucket, version, previous
-                """, arguments: [from, AdoptionSeries.buckets, to, from, app])
+                SELECT (receivedMillis - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*) FROM (
+                    SELECT receivedMillis, version, previous FROM version_moves WHERE app = ? AND version IN \(listed)
+                    UNION ALL
+                    SELECT receivedMillis, version, previous FROM version_moves WHERE app = ? AND previous IN \(listed) AND version NOT IN \(listed)
+                ) moves GROUP BY bucket, version, previous
+                """, arguments: arguments)
             let moves = rows.map { AdoptionSeries.Move(bucket: $0[0], version: $0[1], previous: $0[2], count: $0[3]) }
             return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
         }
@@ -360,6 +382,11 @@ final class ReportStore: ReportStorage {
 
     func close() async {
         try? pool.close()
+    }
+
+    /// `(?, ?, …)`: `count` placeholders for `IN`.
+    private static func list(_ count: Int) -> String {
+        "(" + Array(repeating: "?", count: count).joined(separator: ", ") + ")"
     }
 
     /// A stored number as a count, never trapping: GRDB's `row[i] as Int64` stops the
