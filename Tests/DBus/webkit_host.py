@@ -28,6 +28,11 @@ def main(app, url, seconds):
     window.add(view)
     window.show_all()
     shown = {}
+    failures = []  # what WebKit said of a failed load, kept with the load it ended
+
+    def on_failed(_view, _event, uri, error):
+        failures.append({"uri": uri, "error": error.message})
+        return False
 
     def load():
         location, version, _fallback = proxy.Resolve("(s)", url)
@@ -37,7 +42,8 @@ def main(app, url, seconds):
     def on_load(_view, event):
         if event != WebKit2.LoadEvent.FINISHED:
             return
-        report["loads"].append({"uri": view.get_uri(), "title": view.get_title(), "version": shown["version"]})
+        report["loads"].append({"uri": view.get_uri(), "title": view.get_title(), "version": shown["version"],
+                                "failures": list(failures)})
         if report["installed"] is None:
             print("ready", flush=True)  # the first page rendered: the test may install now
             return
@@ -65,6 +71,7 @@ def main(app, url, seconds):
 
     manager.connect("g-signal", on_signal)
     view.connect("load-changed", on_load)
+    view.connect("load-failed", on_failed)
     load()
     GLib.timeout_add_seconds(seconds, Gtk.main_quit)
     Gtk.main()

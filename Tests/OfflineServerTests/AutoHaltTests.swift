@@ -107,7 +107,7 @@ struct AutoHaltTests {
             var options = SyncOptions(force: true, publicKey: key.publicKeyBase64)
             options.deviceID = inside[15]
             let root = URL(fileURLWithPath: dir + "/agent-\(url.hasSuffix("json") ? "static" : "dynamic")")
-            let sync = await Agent(root: root).sync(app: "fleet", manifest: URL(string: url)!, options: options)
+            let sync = await Agent(root: root, configuration: SyncHarness.hangBounds()).sync(app: "fleet", manifest: URL(string: url)!, options: options)
             #expect(sync.result == .notInStage, "\(url): \(String(describing: sync.error))")
         }
 

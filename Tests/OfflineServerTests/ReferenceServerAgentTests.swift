@@ -22,7 +22,7 @@ struct ReferenceServerAgentTests {
             let options = SyncOptions(force: true, publicKey: key.publicKeyBase64)
             let manifestURL = URL(string: "\(server.baseURL)/manifest")!
 
-            let agent = Agent(root: URL(fileURLWithPath: "\(out)/agent"))
+            let agent = Agent(root: URL(fileURLWithPath: "\(out)/agent"), configuration: SyncHarness.hangBounds())
             let first = await agent.sync(app: "sample", manifest: manifestURL, options: options)
             #expect(first.result == .updated, "\(String(describing: first.error))")
             #expect(first.version == Version("1.1.0") && first.via == .full)
@@ -40,7 +40,7 @@ struct ReferenceServerAgentTests {
             try expectInstalled("1.2.0", root: "\(out)/agent")
 
             // The static form on the same host: manifest.json + .sig, gzip full package.
-            let staticAgent = Agent(root: URL(fileURLWithPath: "\(out)/agent-static"))
+            let staticAgent = Agent(root: URL(fileURLWithPath: "\(out)/agent-static"), configuration: SyncHarness.hangBounds())
             let viaStatic = await staticAgent.sync(
                 app: "sample", manifest: URL(string: "\(server.baseURL)/sample/manifest.json")!, options: options)
             #expect(viaStatic.result == .updated, "\(String(describing: viaStatic.error))")
@@ -49,7 +49,7 @@ struct ReferenceServerAgentTests {
 
             // A wrong key: the signature check refuses the manifest.
             let other = SyncOptions(force: true, publicKey: SigningKey.generate().publicKeyBase64)
-            let refused = await Agent(root: URL(fileURLWithPath: "\(out)/agent-wrong-key"))
+            let refused = await Agent(root: URL(fileURLWithPath: "\(out)/agent-wrong-key"), configuration: SyncHarness.hangBounds())
                 .sync(app: "sample", manifest: manifestURL, options: other)
             #expect(refused.result == .failed)
             #expect(refused.error?.cause == .signatureInvalid, "\(String(describing: refused.error))")

@@ -172,7 +172,7 @@ struct ReferenceServerMetricsTests {
         try await withServer(out, key: key) { server in
             let options = SyncOptions(force: true, publicKey: key.publicKeyBase64)
             let manifestURL = URL(string: "\(server.baseURL)/manifest")!
-            let agent = Agent(root: URL(fileURLWithPath: "\(out)/agent"))
+            let agent = Agent(root: URL(fileURLWithPath: "\(out)/agent"), configuration: SyncHarness.hangBounds())
             let first = await agent.sync(app: "sample", manifest: manifestURL, options: options)
             #expect(first.result == .updated && first.via == .full, "\(String(describing: first.error))")
             try F.publishSample(["1.2.0"], to: out, key: key)

@@ -35,7 +35,7 @@ struct TUFHaltKeyTests {
         var options = SyncOptions(force: true)
         options.trustedRoot = try Data(contentsOf: URL(fileURLWithPath: dir + "/metadata/1.root.json"))
         options.deviceID = device
-        return await Agent(root: URL(fileURLWithPath: dir + "/agent-\(device)")).sync(
+        return await Agent(root: URL(fileURLWithPath: dir + "/agent-\(device)"), configuration: SyncHarness.hangBounds()).sync(
             app: "fleet", manifest: URL(string: base + "/fleet/manifest.json")!, options: options)
     }
 

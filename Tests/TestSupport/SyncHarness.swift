@@ -8,16 +8,23 @@ package final class SyncHarness: @unchecked Sendable {
     package let fixture: PackageFixture
     package let origin: Origin
     package let root = TemporaryDirectory("root")
-    package var configuration = AgentConfiguration()
+    package var configuration = SyncHarness.hangBounds()
+
+    /// The configuration every in-process agent of the tests starts from: its network bounds
+    /// end a hang, never a slow exchange, because the suite runs in parallel on two loaded
+    /// cores (the 30 s product default for a manifest exchange was missed there). A test of a
+    /// timeout sets its own.
+    package static func hangBounds() -> AgentConfiguration {
+        var configuration = AgentConfiguration()
+        configuration.network.readTimeout = .seconds(120)
+        configuration.network.connectTimeout = .seconds(60)
+        configuration.network.manifestTimeout = .seconds(120)
+        return configuration
+    }
 
     package init(fixture: PackageFixture? = nil) throws {
         self.fixture = try fixture ?? PackageFixture()
         origin = try Origin()
-        // Bounds on a hang, not speeds: tests run in parallel on two loaded cores. A test of
-        // a timeout sets its own.
-        configuration.network.readTimeout = .seconds(120)
-        configuration.network.connectTimeout = .seconds(60)
-        configuration.network.manifestTimeout = .seconds(120)
         // The lifecycle's tests (here and through serve) exercise trials: the harness's
         // device turns them on, as a host that confirms does. Trials are off by default;
         // `TrialDefaultTests` checks that default with `configuration.maxTrialLaunches = nil`.
