@@ -17,10 +17,14 @@ final class ReferenceServerCatalog: Sendable {
     let directory: String
     let signingKey: SigningKey?
     let fullCompression: Manifest.Compression
+    /// The lifetimes the TUF metadata's expiry warnings count from (`/stats`, the
+    /// dashboard): a server keeping the timestamp fresh gives its own.
+    let metadataExpiry: TUFExpiry
     private let cache = Mutex<[String: (fingerprint: FileFingerprint, entry: CatalogEntry)]>([:])
 
-    init(directory: String, signingKey: SigningKey?, fullCompression: Manifest.Compression) {
+    init(directory: String, signingKey: SigningKey?, fullCompression: Manifest.Compression, metadataExpiry: TUFExpiry = TUFExpiry()) {
         self.directory = directory
+        self.metadataExpiry = metadataExpiry
         self.signingKey = signingKey
         self.fullCompression = fullCompression
     }

@@ -80,6 +80,7 @@ final class ReportCollector: Sendable {
     func stats(app: String, now: Date = Date()) async throws -> AppStats {
         var stats = try await store.stats(app: app)
         if let entry = try? catalog.entry(app: app) { stats.apply(entry.state, now: now) }
+        stats.metadata = TUFRepository.expiryNotices(publishDirectory: catalog.directory, now: now, expiry: catalog.metadataExpiry)
         stats.bound()
         return stats
     }
