@@ -27,9 +27,13 @@ struct TimestampKeeperTests {
     }
 
     /// A publish directory of `mall` 1.0.0 whose root (version 2) gives the timestamp role
-    /// a key of its own; the release key keeps root, targets and snapshot. Its timestamp,
-    /// signed with the timestamp key, expires at `timestampExpires`.
-    static func splitRepository(_ dir: TemporaryDirectory, now: Date, timestampExpires: Date) throws -> (out: String, release: SigningKey, stamp: SigningKey) {
+    /// a key of its own; the release key keeps root, targets and snapshot, and with
+    /// `releaseToo` stays a timestamp key as well (threshold 1: release verbs still sign
+    /// their timestamp, the server signs with its own key). Its timestamp, signed with the
+    /// timestamp key, expires at `timestampExpires`.
+    static func splitRepository(
+        _ dir: TemporaryDirectory, now: Date, timestampExpires: Date, releaseToo: Bool = false
+    ) throws -> (out: String, release: SigningKey, stamp: SigningKey) {
         let out = dir.file("publish"), release = SigningKey.generate(), stamp = SigningKey.generate()
         var options = PublishOptions(
             app: "mall", version: Version("1.0.0")!, sourceDirectory: F.sampleApp("1.0.0"), publishDirectory: out,
@@ -38,7 +42,8 @@ struct TimestampKeeperTests {
         _ = try Publisher.publish(options)
         let proposal = dir.file("root-2.json")
         try TUFRootRotation.propose(
-            publishDirectory: out, file: proposal, changes: ["timestamp": .init(keys: [stamp.key.publicKey])], expires: now.addingTimeInterval(365 * 86_400))
+            publishDirectory: out, file: proposal, changes: ["timestamp": .init(keys: [stamp.key.publicKey] + (releaseToo ? [release.key.publicKey] : []))],
+            expires: now.addingTimeInterval(365 * 86_400))
         _ = try TUFRootRotation.sign(file: proposal, key: release)
         _ = try TUFRootRotation.commit(publishDirectory: out, file: proposal, now: now)
         try TUFRepository.refreshTimestamp(publishDirectory: out, key: stamp, expires: timestampExpires)
@@ -180,14 +185,15 @@ struct TimestampKeeperTests {
         #expect(result.status == 64 && result.stderr.contains("needs --timestamp-key"), "\(result.stderr)")
     }
 
-    @Test("a due timestamp is re-signed before the server listens; after the old one expired, python-tuf's ngclient and offline-agent take the new one")
+    @Test("a due timestamp is re-signed before the server listens; after the old one expired, python-tuf's ngclient and offline-agent take the new one; a release verb beside it still publishes")
     func serverProcess() async throws {
         let dir = TemporaryDirectory("ts-keeper-process")
         let now = Self.wholeNow()
         // The repository's timestamp expires in 3 s: nobody re-signs it but the server.
-        let (out, _, stamp) = try Self.splitRepository(dir, now: now, timestampExpires: now.addingTimeInterval(3))
-        let stampFile = dir.file("stamp.key")
+        let (out, release, stamp) = try Self.splitRepository(dir, now: now, timestampExpires: now.addingTimeInterval(3), releaseToo: true)
+        let stampFile = dir.file("stamp.key"), releaseFile = dir.file("release.key")
         try stamp.write(to: stampFile)
+        try release.write(to: releaseFile)
         let old = try Self.timestamp(out)
         let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--timestamp-key", stampFile, "--timestamp-expires", "1d"])
         let fresh = try Self.timestamp(out)
@@ -201,11 +207,22 @@ struct TimestampKeeperTests {
             let seen = try #require(CLI.json(try PythonTUF.run("ngclient.py", [server.baseURL, "\(out)/metadata/1.root.json", dir.file("ngclient"), "mall"])))
             #expect(seen["version"] as? String == "1.0.0" && seen["timestamp"] as? Int == Int(fresh.metadata.version), "\(seen)")
         }
-        let sync = try await CLI.run(["sync", "--root", dir.file("device"), "--app", "mall", "--manifest", "\(server.baseURL)/mall/manifest.json",
-                                      "--trusted-root", "\(out)/metadata/1.root.json", "--force", "--json"])
-        await server.stop()
-        let report = try #require(CLI.json(sync.stdout), "\(sync.stderr)")
+        let sync = ["sync", "--root", dir.file("device"), "--app", "mall", "--manifest", "\(server.baseURL)/mall/manifest.json",
+                    "--trusted-root", "\(out)/metadata/1.root.json", "--force", "--json"]
+        var result = try await CLI.run(sync)
+        var report = try #require(CLI.json(result.stdout), "\(result.stderr)")
         #expect(report["result"] as? String == "updated" && report["version"] as? String == "1.0.0", "\(report)")
+
+        // The release key is a timestamp key too (the root names both, threshold 1): a verb
+        // signs its own timestamp, the server leaves it until it falls due.
+        let publish = try await CLI.run(
+            ["publish", "--app", "mall", "--version", "1.1.0", "--source", F.sampleApp("1.1.0"), "--out", out, "--key", releaseFile],
+            executable: CLI.publisher)
+        #expect(publish.status == 0, "\(publish.stderr)")
+        result = try await CLI.run(sync)
+        report = try #require(CLI.json(result.stdout), "\(result.stderr)")
+        #expect(report["result"] as? String == "updated" && report["version"] as? String == "1.1.0", "\(report)")
+        await server.stop()
     }
 
     @Test("with a 2-second lifetime the server re-signs on its own schedule; every read of timestamp.json meanwhile is whole and verifies")
