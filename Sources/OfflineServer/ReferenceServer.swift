@@ -81,6 +81,10 @@ public struct ReferenceServer: Sendable {
         /// Faults to inject, for testing clients (`--fault`; see `ServerFault`). None by default.
         public var faults: [ServerFault] = []
 
+        /// Keeps `metadata/timestamp.json` fresh with the timestamp key alone
+        /// (`--timestamp-key`; see `TimestampKeeping`); nil: never signs metadata.
+        public var timestampKeeping: TimestampKeeping?
+
         public init(
             directory: String, host: String = "127.0.0.1", port: Int = 8080,
             signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip, manifestMaxAge: Int = 60,
@@ -117,6 +121,8 @@ public struct ReferenceServer: Sendable {
         onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
         await repairPublishDirectory()
+        let keeping = try await keepTimestamp()
+        defer { keeping?.cancel() }
         let catalog = makeCatalog()
         let reports = try await openReports(catalog: catalog)
         do {
@@ -134,13 +140,34 @@ public struct ReferenceServer: Sendable {
     /// in-process form for tests (use port 0 and read `port`).
     public func start() async throws -> RunningReferenceServer {
         await repairPublishDirectory()
+        let keeping = try await keepTimestamp()
         let catalog = makeCatalog()
-        let reports = try await openReports(catalog: catalog)
-        let service = try await ServiceRunner.start(logger: logger) {
-            makeApplication(catalog: catalog, reports: reports, onListening: $0)
+        let service: BackgroundService, reports: ReportCollector?
+        do {
+            reports = try await openReports(catalog: catalog)
+            service = try await ServiceRunner.start(logger: logger) {
+                makeApplication(catalog: catalog, reports: reports, onListening: $0)
+            }
+        } catch {
+            keeping?.cancel()
+            throw error
         }
         return RunningReferenceServer(host: configuration.host, metrics: metrics, service: service) {
+            keeping?.cancel()
             await reports?.store.close()
+        }
+    }
+
+    /// With `timestampKeeping`: refuses a key that is not the timestamp key alone
+    /// (`.usage`), re-signs a due timestamp before anything is served, then keeps it fresh
+    /// in a task of its own, which the caller cancels when the server stops.
+    private func keepTimestamp() async throws -> Task<Void, Never>? {
+        guard let keeping = configuration.timestampKeeping else { return nil }
+        let keeper = try TimestampKeeper(directory: configuration.directory, keeping: keeping, logger: logger)
+        let wait = await keeper.round()
+        return Task {
+            try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+            await keeper.run()
         }
     }
 
@@ -188,16 +215,16 @@ public struct ReferenceServer: Sendable {
     /// as it renames and fsyncs. Never fails the start: problems are logged.
     private func repairPublishDirectory() async {
         let directory = configuration.directory
-        let lines = await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: PublishRecovery.recoverAll(publishDirectory: directory)) }
-        }
+        let lines = (try? await OwnThread.run { PublishRecovery.recoverAll(publishDirectory: directory) }) ?? []
         for line in lines { logger.warning("publish directory: \(line)") }
     }
 
     private func makeCatalog() -> ReferenceServerCatalog {
-        ReferenceServerCatalog(
+        var metadataExpiry = TUFExpiry()
+        if let keeping = configuration.timestampKeeping { metadataExpiry.timestamp = keeping.lifetime }
+        return ReferenceServerCatalog(
             directory: URL(fileURLWithPath: configuration.directory).standardizedFileURL.path, signingKey: configuration.signingKey,
-            haltKey: configuration.haltKey, fullCompression: configuration.fullCompression)
+            haltKey: configuration.haltKey, fullCompression: configuration.fullCompression, metadataExpiry: metadataExpiry)
     }
 
     private func makeApplication(

@@ -19,10 +19,17 @@ final class ReferenceServerCatalog: Sendable {
     /// TUF: the key auto-halt halts with instead of `signingKey` (an app's halt role).
     let haltKey: SigningKey?
     let fullCompression: Manifest.Compression
+    /// The lifetimes the TUF metadata's expiry warnings count from (`/stats`, the
+    /// dashboard): a server keeping the timestamp fresh gives its own.
+    let metadataExpiry: TUFExpiry
     private let cache = Mutex<[String: (fingerprint: FileFingerprint, entry: CatalogEntry)]>([:])
 
-    init(directory: String, signingKey: SigningKey?, haltKey: SigningKey? = nil, fullCompression: Manifest.Compression) {
+    init(
+        directory: String, signingKey: SigningKey?, haltKey: SigningKey? = nil, fullCompression: Manifest.Compression,
+        metadataExpiry: TUFExpiry = TUFExpiry()
+    ) {
         self.directory = directory
+        self.metadataExpiry = metadataExpiry
         self.signingKey = signingKey
         self.haltKey = haltKey
         self.fullCompression = fullCompression

@@ -22,7 +22,8 @@ struct OfflineServerCommand: AsyncParsableCommand {
             --auto-halt halts a staged rollout by itself when its reports trip the rules \
             (docs/PROTOCOL.md, "Automatic halt"). Reports need --report-token (devices enrol with it \
             at POST /enrol; --require-enrolment takes only their own credentials) or, from anyone, \
-            --open-collector. Prints \
+            --open-collector. --timestamp-key keeps a TUF repository's metadata/timestamp.json fresh \
+            (docs/PUBLISHING.md, "Freshness"). Prints \
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
             """,
@@ -36,6 +37,10 @@ struct OfflineServerCommand: AsyncParsableCommand {
     @Option(help: "Ed25519 private key file: sign every manifest (X-Offline-Signature).") var key: String?
     @Option(help: "TUF: auto-halt with this key alone (each app's halt role, from offline-publish delegate --halt-key; it signs snapshot and timestamp too), never the manifest's key.")
     var haltKey: String?
+    @Option(help: "The TUF timestamp role's Ed25519 private key file, a key the root names for that role alone: keep metadata/timestamp.json fresh, re-signing it with half of --timestamp-expires left (a key that also holds root, targets or snapshot is refused).")
+    var timestampKey: String?
+    @Option(help: "How long each timestamp the server signs is valid: a duration like 1d or 12h (default 1d, at least 2s).")
+    var timestampExpires: String?
     @Option(help: "How full packages are offered: gzip (the .zip.gz) or none (the .zip).") var compression = "gzip"
     @Option(help: "Seconds a CDN or proxy may cache manifests and .sig files (Cache-Control max-age); packages and patches are immutable.")
     var manifestMaxAge = 60
@@ -72,6 +77,13 @@ struct OfflineServerCommand: AsyncParsableCommand {
         }
         guard manifestMaxAge >= 0 else { throw ValidationError("--manifest-max-age must be 0 or more") }
         guard let dir else { throw ValidationError("Missing expected argument '--dir <dir>'") }
+        let timestampLifetime = try timestampExpires.map { text in
+            guard let seconds = ManifestStageStep.parseDuration(text), TimeInterval(seconds) >= TimestampKeeping.minimumLifetime else {
+                throw ValidationError("--timestamp-expires '\(text)' is not a duration of 2s or more like 1d or 12h")
+            }
+            return TimeInterval(seconds)
+        }
+        guard timestampKey != nil || timestampExpires == nil else { throw ValidationError("--timestamp-expires needs --timestamp-key") }
         guard FileManager.default.fileExists(atPath: dir) else { throw ValidationError("no such directory: \(dir)") }
         let file = try config.map(ServerConfigFile.init(path:)) ?? ServerConfigFile()
         let reportsDb = self.reportsDb ?? file.reportsDb
@@ -117,11 +129,13 @@ struct OfflineServerCommand: AsyncParsableCommand {
             return handler
         }
         let signingKey: SigningKey?, haltSigningKey: SigningKey?, faults: [ServerFault], rules: AutoHaltRules?
+        let timestampSigningKey: SigningKey?
         do {
             haltSigningKey = try haltKey.map(SigningKey.init(contentsOfFile:))
             rules = try autoHalt.map(AutoHaltRules.init(parsing:))
             faults = try fault.map(ServerFault.init(parsing:))
             signingKey = try key.map(SigningKey.init(contentsOfFile:))
+            timestampSigningKey = try timestampKey.map(SigningKey.init(contentsOfFile:))
         } catch {
             FileHandle.standardError.write(Data("offline-server: \(error)\n".utf8))
             throw ExitCode(64)
@@ -140,6 +154,9 @@ struct OfflineServerCommand: AsyncParsableCommand {
             directory: dir, host: host, port: port, signingKey: signingKey, fullCompression: fullCompression,
             manifestMaxAge: manifestMaxAge, reportsDatabase: database)
         configuration.faults = faults
+        configuration.timestampKeeping = timestampSigningKey.map {
+            TimestampKeeping(key: $0, lifetime: timestampLifetime ?? TimestampKeeping.defaultLifetime)
+        }
         configuration.autoHalt = rules
         configuration.haltKey = haltSigningKey
         configuration.reportToken = reportToken

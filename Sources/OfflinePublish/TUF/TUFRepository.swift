@@ -344,20 +344,26 @@ public enum TUFRepository {
     /// `expires`: freshness only, with the timestamp key alone (`offline-publish
     /// timestamp`, a cron line on the host).
     ///
-    /// - Returns: the new timestamp version.
+    /// - Parameter unlessValidUntil: leave a timestamp that is valid until then as it is,
+    ///   decided under the lock (`offline-server --timestamp-key`: a verb may have
+    ///   re-signed it meanwhile).
+    /// - Returns: the timestamp version in place afterwards (the new one when re-signed).
     @discardableResult
-    public static func refreshTimestamp(publishDirectory: String, key: SigningKey, expires: Date) throws -> Int64 {
+    public static func refreshTimestamp(publishDirectory: String, key: SigningKey, expires: Date, unlessValidUntil: Date? = nil) throws -> Int64 {
         let lock = try PublishLock(app: directoryName, publishDirectory: FileSystem.absolute(publishDirectory))
-        return try withExtendedLifetime(lock) { try refreshTimestampLocked(publishDirectory: publishDirectory, key: key, expires: expires) }
+        return try withExtendedLifetime(lock) {
+            try refreshTimestampLocked(publishDirectory: publishDirectory, key: key, expires: expires, unlessValidUntil: unlessValidUntil)
+        }
     }
 
-    private static func refreshTimestampLocked(publishDirectory: String, key: SigningKey, expires: Date) throws -> Int64 {
+    private static func refreshTimestampLocked(publishDirectory: String, key: SigningKey, expires: Date, unlessValidUntil: Date?) throws -> Int64 {
         let directory = metadataDirectory(FileSystem.absolute(publishDirectory))
         let keys = TUFKeys(timestamp: [key])
         try checkKeys(publishDirectory: publishDirectory, keys: keys, roles: ["timestamp"])
         guard let timestamp = currentChain(in: directory).timestamp else {
             throw PublishError(.usage, "\(directory)/timestamp.json is missing or unreadable: publish with --key first", path: directory)
         }
+        if let unlessValidUntil, timestamp.metadata.expires >= unlessValidUntil { return timestamp.metadata.version }
         let version = timestamp.metadata.version + 1
         try writeTimestamp(version: version, snapshot: timestamp.snapshot.version, expires: expires, keys: keys.timestamp, in: directory)
         return version

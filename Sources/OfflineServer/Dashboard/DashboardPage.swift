@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import OfflineAgent
+import OfflinePublish
 
 /// `GET /dashboard`: one HTML page an operator reads at a glance, rendered on the server
 /// with the chart as inline SVG and one style element, so it needs no script, font or
@@ -34,6 +35,8 @@ struct DashboardPage {
 
     var apps: [App]
     var generated: Date
+    /// The publish directory's TUF metadata that expires soon (`DashboardPage+Metadata`).
+    var metadataWarnings: [MetadataExpiryWarning] = []
 
     /// The whole document.
     func render() -> String {
@@ -48,6 +51,7 @@ struct DashboardPage {
             <header><h1>Fleet</h1><p class="generated">\(Self.escape(RFC3339.string(from: generated))) · reloads every \(Self.refreshSeconds) s</p></header>
 
             """
+        html += metadataSection()
         if apps.isEmpty { html += "<p class=\"empty\">No app is published in this directory yet.</p>\n" }
         for app in apps { html += section(app) }
         html += "</body></html>\n"
@@ -173,7 +177,8 @@ struct DashboardPage {
         .summary{display:flex;flex-wrap:wrap;gap:.4em 1.6em;margin:.4em 0}.summary dt{color:#666;font-size:.85em}.summary dd{margin:0;font-weight:600}\
         table{border-collapse:collapse}th,td{border-bottom:1px solid #e4e4e4;padding:.25em .6em;text-align:right}\
         th:first-child,td:first-child,td:nth-child(7){text-align:left}tr.halted td{color:#8b1111;background:#fdf3f3}\
-        svg text{font-size:11px;fill:#444}svg .axis{stroke:#999}.empty{color:#666}
+        svg text{font-size:11px;fill:#444}svg .axis{stroke:#999}.empty{color:#666}\
+        .expiry{background:#fff4e0;border:1px solid #e08a00;color:#6b4100;padding:.5em .8em}
         """
 
     /// `text` for HTML text and quoted attributes, escaped per Unicode scalar: a walk by

@@ -30,6 +30,10 @@ struct AppStats: Sendable, Encodable {
     var rollout: Int?
     /// The publish directory's latest version; nil (JSON `null`) for an app it does not have.
     var latest: String?
+    /// When the directory's TUF metadata expires, per role, each `soon` in its last
+    /// eighth of life (at most 7 days), as `offline-agent status --json` gives a device's;
+    /// empty for a directory without metadata.
+    var metadata: [TUFExpiryNotice] = []
 
     /// `offlineHits / (offlineHits + fallbacks)`, nil (JSON `null`) before any usage was counted.
     var offlineHitRatio: Double? {
@@ -158,7 +162,7 @@ struct AppStats: Sendable, Encodable {
 
     enum CodingKeys: String, CodingKey {
         case app, events, devices, versions, bytesDownloaded, bytesSaved, offlineHits, fallbacks, offlineHitRatio
-        case rollout, latest, otherVersions
+        case rollout, latest, otherVersions, metadata
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -175,5 +179,6 @@ struct AppStats: Sendable, Encodable {
         try container.encode(rollout, forKey: .rollout)
         try container.encode(latest, forKey: .latest)
         try container.encode(otherVersions, forKey: .otherVersions)
+        try container.encode(metadata, forKey: .metadata)
     }
 }

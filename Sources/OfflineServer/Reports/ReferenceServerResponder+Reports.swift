@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import OfflineAgent
+import OfflinePublish
 import NIOCore
 
 extension ReferenceServerResponder {
@@ -36,6 +37,7 @@ extension ReferenceServerResponder {
         do {
             let now = Date()
             var page = DashboardPage(apps: [], generated: now)
+            page.metadataWarnings = MetadataExpiryWarning.all(publishDirectory: catalog.directory, now: now, expiry: catalog.metadataExpiry)
             for app in apps {
                 // The chart draws the versions the table lists (a bounded number), so it reads their moves only.
                 let stats = try await reports.stats(app: app, now: now)

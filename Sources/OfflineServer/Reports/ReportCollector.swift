@@ -84,6 +84,7 @@ final class ReportCollector: Sendable {
         let state = (try? catalog.entry(app: app))?.state
         var stats = try await store.stats(app: app, keeping: state?.latest.description)
         if let state { stats.apply(state, now: now) }
+        stats.metadata = TUFRepository.expiryNotices(publishDirectory: catalog.directory, now: now, expiry: catalog.metadataExpiry)
         return stats
     }
 }
