@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import FoundationEssentials
 import NIOCore
+import NIOHTTP1
 
 /// The specification's detailed client workflow (5.2 to 5.7), one step after the
 /// other as python-tuf's `ngclient.Updater` runs it: load the trusted root, walk the
@@ -51,11 +52,21 @@ struct TUFClient: Sendable {
             CrashPoint.afterTUFRoot.hit()
         }
         // 5.4: the persisted timestamp is the floor (it may have expired: it still is).
-        if let local = store.read("timestamp") { _ = try? set.updateTimestamp(local) }
-        let timestamp = try await download("metadata/timestamp.json", cap: Self.timestampCap)
+        let local = store.read("timestamp")
+        let localIsFinal = local.map { (try? set.updateTimestamp($0)) != nil } ?? false
+        // Revalidated by its ETag while the trusted one is unexpired: a 304 stands for
+        // exactly the bytes kept, which then go through every check a 200 with them
+        // would (so a wrong or stale 304 is no more than a replay of the trusted
+        // timestamp, which its version and expiry bound). Expired, it is fetched whole.
+        let etag = localIsFinal ? local.flatMap(store.timestampETag(for:)) : nil
+        let reply = try await download("metadata/timestamp.json", cap: Self.timestampCap, missingIsNil: false, ifNoneMatch: etag)
+        let timestamp = reply.body ?? local ?? []
         if try set.updateTimestamp(timestamp) {
             try store.write("timestamp", timestamp)
             CrashPoint.afterTUFTimestamp.hit()
+        }
+        if reply.body != nil, timestamp == store.read("timestamp") {
+            try store.keepTimestampETag(reply.etag, for: timestamp)
         }
         guard let snapshotMeta = set.timestamp?.snapshot else { throw TUFKey.invalid("no trusted timestamp") }
 
@@ -162,23 +173,46 @@ struct TUFClient: Sendable {
             let slash = path.lastIndex(of: "/")
             name = slash.map { "\(path[...$0])\(hash).\(path[path.index(after: $0)...])" } ?? "\(hash).\(path)"
         }
+        // The bytes verified last time, while targets lists them still (python-tuf's
+        // `find_cached_target`): a check that finds nothing new downloads no manifest.
+        let kept = TUFMetadataStore.targetName(path)
+        if info.sha256 != nil, let local = store.read(kept),
+           (try? TUFTargetFile.check(local, length: info.length, hashes: info.hashes, name: path)) != nil {
+            return local
+        }
         let bytes: [UInt8] = try await download(name, cap: info.length)
         try TUFTargetFile.check(bytes, length: info.length, hashes: info.hashes, name: path)
+        try store.write(kept, bytes)
         return bytes
     }
 
     private func download(_ name: String, cap: Int64) async throws -> [UInt8] {
-        try await download(name, cap: cap, missingIsNil: false) ?? []
+        try await download(name, cap: cap, missingIsNil: false, ifNoneMatch: nil).body ?? []
+    }
+
+    private func download(_ name: String, cap: Int64, missingIsNil: Bool) async throws -> [UInt8]? {
+        try await download(name, cap: cap, missingIsNil: missingIsNil, ifNoneMatch: nil).body
     }
 
     /// GETs `<repository>/name`, reading at most `cap` bytes. `missingIsNil`: a 404 or
-    /// 403 is nil (the end of the root chain, as ngclient reads it).
-    private func download(_ name: String, cap: Int64, missingIsNil: Bool) async throws -> [UInt8]? {
+    /// 403 is a nil body (the end of the root chain, as ngclient reads it). With
+    /// `ifNoneMatch`, a 304 is a nil body (unchanged); a 304 to a request without it
+    /// is refused, as the manifest check refuses it.
+    private func download(
+        _ name: String, cap: Int64, missingIsNil: Bool, ifNoneMatch: String?
+    ) async throws -> (body: [UInt8]?, etag: String?) {
         guard let url = URL(string: repository.absoluteString + name) else {
             throw OfflineAgentError(.manifest, "invalid repository URL", cause: .usage, path: repository.absoluteString + name)
         }
-        let (response, _) = try await fetcher.get(url, headers: [], phase: .manifest, timeout: fetcher.settings.manifestTimeout)
-        if missingIsNil, response.status.code == 404 || response.status.code == 403 { return nil }
+        let headers = ifNoneMatch.map { [("If-None-Match", $0)] } ?? []
+        let (response, _) = try await fetcher.get(url, headers: headers, phase: .manifest, timeout: fetcher.settings.manifestTimeout)
+        if missingIsNil, response.status.code == 404 || response.status.code == 403 { return (nil, nil) }
+        if response.status.code == 304 {
+            guard ifNoneMatch != nil else {
+                throw OfflineAgentError(.manifest, "server answered 304 to a request without If-None-Match", cause: .protocolViolation, path: url.absoluteString)
+            }
+            return (nil, nil)
+        }
         guard response.status.code == 200 else {
             throw OfflineAgentError(.manifest, "server answered \(response.status.code)", cause: .manifestUnavailable, path: url.absoluteString)
         }
@@ -199,6 +233,18 @@ struct TUFClient: Sendable {
             let failure = HTTPFetcher.failure(error, phase: .manifest, url: url)
             throw OfflineAgentError(.manifest, "reading \(name) failed: \(failure.reason)", cause: failure.cause, path: url.absoluteString)
         }
-        return data
+        return (data, Self.settledETag(response.headers))
+    }
+
+    /// The answer's ETag, unless the file may have changed within the second it was
+    /// served (`Last-Modified` less than 2 s before `Date`): nginx's ETag is the
+    /// modification second and the size, so a timestamp re-signed within that second at
+    /// the same size would carry the same ETag and be answered 304. Kept only once the
+    /// file is older, any later change has a later modification time, hence a new ETag.
+    static func settledETag(_ headers: HTTPHeaders) -> String? {
+        guard let etag = headers.first(name: "ETag") else { return nil }
+        guard let modified = headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) else { return etag }
+        guard let date = headers.first(name: "Date").flatMap(HTTPDate.parse) else { return nil }
+        return date - modified >= 2 ? etag : nil
     }
 }
