@@ -1,7 +1,6 @@
 import AsyncHTTPClient
 import FoundationEssentials
 import NIOCore
-import NIOHTTP1
 
 /// The specification's detailed client workflow (5.2 to 5.7), one step after the
 /// other as python-tuf's `ngclient.Updater` runs it: load the trusted root, walk the
@@ -233,7 +232,8 @@ struct TUFClient: Sendable {
             let failure = HTTPFetcher.failure(error, phase: .manifest, url: url)
             throw OfflineAgentError(.manifest, "reading \(name) failed: \(failure.reason)", cause: failure.cause, path: url.absoluteString)
         }
-        return (data, Self.settledETag(response.headers))
+        let fields = response.headers
+        return (data, Self.settledETag(fields.first(name: "ETag"), lastModified: fields.first(name: "Last-Modified"), date: fields.first(name: "Date")))
     }
 
     /// The answer's ETag, unless the file may have changed within the second it was
@@ -241,10 +241,10 @@ struct TUFClient: Sendable {
     /// modification second and the size, so a timestamp re-signed within that second at
     /// the same size would carry the same ETag and be answered 304. Kept only once the
     /// file is older, any later change has a later modification time, hence a new ETag.
-    static func settledETag(_ headers: HTTPHeaders) -> String? {
-        guard let etag = headers.first(name: "ETag") else { return nil }
-        guard let modified = headers.first(name: "Last-Modified").flatMap(HTTPDate.parse) else { return etag }
-        guard let date = headers.first(name: "Date").flatMap(HTTPDate.parse) else { return nil }
+    static func settledETag(_ etag: String?, lastModified: String?, date: String?) -> String? {
+        guard let etag else { return nil }
+        guard let modified = lastModified.flatMap(HTTPDate.parse) else { return etag }
+        guard let date = date.flatMap(HTTPDate.parse) else { return nil }
         return date - modified >= 2 ? etag : nil
     }
 }
