@@ -40,8 +40,8 @@ package struct TUFMetadataStore: Sendable {
     /// bytes it belongs to, so a crash between the two writes, or a timestamp replaced
     /// since, sends no `If-None-Match`.
     package func timestampETag(for timestamp: [UInt8]) -> String? {
-        guard let record = read(Self.etagName), case let line = String(decoding: record, as: UTF8.self) else { return nil }
-        let parts = line.split(separator: " ", maxSplits: 1)
+        guard let record = read(Self.etagName) else { return nil }
+        let parts = String(decoding: record, as: UTF8.self).split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0] == SHA256.hash(data: timestamp).hex else { return nil }
         return String(parts[1])
     }
