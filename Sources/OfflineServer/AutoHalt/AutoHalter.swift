@@ -87,7 +87,7 @@ actor AutoHalter {
         let reason = "\(tripped), \(windowText), stage \(stage)%"
         let directory = catalog.directory, signingKey = catalog.signingKey, haltKey = catalog.haltKey
         do {
-            _ = try await Self.onThread {
+            _ = try await OwnThread.run {
                 if let haltKey {
                     // The manifest stays as signed; devices on a trusted root apply the halt.
                     try TUFRepository.halt(app: app, publishDirectory: directory, key: haltKey, stage: 0, reason: reason, now: now)
@@ -122,13 +122,5 @@ actor AutoHalter {
             start = began
         }
         return Int64((start.timeIntervalSince1970 * 1000).rounded(.down))
-    }
-
-    /// Runs blocking file work (fsyncs, renames) on a thread of its own, not on one of the
-    /// cooperative threads requests run on.
-    private static func onThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
-        }
     }
 }
