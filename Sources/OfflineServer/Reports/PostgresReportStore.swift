@@ -120,117 +120,11 @@ final class PostgresReportStore: ReportStorage {
 
     // MARK: Schema
 
-    /// Each step runs once per database, in order, under one advisory lock.
-    private static let migrations: [(name: String, sql: [PostgresQuery])] = [
-        ("v1", [
-            """
-            CREATE TABLE IF NOT EXISTS events (
-                seq BIGSERIAL PRIMARY KEY,
-                id TEXT NOT NULL,
-                time TEXT NOT NULL,
-                timeMillis BIGINT NOT NULL,
-                device TEXT NOT NULL,
-                app TEXT NOT NULL,
-                event TEXT NOT NULL,
-                version TEXT,
-                previousVersion TEXT,
-                via TEXT,
-                bytes BIGINT NOT NULL,
-                fullSize BIGINT,
-                durationMs BIGINT NOT NULL,
-                errorCode TEXT,
-                message TEXT,
-                offlineHits BIGINT,
-                periodSeconds BIGINT,
-                receivedMillis BIGINT NOT NULL
-            )
-            """,
-            "CREATE UNIQUE INDEX IF NOT EXISTS events_id ON events(id)",
-            "CREATE INDEX IF NOT EXISTS events_app ON events(app, event)",
-            "CREATE INDEX IF NOT EXISTS events_app_received ON events(app, receivedMillis)",
-            // As ReportStore's: /stats' distinct devices from an index.
-            "CREATE INDEX IF NOT EXISTS events_app_device ON events(app, device)",
-            """
-            CREATE TABLE IF NOT EXISTS fallbacks (
-                eventSeq BIGINT NOT NULL REFERENCES events(seq),
-                reason TEXT NOT NULL,
-                count BIGINT NOT NULL
-            )
-            """,
-            "CREATE INDEX IF NOT EXISTS fallbacks_event ON fallbacks(eventSeq)",
-        ]),
-        // The running sums (`ReportRollup`), filled from the events already stored, as ReportStore's v3.
-        ("v3", [
-            """
-            CREATE TABLE version_totals (
-                app TEXT NOT NULL, version TEXT NOT NULL,
-                events BIGINT NOT NULL, updated BIGINT NOT NULL, failed BIGINT NOT NULL, rolledBack BIGINT NOT NULL,
-                bytes BIGINT NOT NULL, bytesSaved BIGINT NOT NULL, offlineHits BIGINT NOT NULL,
-                firstUpdated BIGINT, lastUpdated BIGINT,
-                PRIMARY KEY (app, version)
-            )
-            """,
-            """
-            CREATE TABLE failure_causes (
-                app TEXT NOT NULL, version TEXT NOT NULL, errorCode TEXT NOT NULL, count BIGINT NOT NULL,
-                PRIMARY KEY (app, version, errorCode)
-            )
-            """,
-            "CREATE TABLE fallback_totals (app TEXT NOT NULL, reason TEXT NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (app, reason))",
-            """
-            CREATE TABLE devices (
-                app TEXT NOT NULL, device TEXT NOT NULL, version TEXT, timeMillis BIGINT, seq BIGINT,
-                PRIMARY KEY (app, device)
-            )
-            """,
-            "CREATE INDEX devices_version ON devices(app, version)",
-            "CREATE TABLE version_moves (app TEXT NOT NULL, receivedMillis BIGINT NOT NULL, version TEXT NOT NULL, previous TEXT)",
-            "CREATE INDEX version_moves_app ON version_moves(app, receivedMillis)",
-            """
-            INSERT INTO version_totals
-            SELECT app, COALESCE(version, ''), COUNT(*), COUNT(*) FILTER (WHERE event = 'updated'),
-                COUNT(*) FILTER (WHERE event = 'failed'), COUNT(*) FILTER (WHERE event = 'rolled-back'), LEAST(SUM(bytes), 9223372036854775807),
-                LEAST(SUM(CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END), 9223372036854775807),
-                LEAST(SUM(CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END), 9223372036854775807),
-                MIN(receivedMillis) FILTER (WHERE event = 'updated'), MAX(receivedMillis) FILTER (WHERE event = 'updated')
-            FROM events GROUP BY app, COALESCE(version, '')
-            """,
-            """
-            INSERT INTO failure_causes
-            SELECT app, version, COALESCE(errorCode, ''), COUNT(*) FROM events
-            WHERE event = 'failed' AND version IS NOT NULL GROUP BY app, version, COALESCE(errorCode, '')
-            """,
-            """
-            INSERT INTO fallback_totals
-            SELECT e.app, f.reason, LEAST(SUM(f.count), 9223372036854775807) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason
-            """,
-            """
-            INSERT INTO devices
-            SELECT app, device, version, timeMillis, seq FROM (
-                SELECT app, device, version, timeMillis, seq,
-                    ROW_NUMBER() OVER (PARTITION BY app, device ORDER BY timeMillis DESC, seq DESC) AS rank
-                FROM events WHERE event = 'updated' AND version IS NOT NULL
-            ) latest WHERE rank = 1
-            """,
-            "INSERT INTO devices (app, device) SELECT DISTINCT app, device FROM events ON CONFLICT DO NOTHING",
-            """
-            INSERT INTO version_moves
-            SELECT app, receivedMillis, version, previous FROM (
-                SELECT app, receivedMillis, version,
-                    LAG(version) OVER (PARTITION BY app, device ORDER BY timeMillis, seq) AS previous
-                FROM events WHERE event = 'updated' AND version IS NOT NULL
-            ) updates WHERE previous IS NULL OR previous != version
-            """,
-        ]),
-        // As ReportStore's v4: rollbacks against the version rolled back from, devices where they are.
-        ("v4", ReportRollup.positionsBackfill.map { PostgresQuery(unsafeSQL: $0) }),
-        // As ReportStore's v5: whether a device's own credential sent the event.
-        ("v5", ["ALTER TABLE events ADD COLUMN IF NOT EXISTS authenticated BOOLEAN NOT NULL DEFAULT false"]),
-        // As ReportStore's v6: the /metrics counters' sums, so a start reads them instead of every event.
-        ("v6", ReportCounters.migration(type: "BIGINT") { "LEAST(SUM(\($0)), \(Int64.max))::BIGINT" }.map { PostgresQuery(unsafeSQL: $0) }),
-        // As ReportStore's v7: the adoption chart reads the moves of the versions it draws.
-        ("v7", AdoptionSeries.movesIndexes.map { PostgresQuery(unsafeSQL: $0) }),
-    ]
+    /// `ReportSchema`'s steps: each runs once per database, in order, under one advisory
+    /// lock, recorded in `offline_server_migrations` by its name.
+    private static let migrations = ReportSchema.migrations(.postgres).map { step in
+        (name: step.name, sql: step.statements.map { PostgresQuery(unsafeSQL: $0) })
+    }
 
     /// An arbitrary constant: the advisory lock every instance takes to migrate.
     private static let migrationLock: Int64 = 0x6f66_666c_696e_65
@@ -316,14 +210,7 @@ final class PostgresReportStore: ReportStorage {
     }
 
     func knownDevices(app: String) async throws -> Int64 {
-        try await bounded("the auto-halt figures") {
-            var known: Int64 = 0
-            for try await count in try await self.client.query(
-                "SELECT COUNT(*) FROM devices WHERE app = \(app)", logger: self.logger).decode(Int64.self) {
-                known = count
-            }
-            return known
-        }
+        try await bounded("the auto-halt figures") { try await self.unboundedKnownDevices(app: app) }
     }
 
     func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device] {
@@ -393,40 +280,35 @@ final class PostgresReportStore: ReportStorage {
     /// order, so two instances adding to the same rows wait for each other, never deadlock.
     private static func add(_ rollup: ReportRollup, to connection: PostgresConnection, logger: Logger) async throws {
         for (key, sums) in rollup.totals.sorted(by: { $0.key < $1.key }) {
-            try await connection.query("""
-                INSERT INTO version_totals (app, version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits,
-                    firstUpdated, lastUpdated)
-                VALUES (\(key.app), \(key.version), \(sums.events), \(sums.updated), \(sums.failed), \(sums.rolledBack),
-                    \(sums.bytes), \(sums.bytesSaved), \(sums.offlineHits), \(sums.firstUpdated), \(sums.lastUpdated))
-                ON CONFLICT (app, version) DO UPDATE SET
-                    \(unescaped: Self.sums(["events", "updated", "failed", "rolledBack", "bytes", "bytesSaved", "offlineHits"])),
-                    firstUpdated = LEAST(version_totals.firstUpdated, excluded.firstUpdated),
-                    lastUpdated = GREATEST(version_totals.lastUpdated, excluded.lastUpdated)
-                """, logger: logger)
+            var binds = PostgresBindings()
+            for value in [key.app, key.version] { binds.append(value) }
+            for value in [sums.events, sums.updated, sums.failed, sums.rolledBack, sums.bytes, sums.bytesSaved, sums.offlineHits] {
+                binds.append(value)
+            }
+            binds.append(sums.firstUpdated)
+            binds.append(sums.lastUpdated)
+            try await connection.query(Self.rendered(ReportSQL.addVersionTotals, binds), logger: logger)
         }
         for (key, count) in rollup.causes.sorted(by: { $0.key < $1.key }) {
-            try await connection.query("""
-                INSERT INTO failure_causes (app, version, errorCode, count) VALUES (\(key.app), \(key.version), \(key.errorCode), \(count))
-                ON CONFLICT (app, version, errorCode) DO UPDATE SET count = \(unescaped: ReportRollup.saturatingSum("failure_causes.count", "excluded.count"))
-                """, logger: logger)
+            var binds = PostgresBindings()
+            for value in [key.app, key.version, key.errorCode] { binds.append(value) }
+            binds.append(count)
+            try await connection.query(Self.rendered(ReportSQL.addFailureCause, binds), logger: logger)
         }
         for (key, count) in rollup.fallbacks.sorted(by: { $0.key < $1.key }) {
-            try await connection.query("""
-                INSERT INTO fallback_totals (app, reason, count) VALUES (\(key.app), \(key.reason), \(count))
-                ON CONFLICT (app, reason) DO UPDATE SET count = \(unescaped: ReportRollup.saturatingSum("fallback_totals.count", "excluded.count"))
-                """, logger: logger)
+            var binds = PostgresBindings()
+            for value in [key.app, key.reason] { binds.append(value) }
+            binds.append(count)
+            try await connection.query(Self.rendered(ReportSQL.addFallbackTotal, binds), logger: logger)
         }
         // One statement for every key, in key order.
         let counters = rollup.counters.sorted
         if !counters.isEmpty {
-            try await connection.query("""
-                INSERT INTO report_counters (app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits)
-                SELECT * FROM unnest(\(counters.map(\.key.app))::text[], \(counters.map(\.key.event))::text[],
-                    \(counters.map(\.key.version))::text[], \(counters.map(\.key.via))::text[], \(counters.map(\.key.errorCode))::text[],
-                    \(counters.map(\.sums.events))::bigint[], \(counters.map(\.sums.bytes))::bigint[],
-                    \(counters.map(\.sums.bytesSaved))::bigint[], \(counters.map(\.sums.offlineHits))::bigint[])
-                ON CONFLICT (app, event, version, via, errorCode) DO UPDATE SET \(unescaped: ReportCounters.upsertSums(table: "report_counters"))
-                """, logger: logger)
+            var binds = PostgresBindings()
+            for column in [\ReportCounters.Key.app, \.event, \.version, \.via, \.errorCode] { binds.append(counters.map { $0.key[keyPath: column] }) }
+            for column in [\ReportCounters.Sums.events, \.bytes, \.bytesSaved, \.offlineHits] { binds.append(counters.map { $0.sums[keyPath: column] }) }
+            let rows = "SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[])"
+            try await connection.query(Self.rendered(ReportSQL.addCounters(from: rows), binds), logger: logger)
         }
         // Per app: every device named gets its row, then the rows of those with a newer update
         // are locked, compared and moved (three statements, whatever the batch's size).
@@ -474,9 +356,16 @@ final class PostgresReportStore: ReportStorage {
         }.joined(separator: ",") + "}"
     }
 
-    /// `column = stored + added` for each of `columns` of `version_totals`, saturating.
-    private static func sums(_ columns: [String]) -> String {
-        columns.map { "\($0) = \(ReportRollup.saturatingSum("version_totals.\($0)", "excluded.\($0)"))" }.joined(separator: ", ")
+    /// `sql` (`ReportSQL`, `?` placeholders) as PostgreSQL reads it, with `binds` in order.
+    private static func rendered(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) -> PostgresQuery {
+        PostgresQuery(unsafeSQL: SQLDialect.postgres.render(sql), binds: binds)
+    }
+
+    /// The binds of `values`, in order.
+    private static func binds(_ values: [String]) -> PostgresBindings {
+        var binds = PostgresBindings()
+        for value in values { binds.append(value) }
+        return binds
     }
 
     // MARK: Reading
@@ -484,15 +373,14 @@ final class PostgresReportStore: ReportStorage {
     /// From the counters' stored sums (`ReportCounters`): one row per key, however many events are stored.
     private func unboundedTally(labels: ReportLabels) async throws -> ReportTally {
         var tally = ReportTally(labels: labels)
-        let rows = try await client.query(
-            "SELECT app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits FROM report_counters", logger: logger)
+        let rows = try await client.query(Self.rendered(ReportSQL.counters), logger: logger)
         for try await (app, event, version, via, errorCode, events, bytes, saved, hits)
             in rows.decode((String, String, String, String, String, Int64, Int64, Int64, Int64).self) {
             tally.add(
                 ReportCounters.Key(app: app, event: event, version: version, via: via, errorCode: errorCode),
                 ReportCounters.Sums(events: events, bytes: bytes, bytesSaved: saved, offlineHits: hits))
         }
-        let fallbacks = try await client.query("SELECT app, reason, count FROM fallback_totals", logger: logger)
+        let fallbacks = try await client.query(Self.rendered(ReportSQL.fallbackTotals), logger: logger)
         for try await (app, reason, count) in fallbacks.decode((String, String, Int64).self) {
             tally.addFallbacks(app: app, reason: reason, count: count)
         }
@@ -501,9 +389,7 @@ final class PostgresReportStore: ReportStorage {
 
     private func unboundedStats(app: String, keeping latest: String?) async throws -> AppStats {
         var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
-        let rows = try await client.query("""
-            SELECT version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits FROM version_totals WHERE app = \(app)
-            """, logger: logger)
+        let rows = try await client.query(Self.rendered(ReportSQL.versionTotals, Self.binds([app])), logger: logger)
         for try await (version, events, updated, failed, rolledBack, bytes, saved, hits)
             in rows.decode((String, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self) {
             totals[.init(app: app, version: version)] = .init(
@@ -511,49 +397,44 @@ final class PostgresReportStore: ReportStorage {
                 offlineHits: hits)
         }
         var devices: [(version: String, count: Int64)] = []
-        let perVersion = try await client.query("""
-            SELECT version, COUNT(*) FROM devices WHERE app = \(app) AND version IS NOT NULL AND version != '' GROUP BY version
-            """, logger: logger)
+        let perVersion = try await client.query(Self.rendered(ReportSQL.devicesPerVersion, Self.binds([app])), logger: logger)
         for try await (version, count) in perVersion.decode((String, Int64).self) { devices.append((version, count)) }
         var reasons: [(reason: String, count: Int64)] = []
-        let fallbacks = try await client.query("SELECT reason, count FROM fallback_totals WHERE app = \(app)", logger: logger)
+        let fallbacks = try await client.query(Self.rendered(ReportSQL.fallbackReasons, Self.binds([app])), logger: logger)
         for try await (reason, count) in fallbacks.decode((String, Int64).self) { reasons.append((reason, count)) }
-        var known: Int64 = 0
-        for try await count in try await client.query("SELECT COUNT(*) FROM devices WHERE app = \(app)", logger: logger).decode(Int64.self) {
-            known = count
-        }
+        let known = try await unboundedKnownDevices(app: app)
         var stats = AppStats(app: app, totals: totals, devices: devices, reasons: reasons, knownDevices: known)
         stats.bound(keeping: latest)
         let listed = stats.versions.map(\.version)
         guard !listed.isEmpty else { return stats }
         var causes: [(version: String, errorCode: String, count: Int64)] = []
         let failures = try await client.query(
-            "SELECT version, errorCode, count FROM failure_causes WHERE app = \(app) AND version = ANY(\(listed))", logger: logger)
+            Self.rendered(ReportSQL.failureCauses(versions: listed.count), Self.binds([app] + listed)), logger: logger)
         for try await (version, code, count) in failures.decode((String, String, Int64).self) { causes.append((version, code, count)) }
         stats.rankFailures(causes)
         return stats
     }
 
+    private func unboundedKnownDevices(app: String) async throws -> Int64 {
+        var known: Int64 = 0
+        for try await count in try await client.query(Self.rendered(ReportSQL.knownDevices, Self.binds([app])), logger: logger).decode(Int64.self) {
+            known = count
+        }
+        return known
+    }
+
     private func unboundedAdoption(app: String, versions: [String]) async throws -> AdoptionSeries {
         var range: (Int64, Int64)?
-        let bounds = try await client.query(
-            "SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = \(app)", logger: logger)
+        let bounds = try await client.query(Self.rendered(ReportSQL.adoptionRange, Self.binds([app])), logger: logger)
         for try await (from, to) in bounds.decode((Int64?, Int64?).self) {
             if let from, let to { range = (from, to) }
         }
         guard let (from, to) = range else { return AdoptionSeries() }
         guard !versions.isEmpty else { return AdoptionSeries(fromMillis: from, toMillis: to, moves: []) }
-        let buckets = Int64(AdoptionSeries.buckets)
-        // The same arithmetic and the same two index searches as ReportStore's (bigint
-        // division truncates as SQLite's does).
-        let rows = try await client.query("""
-            SELECT (receivedMillis - \(from)) * \(buckets) / (\(to) - \(from) + 1) AS bucket, version, previous, COUNT(*) FROM (
-                SELECT receivedMillis, version, previous FROM version_moves WHERE app = \(app) AND version = ANY(\(versions))
-                UNION ALL
-                SELECT receivedMillis, version, previous FROM version_moves
-                WHERE app = \(app) AND previous = ANY(\(versions)) AND NOT version = ANY(\(versions))
-            ) moves GROUP BY bucket, version, previous
-            """, logger: logger)
+        var binds = PostgresBindings()
+        for value in [from, Int64(AdoptionSeries.buckets), to, from] { binds.append(value) }
+        for value in [app] + versions + [app] + versions + versions { binds.append(value) }
+        let rows = try await client.query(Self.rendered(ReportSQL.adoptionMoves(versions: versions.count), binds), logger: logger)
         var moves: [AdoptionSeries.Move] = []
         for try await (bucket, version, previous, count) in rows.decode((Int64, String, String?, Int64).self) {
             moves.append(.init(bucket: Int(bucket), version: version, previous: previous, count: count))
@@ -564,18 +445,14 @@ final class PostgresReportStore: ReportStorage {
     private func unboundedRolloutDevices(
         app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool
     ) async throws -> [RolloutFigures.Device] {
-        let rows = try await client.query("""
-            SELECT device,
-                BOOL_OR(event = 'updated' AND version = \(version)), BOOL_OR(event = 'failed' AND version = \(version)),
-                BOOL_OR(event IN ('rolled-back', 'marked-bad') AND previousVersion = \(version))
-            FROM events
-            WHERE app = \(app) AND receivedMillis >= \(sinceMillis) AND (version = \(version) OR previousVersion = \(version))
-                AND (NOT \(authenticatedOnly) OR authenticated)
-            GROUP BY device
-            """, logger: logger)
+        var binds = Self.binds([version, version, version, app])
+        binds.append(sinceMillis)
+        for value in [version, version] { binds.append(value) }
+        binds.append(authenticatedOnly)
+        let rows = try await client.query(Self.rendered(ReportSQL.rolloutDevices, binds), logger: logger)
         var devices: [RolloutFigures.Device] = []
-        for try await (device, updated, failed, rolledBack) in rows.decode((String, Bool?, Bool?, Bool?).self) {
-            devices.append(.init(id: device, updated: updated == true, failed: failed == true, rolledBack: rolledBack == true))
+        for try await (device, updated, failed, rolledBack) in rows.decode((String, Int64, Int64, Int64).self) {
+            devices.append(.init(id: device, updated: updated == 1, failed: failed == 1, rolledBack: rolledBack == 1))
         }
         return devices
     }

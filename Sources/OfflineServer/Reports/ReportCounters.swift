@@ -79,11 +79,11 @@ struct ReportCounters: Sendable {
     /// The columns of `report_counters` after its key, in the order `upsert` and `backfill` use.
     static let columns = ["events", "bytes", "bytesSaved", "offlineHits"]
 
-    /// Migration `v6` of both stores: the table, then the sums of the events already stored.
-    /// `type` is the dialect's integer type, `total(x)` its sum of `x` over a group held at
-    /// 2^63 − 1 (a migration that fails would keep the server from starting).
-    static func migration(type: String, total: (String) -> String) -> [String] {
-        [
+    /// Migration `v6` of `ReportSchema`: the table, then the sums of the events already
+    /// stored, each held at 2^63 − 1 (`SQLDialect.total`).
+    static func migration(_ dialect: SQLDialect) -> [String] {
+        let type = dialect.integer, total = dialect.total
+        return [
             """
             CREATE TABLE report_counters (
                 app TEXT NOT NULL, event TEXT NOT NULL, version TEXT NOT NULL, via TEXT NOT NULL, errorCode TEXT NOT NULL,

@@ -51,121 +51,13 @@ final class ReportStore: ReportStorage {
         }
     }
 
+    /// `ReportSchema`'s steps, each recorded in `grdb_migrations` by its name.
     private static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE events (
-                    seq INTEGER PRIMARY KEY,
-                    id TEXT NOT NULL,
-                    time TEXT NOT NULL,
-                    timeMillis INTEGER NOT NULL,
-                    device TEXT NOT NULL,
-                    app TEXT NOT NULL,
-                    event TEXT NOT NULL,
-                    version TEXT,
-                    previousVersion TEXT,
-                    via TEXT,
-                    bytes INTEGER NOT NULL,
-                    fullSize INTEGER,
-                    durationMs INTEGER NOT NULL,
-                    errorCode TEXT,
-                    message TEXT,
-                    offlineHits INTEGER,
-                    periodSeconds INTEGER,
-                    receivedMillis INTEGER NOT NULL
-                );
-                CREATE UNIQUE INDEX events_id ON events(id);
-                CREATE INDEX events_app ON events(app, event);
-                CREATE TABLE fallbacks (
-                    eventSeq INTEGER NOT NULL REFERENCES events(seq),
-                    reason TEXT NOT NULL,
-                    count INTEGER NOT NULL
-                );
-                CREATE INDEX fallbacks_event ON fallbacks(eventSeq);
-                """)
-        }
-        // --auto-halt reads one app's recent events about one version.
-        migrator.registerMigration("v2") { db in
-            try db.execute(sql: "CREATE INDEX events_app_received ON events(app, receivedMillis)")
-            // /stats' distinct devices from an index, not the table. (Wider covering indexes for
-            // the per-version sums and the devices' update order were measured: they saved
-            // /stats little and cost ingestion more than half; bench/fleet.py.)
-            try db.execute(sql: "CREATE INDEX events_app_device ON events(app, device)")
-        }
-        // The running sums (`ReportRollup`), filled from the events already stored. Sums of
-        // numbers devices sent are TOTALs held at 2^63 − 1: SQLite's SUM stops with an error
-        // past it, and a migration that fails would keep the server from starting.
-        let total: @Sendable (String) -> String = { "CAST(MIN(TOTAL(\($0)), \(Int64.max)) AS INTEGER)" }
-        migrator.registerMigration("v3") { db in
-            try db.execute(sql: """
-                CREATE TABLE version_totals (
-                    app TEXT NOT NULL, version TEXT NOT NULL,
-                    events INTEGER NOT NULL, updated INTEGER NOT NULL, failed INTEGER NOT NULL, rolledBack INTEGER NOT NULL,
-                    bytes INTEGER NOT NULL, bytesSaved INTEGER NOT NULL, offlineHits INTEGER NOT NULL,
-                    firstUpdated INTEGER, lastUpdated INTEGER,
-                    PRIMARY KEY (app, version)
-                ) WITHOUT ROWID;
-                CREATE TABLE failure_causes (
-                    app TEXT NOT NULL, version TEXT NOT NULL, errorCode TEXT NOT NULL, count INTEGER NOT NULL,
-                    PRIMARY KEY (app, version, errorCode)
-                ) WITHOUT ROWID;
-                CREATE TABLE fallback_totals (
-                    app TEXT NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL,
-                    PRIMARY KEY (app, reason)
-                ) WITHOUT ROWID;
-                CREATE TABLE devices (
-                    app TEXT NOT NULL, device TEXT NOT NULL, version TEXT, timeMillis INTEGER, seq INTEGER,
-                    PRIMARY KEY (app, device)
-                ) WITHOUT ROWID;
-                CREATE INDEX devices_version ON devices(app, version);
-                CREATE TABLE version_moves (
-                    app TEXT NOT NULL, receivedMillis INTEGER NOT NULL, version TEXT NOT NULL, previous TEXT
-                );
-                CREATE INDEX version_moves_app ON version_moves(app, receivedMillis);
-
-                INSERT INTO version_totals
-                SELECT app, COALESCE(version, ''), COUNT(*), SUM(event = 'updated'), SUM(event = 'failed'),
-                    SUM(event = 'rolled-back'), \(total("bytes")),
-                    \(total("CASE WHEN event = 'updated' AND via = 'patch' AND fullSize > bytes THEN fullSize - bytes ELSE 0 END")),
-                    \(total("CASE WHEN event = 'usage' THEN COALESCE(offlineHits, 0) ELSE 0 END")),
-                    MIN(CASE WHEN event = 'updated' THEN receivedMillis END), MAX(CASE WHEN event = 'updated' THEN receivedMillis END)
-                FROM events GROUP BY app, COALESCE(version, '');
-                INSERT INTO failure_causes
-                SELECT app, version, COALESCE(errorCode, ''), COUNT(*) FROM events
-                WHERE event = 'failed' AND version IS NOT NULL GROUP BY app, version, COALESCE(errorCode, '');
-                INSERT INTO fallback_totals
-                SELECT e.app, f.reason, \(total("f.count")) FROM fallbacks f JOIN events e ON e.seq = f.eventSeq GROUP BY e.app, f.reason;
-                INSERT INTO devices
-                SELECT app, device, version, timeMillis, seq FROM (
-                    SELECT app, device, version, timeMillis, seq,
-                        ROW_NUMBER() OVER (PARTITION BY app, device ORDER BY timeMillis DESC, seq DESC) AS rank
-                    FROM events WHERE event = 'updated' AND version IS NOT NULL
-                ) WHERE rank = 1;
-                INSERT OR IGNORE INTO devices (app, device) SELECT DISTINCT app, device FROM events;
-                INSERT INTO version_moves
-                SELECT app, receivedMillis, version, previous FROM (
-                    SELECT app, receivedMillis, version,
-                        LAG(version) OVER (PARTITION BY app, device ORDER BY timeMillis, seq) AS previous
-                    FROM events WHERE event = 'updated' AND version IS NOT NULL
-                ) WHERE previous IS NULL OR previous != version;
-                """)
-        }
-        // Rollbacks against the version rolled back from, devices where their latest move put them.
-        migrator.registerMigration("v4") { db in
-            for statement in ReportRollup.positionsBackfill { try db.execute(sql: statement) }
-        }
-        // Whether a device's own credential sent the event (events stored before: no).
-        migrator.registerMigration("v5") { db in
-            try db.execute(sql: "ALTER TABLE events ADD COLUMN authenticated INTEGER NOT NULL DEFAULT 0")
-        }
-        // The /metrics counters' sums, so a start reads them instead of every event.
-        migrator.registerMigration("v6") { db in
-            for statement in ReportCounters.migration(type: "INTEGER", total: total) { try db.execute(sql: statement) }
-        }
-        // The adoption chart reads the moves of the versions it draws, not every move.
-        migrator.registerMigration("v7") { db in
-            for statement in AdoptionSeries.movesIndexes { try db.execute(sql: statement) }
+        for (name, statements) in ReportSchema.migrations(.sqlite) {
+            migrator.registerMigration(name) { db in
+                for statement in statements { try db.execute(sql: statement) }
+            }
         }
         return migrator
     }
@@ -210,44 +102,22 @@ final class ReportStore: ReportStorage {
 
     /// Adds a batch's sums to the running ones, in the batch's transaction.
     private static func add(_ rollup: ReportRollup, to db: Database) throws {
-        let sum = ReportRollup.saturatingSum
-        let totals = try db.cachedStatement(sql: """
-            INSERT INTO version_totals (app, version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits,
-                firstUpdated, lastUpdated)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (app, version) DO UPDATE SET
-                events = \(sum("events", "excluded.events")), updated = \(sum("updated", "excluded.updated")),
-                failed = \(sum("failed", "excluded.failed")), rolledBack = \(sum("rolledBack", "excluded.rolledBack")),
-                bytes = \(sum("bytes", "excluded.bytes")), bytesSaved = \(sum("bytesSaved", "excluded.bytesSaved")),
-                offlineHits = \(sum("offlineHits", "excluded.offlineHits")),
-                firstUpdated = COALESCE(MIN(firstUpdated, excluded.firstUpdated), firstUpdated, excluded.firstUpdated),
-                lastUpdated = COALESCE(MAX(lastUpdated, excluded.lastUpdated), lastUpdated, excluded.lastUpdated)
-            """)
+        let totals = try db.cachedStatement(sql: ReportSQL.addVersionTotals)
         for (key, sums) in rollup.totals.sorted(by: { $0.key < $1.key }) {
             try totals.execute(arguments: [
                 key.app, key.version, sums.events, sums.updated, sums.failed, sums.rolledBack, sums.bytes, sums.bytesSaved,
                 sums.offlineHits, sums.firstUpdated, sums.lastUpdated,
             ])
         }
-        let causes = try db.cachedStatement(sql: """
-            INSERT INTO failure_causes (app, version, errorCode, count) VALUES (?, ?, ?, ?)
-            ON CONFLICT (app, version, errorCode) DO UPDATE SET count = \(sum("count", "excluded.count"))
-            """)
+        let causes = try db.cachedStatement(sql: ReportSQL.addFailureCause)
         for (key, count) in rollup.causes.sorted(by: { $0.key < $1.key }) {
             try causes.execute(arguments: [key.app, key.version, key.errorCode, count])
         }
-        let fallbacks = try db.cachedStatement(sql: """
-            INSERT INTO fallback_totals (app, reason, count) VALUES (?, ?, ?)
-            ON CONFLICT (app, reason) DO UPDATE SET count = \(sum("count", "excluded.count"))
-            """)
+        let fallbacks = try db.cachedStatement(sql: ReportSQL.addFallbackTotal)
         for (key, count) in rollup.fallbacks.sorted(by: { $0.key < $1.key }) {
             try fallbacks.execute(arguments: [key.app, key.reason, count])
         }
-        let counters = try db.cachedStatement(sql: """
-            INSERT INTO report_counters (app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (app, event, version, via, errorCode) DO UPDATE SET \(ReportCounters.upsertSums(table: "report_counters"))
-            """)
+        let counters = try db.cachedStatement(sql: ReportSQL.addCounters(from: "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))
         for (key, sums) in rollup.counters.sorted {
             try counters.execute(arguments: [
                 key.app, key.event, key.version, key.via, key.errorCode, sums.events, sums.bytes, sums.bytesSaved, sums.offlineHits,
@@ -278,9 +148,7 @@ final class ReportStore: ReportStorage {
     func tally(labels: ReportLabels) async throws -> ReportTally {
         try await pool.read { db in
             var tally = ReportTally(labels: labels)
-            let rows = try Row.fetchCursor(db, sql: """
-                SELECT app, event, version, via, errorCode, events, bytes, bytesSaved, offlineHits FROM report_counters
-                """)
+            let rows = try Row.fetchCursor(db, sql: ReportSQL.counters)
             while let row = try rows.next() {
                 tally.add(
                     ReportCounters.Key(app: row[0], event: row[1], version: row[2], via: row[3], errorCode: row[4]),
@@ -288,7 +156,7 @@ final class ReportStore: ReportStorage {
                         events: Self.count(row, 5), bytes: Self.count(row, 6), bytesSaved: Self.count(row, 7),
                         offlineHits: Self.count(row, 8)))
             }
-            let fallbacks = try Row.fetchCursor(db, sql: "SELECT app, reason, count FROM fallback_totals")
+            let fallbacks = try Row.fetchCursor(db, sql: ReportSQL.fallbackTotals)
             while let row = try fallbacks.next() {
                 tally.addFallbacks(app: row[0], reason: row[1], count: Self.count(row, 2))
             }
@@ -300,10 +168,7 @@ final class ReportStore: ReportStorage {
     func stats(app: String, keeping latest: String?) async throws -> AppStats {
         try await pool.read { db in
             var totals: [ReportRollup.VersionKey: ReportRollup.Totals] = [:]
-            for row in try Row.fetchAll(db, sql: """
-                SELECT version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits
-                FROM version_totals WHERE app = ?
-                """, arguments: [app]) {
+            for row in try Row.fetchAll(db, sql: ReportSQL.versionTotals, arguments: [app]) {
                 var sums = ReportRollup.Totals()
                 sums.events = Self.count(row, 1)
                 sums.updated = Self.count(row, 2)
@@ -314,19 +179,15 @@ final class ReportStore: ReportStorage {
                 sums.offlineHits = Self.count(row, 7)
                 totals[ReportRollup.VersionKey(app: app, version: row[0])] = sums
             }
-            let devices = try Row.fetchAll(db, sql: """
-                SELECT version, COUNT(*) FROM devices WHERE app = ? AND version IS NOT NULL AND version != '' GROUP BY version
-                """, arguments: [app]).map { (version: $0[0] as String, count: Self.count($0, 1)) }
-            let reasons = try Row.fetchAll(db, sql: "SELECT reason, count FROM fallback_totals WHERE app = ?", arguments: [app])
+            let devices = try Row.fetchAll(db, sql: ReportSQL.devicesPerVersion, arguments: [app]).map { (version: $0[0] as String, count: Self.count($0, 1)) }
+            let reasons = try Row.fetchAll(db, sql: ReportSQL.fallbackReasons, arguments: [app])
                 .map { (reason: $0[0] as String, count: Self.count($0, 1)) }
-            let known = try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE app = ?", arguments: [app]) ?? 0
+            let known = try Int64.fetchOne(db, sql: ReportSQL.knownDevices, arguments: [app]) ?? 0
             var stats = AppStats(app: app, totals: totals, devices: devices, reasons: reasons, knownDevices: known)
             stats.bound(keeping: latest)
             let listed = stats.versions.map(\.version)
             guard !listed.isEmpty else { return stats }
-            let causes = try Row.fetchAll(db, sql: """
-                SELECT version, errorCode, count FROM failure_causes WHERE app = ? AND version IN \(Self.list(listed.count))
-                """, arguments: [app] + StatementArguments(listed))
+            let causes = try Row.fetchAll(db, sql: ReportSQL.failureCauses(versions: listed.count), arguments: [app] + StatementArguments(listed))
                 .map { (version: $0[0] as String, errorCode: $0[1] as String, count: Self.count($0, 2)) }
             stats.rankFailures(causes)
             return stats
@@ -335,14 +196,9 @@ final class ReportStore: ReportStorage {
 
     func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device] {
         try await pool.read { db in
-            let rows = try Row.fetchCursor(db, sql: """
-                SELECT device,
-                    MAX(event = 'updated' AND version = ?1), MAX(event = 'failed' AND version = ?1),
-                    MAX(event IN ('rolled-back', 'marked-bad') AND previousVersion = ?1)
-                FROM events
-                WHERE app = ?2 AND receivedMillis >= ?3 AND (version = ?1 OR previousVersion = ?1) AND (?4 = 0 OR authenticated = 1)
-                GROUP BY device
-                """, arguments: [version, app, sinceMillis, authenticatedOnly ? 1 : 0])
+            let rows = try Row.fetchCursor(db, sql: ReportSQL.rolloutDevices, arguments: [
+                version, version, version, app, sinceMillis, version, version, authenticatedOnly,
+            ])
             var devices: [RolloutFigures.Device] = []
             while let row = try rows.next() {
                 devices.append(.init(id: row[0], updated: (row[1] as Int64?) == 1, failed: (row[2] as Int64?) == 1, rolledBack: (row[3] as Int64?) == 1))
@@ -353,28 +209,17 @@ final class ReportStore: ReportStorage {
 
     func knownDevices(app: String) async throws -> Int64 {
         try await pool.read { db in
-            try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE app = ?", arguments: [app]) ?? 0
+            try Int64.fetchOne(db, sql: ReportSQL.knownDevices, arguments: [app]) ?? 0
         }
     }
 
     func adoption(app: String, versions: [String]) async throws -> AdoptionSeries {
         try await pool.read { db in
-            guard let range = try Row.fetchOne(db, sql: """
-                SELECT MIN(firstUpdated), MAX(lastUpdated) FROM version_totals WHERE app = ?
-                """, arguments: [app]), let from = range[0] as Int64?, let to = range[1] as Int64? else { return AdoptionSeries() }
+            guard let range = try Row.fetchOne(db, sql: ReportSQL.adoptionRange, arguments: [app]), let from = range[0] as Int64?, let to = range[1] as Int64? else { return AdoptionSeries() }
             guard !versions.isEmpty else { return AdoptionSeries(fromMillis: from, toMillis: to, moves: []) }
-            // Moves into a listed version, then out of one into another: two index searches
-            // (an OR of the two, without ANALYZE's statistics, scans every move of the app).
-            let listed = Self.list(versions.count)
             var arguments: StatementArguments = [from, AdoptionSeries.buckets, to, from, app]
             arguments += StatementArguments(versions) + [app] + StatementArguments(versions) + StatementArguments(versions)
-            let rows = try Row.fetchAll(db, sql: """
-                SELECT (receivedMillis - ?) * ? / (? - ? + 1) AS bucket, version, previous, COUNT(*) FROM (
-                    SELECT receivedMillis, version, previous FROM version_moves WHERE app = ? AND version IN \(listed)
-                    UNION ALL
-                    SELECT receivedMillis, version, previous FROM version_moves WHERE app = ? AND previous IN \(listed) AND version NOT IN \(listed)
-                ) moves GROUP BY bucket, version, previous
-                """, arguments: arguments)
+            let rows = try Row.fetchAll(db, sql: ReportSQL.adoptionMoves(versions: versions.count), arguments: arguments)
             let moves = rows.map { AdoptionSeries.Move(bucket: $0[0], version: $0[1], previous: $0[2], count: $0[3]) }
             return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
         }
@@ -382,11 +227,6 @@ final class ReportStore: ReportStorage {
 
     func close() async {
         try? pool.close()
-    }
-
-    /// `(?, ?, …)`: `count` placeholders for `IN`.
-    private static func list(_ count: Int) -> String {
-        "(" + Array(repeating: "?", count: count).joined(separator: ", ") + ")"
     }
 
     /// A stored number as a count, never trapping: GRDB's `row[i] as Int64` stops the
