@@ -76,7 +76,7 @@ struct ReportCounters: Sendable {
     /// The sums in key order (rows are locked in one order by every writer).
     var sorted: [(key: Key, sums: Sums)] { sums.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
 
-    /// The columns of `report_counters` after its key, in the order `upsert` and `backfill` use.
+    /// The columns of `report_counters` after its key, in the order `ReportSQL.addCounters` and `migration` use.
     static let columns = ["events", "bytes", "bytesSaved", "offlineHits"]
 
     /// Migration `v6` of `ReportSchema`: the table, then the sums of the events already
@@ -104,10 +104,5 @@ struct ReportCounters: Sendable {
             FROM events GROUP BY 1, 2, 3, 4, 5
             """,
         ]
-    }
-
-    /// `SET column = stored + added` of every sum, saturating; `table` names the stored row.
-    static func upsertSums(table: String) -> String {
-        columns.map { "\($0) = \(ReportRollup.saturatingSum("\(table).\($0)", "excluded.\($0)"))" }.joined(separator: ", ")
     }
 }
