@@ -1,7 +1,8 @@
 /// Where `offline-server` keeps fleet report events: SQLite (`ReportStore`, the
 /// embedded default) or PostgreSQL (`PostgresReportStore`, shared by several
-/// instances). Both answer the same queries with the same arithmetic, so `/stats`,
-/// the dashboard and `--auto-halt` read the same figures from either.
+/// instances). Both run one schema (`ReportSchema`) and one set of statements
+/// (`ReportSQL`), each in its dialect's words (`SQLDialect`), so `/stats`, the dashboard
+/// and `--auto-halt` read the same figures from either.
 protocol ReportStorage: Sendable {
     /// Where the store is, for the log (a path or a URL without its password).
     var location: String { get }
