@@ -72,6 +72,31 @@ struct PublishLockTests {
         #expect(reasons.contains { $0.contains("rollout 100 -> 50") }, "\(reasons)")
     }
 
+    @Test("a halt by the halt key, stopped between reading the manifest and writing rollout.json while a `set` runs, is still in force after both")
+    func haltKeyHaltSurvivesSet() throws {
+        let s = try Self.staged()
+        defer { F.cleanUp(s.out) }
+        let haltKey = SigningKey.generate(), haltFile = "\(s.out)/halt-key"
+        try haltKey.write(to: haltFile)
+        try TUFRepository.delegate(
+            app: "sample", publishDirectory: s.out, appKey: haltKey, halt: true,
+            keys: TUFKeys(targets: [s.key], snapshot: [s.key], timestamp: [s.key]), now: Date())
+        let base = ["--app", "sample", "--out", s.out]
+        try Self.interleave(
+            s, first: ["halt", "--key", haltFile, "--snapshot-key", s.keyFile, "--reason", "rule tripped"] + base,
+            second: ["set", "--rollout", "50", "--key", s.keyFile] + base)
+
+        // Either order is fine: the halt after the set narrows the set's manifest; the set
+        // after the halt keeps it in the state. A rollout.json naming the manifest the set
+        // replaced halts nothing.
+        let state = try Self.state(s.out)
+        let narrowed = TUFRepository.rolloutStage(app: "sample", publishDirectory: s.out)
+        #expect(
+            state.stageInForce(at: Date()) == 0 || narrowed == 0,
+            "the halt was lost: stage \(String(describing: state.stage)), rollout.json \(String(describing: narrowed))")
+        #expect(state.rollout == 50, "the set was lost")
+    }
+
     @Test("a publish made while a `stage` was between its read and its write keeps its version in state and manifest")
     func publishSurvivesStaleStage() throws {
         let s = try Self.staged()
