@@ -82,4 +82,33 @@ struct FleetReportRestartTests {
         #expect(try await C.stats(after.baseURL)["events"] as? Int == 1, "the history stays")
         #expect(!FileManager.default.fileExists(atPath: state.path + "/offline-server"))
     }
+
+    @Test("the collector secret is never created inside the publish directory by default: beside a database in the old place, or on PostgreSQL, it goes to the state directory")
+    func secretOutsidePublishDirectory() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("fleet-legacy-secret")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let legacy = dir + "/.offline-server/reports.sqlite"
+        let before = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", legacy])
+        #expect(try await C.post(before.baseURL, try C.body([C.event("updated", ["via": "full"])])).receipt?.accepted == 1)
+        await before.stop()
+        let state = TemporaryDirectory("fleet-legacy-secret-state")
+        let postgres = PostgresTestDatabase.isAvailable ? try PostgresTestDatabase("legacysecret") : nil
+        defer { postgres?.drop() }
+        // The old place's database, then PostgreSQL while that database is still there.
+        var runs: [[String]] = [[]]
+        if let postgres { runs.append(["--reports-db", postgres.url]) }
+        for database in runs {
+            let server = try OfflineServerProcess(
+                arguments: ["--dir", dir, "--report-token", ReportEnrolmentTests.token] + database, environment: ["XDG_STATE_HOME": state.path])
+            defer { server.stopBlocking() }
+            let device = "kiosk-\(database.count)"
+            let authorization = try await ReportEnrolmentTests.enrol(server.baseURL, device)
+            let sent = try await C.post(server.baseURL, try C.body([C.event("updated", device: device, ["via": "full"])]), headers: ["Authorization: \(authorization)"])
+            #expect(sent.receipt?.accepted == 1, "\(database): \(sent.body)")
+            #expect(!FileManager.default.fileExists(atPath: dir + "/.offline-server/collector-secret"), "\(database): the secret is in the publish directory")
+        }
+        let kept = try FileManager.default.subpathsOfDirectory(atPath: state.path).filter { $0.hasSuffix("/collector-secret") }
+        #expect(kept.count == 1, "\(kept)")
+    }
 }

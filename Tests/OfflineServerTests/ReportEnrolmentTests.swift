@@ -319,8 +319,10 @@ struct ReportEnrolmentTests {
         let quiet = try OfflineServerProcess(arguments: ["--dir", dir])
         #expect(try await C.post(quiet.baseURL, body).status == 404)
         await quiet.stop()
-        let enrolling = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/db/reports.sqlite", "--report-token", Self.token])
-        let secret = dir + "/db/collector-secret"
+        // Outside the publish directory, as a secret inside it is warned about.
+        let db = TemporaryDirectory("enrol-secret-db")
+        let enrolling = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", db.file("reports.sqlite"), "--report-token", Self.token])
+        let secret = db.file("collector-secret")
         let mode = try #require(try FileManager.default.attributesOfItem(atPath: secret)[.posixPermissions] as? Int)
         #expect(mode & 0o777 == 0o600)
         let authorization = try await Self.enrol(enrolling.baseURL, "kiosk-1")
@@ -328,7 +330,7 @@ struct ReportEnrolmentTests {
         await enrolling.stop()
         // A secret others may read is refused at start.
         chmod(secret, 0o644)
-        let leaky = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", dir + "/db/reports.sqlite", "--report-token", Self.token], executable: executable)
+        let leaky = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", db.file("reports.sqlite"), "--report-token", Self.token], executable: executable)
         // One line of the server's own (not `offline-agent serve`'s, not swift-argument-parser's `Error:`), exit 1.
         let told = leaky.stderr.split(separator: "\n").filter { $0.contains("collector secret") }
         #expect(leaky.status == 1, "\(leaky.stderr)")
