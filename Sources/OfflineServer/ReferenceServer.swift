@@ -189,6 +189,7 @@ public struct ReferenceServer: Sendable {
         if PostgresReportStore.isURL(location) {
             store = try await PostgresReportStore.open(url: location, logger: logger)
         } else {
+            try Self.checkPath(location)
             store = try await ReportStore.open(path: location)
         }
         do {
@@ -209,6 +210,20 @@ public struct ReferenceServer: Sendable {
             await store.close()
             throw error
         }
+    }
+
+    /// Refuses (`.usage`) a `--reports-db` that is a URL of another kind (`sqlite://…`,
+    /// `mysql://…`, `postgres:/…` with one slash): read as a file path, it made a SQLite
+    /// database in a directory named after the scheme, and the server started as if all
+    /// were well. Only the scheme is named: the rest may hold a password.
+    static func checkPath(_ location: String) throws {
+        let scheme = location.prefix { $0 != ":" && $0 != "/" }
+        let isScheme = !scheme.isEmpty && scheme.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) }
+        guard isScheme, location.dropFirst(scheme.count).hasPrefix(":") else { return }
+        let lower = scheme.lowercased()
+        guard location.dropFirst(scheme.count).hasPrefix("://") || lower == "postgres" || lower == "postgresql" else { return }
+        throw ServerError(
+            .usage, "--reports-db \(scheme):…: not a database the server opens; give a SQLite file path, or postgres://USER:PASSWORD@HOST:PORT/DATABASE")
     }
 
     /// Whether a reports database location names PostgreSQL rather than a SQLite file.

@@ -83,6 +83,27 @@ struct FleetReportRestartTests {
         #expect(!FileManager.default.fileExists(atPath: state.path + "/offline-server"))
     }
 
+    @Test("--reports-db as a URL of another kind (sqlite://, mysql://, postgres:/ with one slash) stops the start with one usage error naming the scheme, not its password; nothing is created")
+    func otherSchemesRefused() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("fleet-scheme")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        for url in ["sqlite://\(dir)/reports.sqlite", "mysql://u:pw-secret@db.internal/x", "postgres:/u:pw-secret@db.internal/x", "File://\(dir)/x"] {
+            let scheme = String(url.prefix { $0 != ":" })
+            // Read as a path, each would be a directory named after its scheme in the working directory.
+            let stray = FileManager.default.currentDirectoryPath + "/" + scheme + ":"
+            defer { try? FileManager.default.removeItem(atPath: stray) }
+            do {
+                let server = try await ReferenceServer(configuration: .init(directory: dir, port: 0, reportsDatabase: url)).start()
+                await server.stop()
+                Issue.record("\(url): started")
+            } catch let error as ServerError {
+                #expect(error.code == .usage && "\(error)".contains("\(scheme):") && !"\(error)".contains("pw-secret"), "\(error)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: stray), "\(url) made \(stray)")
+        }
+    }
+
     @Test("the collector secret is never created inside the publish directory by default: beside a database in the old place, or on PostgreSQL, it goes to the state directory")
     func secretOutsidePublishDirectory() async throws {
         let dir = try PublishFixtures.temporaryDirectory("fleet-legacy-secret")
