@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Testing
 @testable import OfflineAgent
@@ -95,6 +96,32 @@ struct PublishLockTests {
             state.stageInForce(at: Date()) == 0 || narrowed == 0,
             "the halt was lost: stage \(String(describing: state.stage)), rollout.json \(String(describing: narrowed))")
         #expect(state.rollout == 50, "the set was lost")
+    }
+
+    @Test("a `delegate` run while a `set` is about to commit waits for it: the set commits and signs, and the app's new role lists the set's manifest")
+    func delegateWaitsForVerb() throws {
+        let s = try Self.staged()
+        defer { F.cleanUp(s.out) }
+        let appKey = SigningKey.generate(), appFile = "\(s.out)/app-key"
+        try appKey.write(to: appFile)
+        let set = try PublishProcess(
+            s.publisher, ["set", "--rollout", "50", "--app", "sample", "--out", s.out, "--key", s.keyFile],
+            environment: ["OFFLINE_PUBLISH_PAUSE_AT": "before-commit"], logs: s.out)
+        defer { set.stop() }
+        try #require(set.waitStopped(), "the set never reached its pause: \(set.stderr)")
+        let delegate = try PublishProcess(
+            s.publisher, ["delegate", "--out", s.out, "--app", "sample", "--app-key", appFile, "--key", s.keyFile], logs: s.out)
+        defer { delegate.stop() }
+        PublishProcess.poll { delegate.stderr.contains("waiting for") || !delegate.process.isRunning }
+        set.resume()
+        let setResult = set.wait(), delegateResult = delegate.wait()
+        #expect(setResult.status == 0 && !setResult.signaled, "the set failed after its commit: \(set.stderr)")
+        #expect(delegateResult.status == 0, "\(delegate.stderr)")
+        #expect(try Self.state(s.out).rollout == 50)
+        // What TUF devices check: the listed manifest is the one on disk.
+        let manifest = try Data(contentsOf: URL(fileURLWithPath: "\(s.out)/sample/manifest.json"))
+        let listed = TUFRepository.listing(of: "sample/manifest.json", in: TUFRepository.metadataDirectory(s.out))
+        #expect(listed?.role == "sample" && listed?.target.sha256 == SHA256.hash(data: manifest).hex, "\(String(describing: listed))")
     }
 
     @Test("a publish made while a `stage` was between its read and its write keeps its version in state and manifest")

@@ -98,17 +98,25 @@ public enum TUFRepository {
     /// `APP/rollout.json` only, listed before every app's role so a search finds it
     /// first): its key can narrow or halt the app's staged rollout and nothing else
     /// (`halt`, `offline-server --halt-key`).
+    ///
+    /// Holds the app's lock, then the repository's, waiting at most `lockWait` for each.
     @discardableResult
     public static func delegate(
-        app: String, publishDirectory: String, appKey: SigningKey, halt: Bool = false, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()
+        app: String, publishDirectory: String, appKey: SigningKey, halt: Bool = false, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry(),
+        lockWait: Duration = PublishLock.defaultWait
     ) throws -> Versions {
         guard AppName.isValid(app), !TUFMetadata.topLevelRoles.contains(app), !app.hasSuffix(".halt") else {
             throw PublishError(.usage, "'\(app)' cannot name a delegated role (an app name, not root, targets, snapshot or timestamp, not ending in .halt)")
         }
         let name = halt ? haltRole(app) : app
         let out = FileSystem.absolute(publishDirectory)
-        let lock = try PublishLock(app: directoryName, publishDirectory: out)
-        return try withExtendedLifetime(lock) {
+        // The app's lock first, as a release verb holds it from its key check to its
+        // metadata refresh: delegated in between, the verb committed and then failed to
+        // sign, leaving metadata that lists a manifest no longer on disk.
+        let appLock = try PublishLock(app: app, publishDirectory: out, wait: lockWait)
+        let lock = try PublishLock(app: directoryName, publishDirectory: out, wait: lockWait)
+        return try withExtendedLifetime((appLock, lock)) {
+            try PublishRecovery.recover(app: app, publishDirectory: out)
             let directory = metadataDirectory(out)
             guard let current = currentChain(in: directory).targets else {
                 throw PublishError(.usage, "\(directory) has no targets metadata: publish with --key first", path: directory)
