@@ -65,15 +65,22 @@ struct FleetReportRestartTests {
         #expect(!FileManager.default.fileExists(atPath: off + "/.offline-server"))
     }
 
-    @Test("a database in the old default place, inside the publish directory, keeps being used (with a warning)")
-    func oldDefaultPlace() async throws {
-        let dir = try PublishFixtures.temporaryDirectory("fleet-legacy")
-        defer { PublishFixtures.cleanUp(dir) }
+    /// A publish directory whose database, holding one event, is in the old default
+    /// place inside it (as servers before that rule made it); the directory and that path.
+    static func legacyDatabase(_ label: String) async throws -> (dir: String, database: String) {
+        let dir = try PublishFixtures.temporaryDirectory(label)
         try C.publishFleet(dir)
         let legacy = dir + "/.offline-server/reports.sqlite"
         let before = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", legacy])
         #expect(try await C.post(before.baseURL, try C.body([C.event("updated", ["via": "full"])])).receipt?.accepted == 1)
         await before.stop()
+        return (dir, legacy)
+    }
+
+    @Test("a database in the old default place, inside the publish directory, keeps being used (with a warning)")
+    func oldDefaultPlace() async throws {
+        let (dir, legacy) = try await Self.legacyDatabase("fleet-legacy")
+        defer { PublishFixtures.cleanUp(dir) }
         let state = TemporaryDirectory("fleet-legacy-state")
         let location = ReportDatabaseLocation.defaultPath(directory: dir, environment: ["XDG_STATE_HOME": state.path])
         #expect(location.path == legacy && location.warning?.contains("--reports-db") == true)
@@ -106,13 +113,8 @@ struct FleetReportRestartTests {
 
     @Test("the collector secret is never created inside the publish directory by default: beside a database in the old place, or on PostgreSQL, it goes to the state directory")
     func secretOutsidePublishDirectory() async throws {
-        let dir = try PublishFixtures.temporaryDirectory("fleet-legacy-secret")
+        let (dir, _) = try await Self.legacyDatabase("fleet-legacy-secret")
         defer { PublishFixtures.cleanUp(dir) }
-        try C.publishFleet(dir)
-        let legacy = dir + "/.offline-server/reports.sqlite"
-        let before = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", legacy])
-        #expect(try await C.post(before.baseURL, try C.body([C.event("updated", ["via": "full"])])).receipt?.accepted == 1)
-        await before.stop()
         let state = TemporaryDirectory("fleet-legacy-secret-state")
         let postgres = PostgresTestDatabase.isAvailable ? try PostgresTestDatabase("legacysecret") : nil
         defer { postgres?.drop() }
