@@ -85,6 +85,15 @@ public struct ReferenceServer: Sendable {
         /// (`--timestamp-key`; see `TimestampKeeping`); nil: never signs metadata.
         public var timestampKeeping: TimestampKeeping?
 
+        /// How long a connection may send nothing, before its request is whole or between
+        /// requests, before it is closed. Without it a connection that sends a request's
+        /// head and part of its body, or nothing at all, is held for ever: a thousand of
+        /// them take every file descriptor a default limit allows, and no device gets a
+        /// manifest. A response being written is never cut.
+        public var idleTimeout: Duration = Self.defaultIdleTimeout
+        /// The default `idleTimeout`: 60 s, above any pause of a real client mid-request.
+        public static let defaultIdleTimeout: Duration = .seconds(60)
+
         public init(
             directory: String, host: String = "127.0.0.1", port: Int = 8080,
             signingKey: SigningKey? = nil, fullCompression: Manifest.Compression = .gzip, manifestMaxAge: Int = 60,
@@ -180,6 +189,7 @@ public struct ReferenceServer: Sendable {
         if PostgresReportStore.isURL(location) {
             store = try await PostgresReportStore.open(url: location, logger: logger)
         } else {
+            try Self.checkPath(location)
             store = try await ReportStore.open(path: location)
         }
         do {
@@ -200,6 +210,20 @@ public struct ReferenceServer: Sendable {
             await store.close()
             throw error
         }
+    }
+
+    /// Refuses (`.usage`) a `--reports-db` that is a URL of another kind (`sqlite://…`,
+    /// `mysql://…`, `postgres:/…` with one slash): read as a file path, it made a SQLite
+    /// database in a directory named after the scheme, and the server started as if all
+    /// were well. Only the scheme is named: the rest may hold a password.
+    static func checkPath(_ location: String) throws {
+        let scheme = location.prefix { $0 != ":" && $0 != "/" }
+        let isScheme = !scheme.isEmpty && scheme.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) }
+        guard isScheme, location.dropFirst(scheme.count).hasPrefix(":") else { return }
+        let lower = scheme.lowercased()
+        guard location.dropFirst(scheme.count).hasPrefix("://") || lower == "postgres" || lower == "postgresql" else { return }
+        throw ServerError(
+            .usage, "--reports-db \(scheme):…: not a database the server opens; give a SQLite file path, or postgres://USER:PASSWORD@HOST:PORT/DATABASE")
     }
 
     /// Whether a reports database location names PostgreSQL rather than a SQLite file.
@@ -227,6 +251,12 @@ public struct ReferenceServer: Sendable {
             haltKey: configuration.haltKey, fullCompression: configuration.fullCompression, metadataExpiry: metadataExpiry)
     }
 
+    /// `duration` in whole nanoseconds, at least 1 ms and at most a day.
+    static func nanoseconds(_ duration: Duration) -> Int64 {
+        let bounded = min(max(duration, .milliseconds(1)), .seconds(86_400))
+        return bounded.components.seconds * 1_000_000_000 + bounded.components.attoseconds / 1_000_000_000
+    }
+
     private func makeApplication(
         catalog: ReferenceServerCatalog, reports: ReportCollector?,
         onListening: @escaping @Sendable (String, Int) async -> Void
@@ -238,6 +268,7 @@ public struct ReferenceServer: Sendable {
                     catalog: catalog, logger: logger, metrics: metrics, manifestMaxAge: configuration.manifestMaxAge,
                     reports: reports),
                 injector: FaultInjector(configuration.faults, metrics: metrics)),
+            server: .http1(configuration: .init(idleTimeout: .nanoseconds(Self.nanoseconds(configuration.idleTimeout)))),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "offline-server"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)

@@ -30,6 +30,7 @@ struct DelegateCommand: AsyncParsableCommand {
     @Option(help: "Instead of --app-key: the key of the app's halt role (it signs the role's first, empty metadata).") var haltKey: String?
     @Option(help: "The targets key (the key root names for targets).") var key: String
     @Option(help: "The snapshot and timestamp key (default: --key).") var snapshotKey: String?
+    @OptionGroup var lock: LockOptions
 
     func run() async throws {
         try await reportingFailures {
@@ -41,7 +42,7 @@ struct DelegateCommand: AsyncParsableCommand {
             let roleKey = try SigningKey(contentsOfFile: file)
             let versions = try TUFRepository.delegate(
                 app: app, publishDirectory: out, appKey: roleKey, halt: haltKey != nil,
-                keys: TUFKeys(targets: [targets], snapshot: [online], timestamp: [online]), now: Date())
+                keys: TUFKeys(targets: [targets], snapshot: [online], timestamp: [online]), now: Date(), lockWait: try lock.wait())
             let paths = haltKey == nil ? "\(app)/*" : "\(app)/\(TUFRollout.fileName) (halt)"
             print("delegated \(paths) to key \(TUFSigner.key(roleKey).fingerprint): targets v\(versions.targets), snapshot v\(versions.snapshot), timestamp v\(versions.timestamp)")
             MetadataExpiryWarning.check(publishDirectory: out)

@@ -24,12 +24,14 @@ struct HaltCommand: AsyncParsableCommand {
     @Option(help: "The key of the app's halt role.") var key: String
     @Option(help: "The snapshot and timestamp key (default: --key).") var snapshotKey: String?
     @Option(help: "Why, kept in rollout.json.") var reason: String?
+    @OptionGroup var lock: LockOptions
 
     func run() async throws {
         try await reportingFailures {
             let changed = try TUFRepository.halt(
                 app: app, publishDirectory: out, key: try SigningKey(contentsOfFile: key),
-                snapshotKey: try snapshotKey.map(SigningKey.init(contentsOfFile:)), stage: percent, reason: reason, now: Date())
+                snapshotKey: try snapshotKey.map(SigningKey.init(contentsOfFile:)), stage: percent, reason: reason, now: Date(),
+                lockWait: try lock.wait())
             print(changed ? "\(app): stage at most \(percent)%\(percent == 0 ? " (halted)" : "")" : "\(app): already at most \(percent)%: nothing written")
             MetadataExpiryWarning.check(publishDirectory: out)
         }

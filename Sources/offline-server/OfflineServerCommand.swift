@@ -52,7 +52,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
     var reportToken: String?
     @Flag(help: "Take reports only with a device's own credential (from POST /enrol), not the shared --report-token; only those devices count toward --auto-halt.")
     var requireEnrolment = false
-    @Option(help: "The file of the secret device credentials derive from, created mode 0600 when missing; default: collector-secret beside the SQLite database, or in the default state directory with PostgreSQL (give every instance sharing a database the same file).")
+    @Option(help: "The file of the secret device credentials derive from, created mode 0600 when missing; default: collector-secret beside the SQLite database unless that is in the publish directory, else in the default state directory, as with PostgreSQL (give every instance sharing a database the same file).")
     var collectorSecret: String?
     @Option(help: "Reports each enrolled device may send: N a minute (burst N), BURST/PERMINUTE, or off; past it 429 with Retry-After.")
     var deviceRateLimit = "60/60"
@@ -163,9 +163,10 @@ struct OfflineServerCommand: AsyncParsableCommand {
         configuration.requireEnrolment = requireEnrolment
         configuration.deviceRateLimit = deviceLimit
         configuration.collectorSecret = collectorSecret
-        if collectorSecret == nil, reportToken != nil, let database, ReferenceServer.isPostgres(database) {
-            // Beside where a SQLite database would be: the state directory, not the publish directory.
-            configuration.collectorSecret = ReferenceServer.secretPath(beside: ReportDatabaseLocation.defaultPath(directory: dir).path)
+        if collectorSecret == nil, reportToken != nil, let database {
+            let found = ReportDatabaseLocation.secretPath(directory: dir, database: database, databaseGiven: reportsDb != nil)
+            if let warning = found.warning { Logger(label: "offline-server").warning("\(warning)") }
+            configuration.collectorSecret = found.path
         }
         let server = ReferenceServer(configuration: configuration, logger: Logger(label: "offline-server"))
         // One line and its exit status (64 usage, 1 otherwise) for what fails once running.

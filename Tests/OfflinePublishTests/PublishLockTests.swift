@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Testing
 @testable import OfflineAgent
@@ -70,6 +71,57 @@ struct PublishLockTests {
         let reasons = (state.revisions ?? []).map(\.reason)
         #expect(reasons.contains { $0.contains("-> 0% (halted): halt") }, "history lost the halt: \(reasons)")
         #expect(reasons.contains { $0.contains("rollout 100 -> 50") }, "\(reasons)")
+    }
+
+    @Test("a halt by the halt key, stopped between reading the manifest and writing rollout.json while a `set` runs, is still in force after both")
+    func haltKeyHaltSurvivesSet() throws {
+        let s = try Self.staged()
+        defer { F.cleanUp(s.out) }
+        let haltKey = SigningKey.generate(), haltFile = "\(s.out)/halt-key"
+        try haltKey.write(to: haltFile)
+        try TUFRepository.delegate(
+            app: "sample", publishDirectory: s.out, appKey: haltKey, halt: true,
+            keys: TUFKeys(targets: [s.key], snapshot: [s.key], timestamp: [s.key]), now: Date())
+        let base = ["--app", "sample", "--out", s.out]
+        try Self.interleave(
+            s, first: ["halt", "--key", haltFile, "--snapshot-key", s.keyFile, "--reason", "rule tripped"] + base,
+            second: ["set", "--rollout", "50", "--key", s.keyFile] + base)
+
+        // Either order is fine: the halt after the set narrows the set's manifest; the set
+        // after the halt keeps it in the state. A rollout.json naming the manifest the set
+        // replaced halts nothing.
+        let state = try Self.state(s.out)
+        let narrowed = TUFRepository.rolloutStage(app: "sample", publishDirectory: s.out)
+        #expect(
+            state.stageInForce(at: Date()) == 0 || narrowed == 0,
+            "the halt was lost: stage \(String(describing: state.stage)), rollout.json \(String(describing: narrowed))")
+        #expect(state.rollout == 50, "the set was lost")
+    }
+
+    @Test("a `delegate` run while a `set` is about to commit waits for it: the set commits and signs, and the app's new role lists the set's manifest")
+    func delegateWaitsForVerb() throws {
+        let s = try Self.staged()
+        defer { F.cleanUp(s.out) }
+        let appKey = SigningKey.generate(), appFile = "\(s.out)/app-key"
+        try appKey.write(to: appFile)
+        let set = try PublishProcess(
+            s.publisher, ["set", "--rollout", "50", "--app", "sample", "--out", s.out, "--key", s.keyFile],
+            environment: ["OFFLINE_PUBLISH_PAUSE_AT": "before-commit"], logs: s.out)
+        defer { set.stop() }
+        try #require(set.waitStopped(), "the set never reached its pause: \(set.stderr)")
+        let delegate = try PublishProcess(
+            s.publisher, ["delegate", "--out", s.out, "--app", "sample", "--app-key", appFile, "--key", s.keyFile], logs: s.out)
+        defer { delegate.stop() }
+        PublishProcess.poll { delegate.stderr.contains("waiting for") || !delegate.process.isRunning }
+        set.resume()
+        let setResult = set.wait(), delegateResult = delegate.wait()
+        #expect(setResult.status == 0 && !setResult.signaled, "the set failed after its commit: \(set.stderr)")
+        #expect(delegateResult.status == 0, "\(delegate.stderr)")
+        #expect(try Self.state(s.out).rollout == 50)
+        // What TUF devices check: the listed manifest is the one on disk.
+        let manifest = try Data(contentsOf: URL(fileURLWithPath: "\(s.out)/sample/manifest.json"))
+        let listed = TUFRepository.listing(of: "sample/manifest.json", in: TUFRepository.metadataDirectory(s.out))
+        #expect(listed?.role == "sample" && listed?.target.sha256 == SHA256.hash(data: manifest).hex, "\(String(describing: listed))")
     }
 
     @Test("a publish made while a `stage` was between its read and its write keeps its version in state and manifest")

@@ -42,6 +42,14 @@ struct ReportAccessTests {
             let versions = (0..<65).map { C.event("updated", version: "7.\($0).0", ["via": "full"]) }
             let tooManyVersions = try await C.post(base, try C.body(versions))
             #expect(tooManyVersions.status == 400 && tooManyVersions.body.contains("more than 64 versions"), "\(tooManyVersions.body)")
+            // Counted by bytes, as rows are keyed: 65 spellings of "KKKKKKK" with the Kelvin sign
+            // (U+212A), which Swift's == takes for one string, are 65 versions.
+            let spellings = (0..<65).map { bits in
+                String(String.UnicodeScalarView((0..<7).map { bits >> $0 & 1 == 1 ? "\u{212A}" : "K" }))
+            }
+            let kelvin = spellings.map { C.event("updated", version: $0, ["via": "full"]) }
+            let tooManyKelvin = try await C.post(base, try C.body(kelvin))
+            #expect(tooManyKelvin.status == 400 && tooManyKelvin.body.contains("more than 64 versions"), "\(tooManyKelvin.status) \(tooManyKelvin.body)")
             // The publish directory's app with versions it never published: `other` too.
             let strays = (0..<50).map { C.event("updated", version: "9.\($0).0", ["via": "full"]) }
             #expect(try await C.post(base, try C.body(strays)).receipt?.accepted == 50)

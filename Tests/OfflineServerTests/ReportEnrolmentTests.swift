@@ -116,6 +116,33 @@ struct ReportEnrolmentTests {
         #expect(halted.revisions?.last?.reason.contains("3 of 11 devices in the stage failed") == true, "\(String(describing: halted.revisions?.last?.reason))")
     }
 
+    @Test("a credential speaks for its id byte for byte: an id Swift's == calls equal (K and the Kelvin sign U+212A) is another device, refused",
+          arguments: databases())
+    func canonicallyEqualIDIsAnotherDevice(_ kind: String) async throws {
+        let dir = try PublishFixtures.temporaryDirectory("enrol-kelvin")
+        defer { PublishFixtures.cleanUp(dir) }
+        let key = SigningKey.generate()
+        try AutoHaltTests.publishStaged(dir, key: key, stage: 40)
+        let postgres = kind == "postgres" ? try PostgresTestDatabase("enrolkelvin") : nil
+        defer { postgres?.drop() }
+        var configuration = Self.configuration(dir, database: postgres?.url ?? dir + "/reports.sqlite", key: key)
+        configuration.requireEnrolment = true
+        let server = try await ReferenceServer(configuration: configuration).start()
+        defer { Task { await server.stop() } }
+        let base = server.baseURL
+        // An id of four K's: canonical equivalence makes 16 strings "equal" to it, each a
+        // distinct device row (and rollout bucket) in SQL, which compares bytes.
+        let device = "KKKK-1", authorization = try await Self.enrol(base, device)
+        for variant in ["\u{212A}KKK-1", "KK\u{212A}K-1", "\u{212A}\u{212A}\u{212A}\u{212A}-1"] {
+            #expect(variant == device && Array(variant.utf8) != Array(device.utf8))
+            let forged = try await C.post(base, try C.body([C.event("failed", device: variant, version: "2.0.0")]), headers: ["Authorization: \(authorization)"])
+            #expect(forged.status == 400 && forged.body.contains("its own device only"), "\(variant.unicodeScalars.map(\.value)): \(forged.status) \(forged.body)")
+        }
+        let own = try await C.post(base, try C.body([C.event("failed", device: device, version: "2.0.0")]), headers: ["Authorization: \(authorization)"])
+        #expect(own.receipt?.accepted == 1, "\(own.body)")
+        #expect(try await C.stats(base)["devices"] as? Int == 1, "one credential counted as several devices")
+    }
+
     @Test("only application/json: text/plain, form posts and no Content-Type get 415 on /report and /enrol, nothing stored, no CORS header")
     func jsonOnly() async throws {
         let dir = try PublishFixtures.temporaryDirectory("json-only")
@@ -292,8 +319,10 @@ struct ReportEnrolmentTests {
         let quiet = try OfflineServerProcess(arguments: ["--dir", dir])
         #expect(try await C.post(quiet.baseURL, body).status == 404)
         await quiet.stop()
-        let enrolling = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/db/reports.sqlite", "--report-token", Self.token])
-        let secret = dir + "/db/collector-secret"
+        // Outside the publish directory, as a secret inside it is warned about.
+        let db = TemporaryDirectory("enrol-secret-db")
+        let enrolling = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", db.file("reports.sqlite"), "--report-token", Self.token])
+        let secret = db.file("collector-secret")
         let mode = try #require(try FileManager.default.attributesOfItem(atPath: secret)[.posixPermissions] as? Int)
         #expect(mode & 0o777 == 0o600)
         let authorization = try await Self.enrol(enrolling.baseURL, "kiosk-1")
@@ -301,7 +330,7 @@ struct ReportEnrolmentTests {
         await enrolling.stop()
         // A secret others may read is refused at start.
         chmod(secret, 0o644)
-        let leaky = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", dir + "/db/reports.sqlite", "--report-token", Self.token], executable: executable)
+        let leaky = try await CLI.run(["--dir", dir, "--port", "0", "--reports-db", db.file("reports.sqlite"), "--report-token", Self.token], executable: executable)
         // One line of the server's own (not `offline-agent serve`'s, not swift-argument-parser's `Error:`), exit 1.
         let told = leaky.stderr.split(separator: "\n").filter { $0.contains("collector secret") }
         #expect(leaky.status == 1, "\(leaky.stderr)")

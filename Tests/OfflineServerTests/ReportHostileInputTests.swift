@@ -149,19 +149,40 @@ struct ReportHostileInputTests {
         }
     }
 
+    /// An event per string field a device chooses, that field holding `bad`.
+    static func stringFields(_ bad: String) -> [(field: String, event: [String: Any])] {
+        [
+            ("device", C.event("marked-good", device: bad)),
+            ("version", C.event("marked-good", version: bad)),
+            ("previousVersion", C.event("rolled-back", ["previousVersion": bad])),
+            ("errorCode", C.event("failed", ["errorCode": bad])),
+            ("message", C.event("marked-bad", ["message": bad])),
+            ("fallbacks", C.event("usage", ["fallbacks": [bad: 1]])),
+        ]
+    }
+
+    @Test("a bidirectional control in any string but message is refused with 400 naming the field: U+202E 0.1.1 would read 1.1.0 on the dashboard")
+    func bidiControls() async throws {
+        try await Self.onEachServer("bidi") { store, server in
+            for bad in ["\u{202E}0.1.1", "2.0.0\u{2066}", "\u{200F}x", "a\u{061C}b"] {
+                for (field, event) in Self.stringFields(bad).filter({ $0.field != "message" }) {
+                    let answer = try await C.post(server.baseURL, try C.body([C.event("marked-good"), event]))
+                    #expect(answer.status == 400 && answer.body.contains("event 1:") && answer.body.contains(field)
+                        && answer.body.contains("bidirectional"), "\(store.name) \(field) \(bad.debugDescription): \(answer.status) \(answer.body)")
+                }
+            }
+            #expect(try await C.stats(server.baseURL)["events"] as? Int == 0, "\(store.name): nothing of a refused batch is stored")
+            // A message, shown nowhere, keeps what a device's error text holds.
+            let message = try await C.post(server.baseURL, try C.body([C.event("marked-bad", ["message": "\u{200F}\u{05E9}\u{05DC}\u{05D5}\u{05DD}"])]))
+            #expect(message.receipt?.accepted == 1, "\(store.name): \(message.body)")
+        }
+    }
+
     @Test("a control character in any string is refused with 400 naming the field; a device's queue drops it and goes on")
     func controlCharacters() async throws {
         try await Self.onEachServer("control") { store, server in
             for bad in ["a\u{0}b", "\u{0}", "line\nforged", "tab\there", "\u{1b}[31mred", "del\u{7f}", "c1\u{85}"] {
-                let cases: [(field: String, event: [String: Any])] = [
-                    ("device", C.event("marked-good", device: bad)),
-                    ("version", C.event("marked-good", version: bad)),
-                    ("previousVersion", C.event("rolled-back", ["previousVersion": bad])),
-                    ("errorCode", C.event("failed", ["errorCode": bad])),
-                    ("message", C.event("marked-bad", ["message": bad])),
-                    ("fallbacks", C.event("usage", ["fallbacks": [bad: 1]])),
-                ]
-                for (field, event) in cases {
+                for (field, event) in Self.stringFields(bad) {
                     let answer = try await C.post(server.baseURL, try C.body([C.event("marked-good"), event]))
                     #expect(answer.status == 400 && answer.body.contains("event 1:") && answer.body.contains(field)
                         && answer.body.contains("control character"), "\(store.name) \(field) \(bad.debugDescription): \(answer.status) \(answer.body)")

@@ -6,7 +6,7 @@ import OfflineAgent
 
 /// The one-writer-at-a-time lock of an app in a publish directory: an exclusive `flock`
 /// on `<publish dir>/.<app>.lock`, held by every verb (`publish`, `stage`, `set`,
-/// `revert`, `promote`, auto-halt) from the read of `state.json` to its commit, so no
+/// `revert`, `promote`, auto-halt, the halt key's `halt`, `delegate`) from the read of `state.json` to its commit, so no
 /// verb ever writes a state it read before another verb's commit.
 ///
 /// The file is empty and stays: it is never content (a static host serving it serves

@@ -98,17 +98,25 @@ public enum TUFRepository {
     /// `APP/rollout.json` only, listed before every app's role so a search finds it
     /// first): its key can narrow or halt the app's staged rollout and nothing else
     /// (`halt`, `offline-server --halt-key`).
+    ///
+    /// Holds the app's lock, then the repository's, waiting at most `lockWait` for each.
     @discardableResult
     public static func delegate(
-        app: String, publishDirectory: String, appKey: SigningKey, halt: Bool = false, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry()
+        app: String, publishDirectory: String, appKey: SigningKey, halt: Bool = false, keys: TUFKeys, now: Date, expiry: TUFExpiry = TUFExpiry(),
+        lockWait: Duration = PublishLock.defaultWait
     ) throws -> Versions {
         guard AppName.isValid(app), !TUFMetadata.topLevelRoles.contains(app), !app.hasSuffix(".halt") else {
             throw PublishError(.usage, "'\(app)' cannot name a delegated role (an app name, not root, targets, snapshot or timestamp, not ending in .halt)")
         }
         let name = halt ? haltRole(app) : app
         let out = FileSystem.absolute(publishDirectory)
-        let lock = try PublishLock(app: directoryName, publishDirectory: out)
-        return try withExtendedLifetime(lock) {
+        // The app's lock first, as a release verb holds it from its key check to its
+        // metadata refresh: delegated in between, the verb committed and then failed to
+        // sign, leaving metadata that lists a manifest no longer on disk.
+        let appLock = try PublishLock(app: app, publishDirectory: out, wait: lockWait)
+        let lock = try PublishLock(app: directoryName, publishDirectory: out, wait: lockWait)
+        return try withExtendedLifetime((appLock, lock)) {
+            try PublishRecovery.recover(app: app, publishDirectory: out)
             let directory = metadataDirectory(out)
             guard let current = currentChain(in: directory).targets else {
                 throw PublishError(.usage, "\(directory) has no targets metadata: publish with --key first", path: directory)
@@ -267,7 +275,8 @@ public enum TUFRepository {
     /// snapshot and timestamp (`snapshotKey`, by default `key`). Nothing else changes: not
     /// `state.json`, not the manifest. The operator's next verb on the app keeps the halt
     /// in `state.json` (`stage` sets the stage itself) and signs a new listing, which the
-    /// rollout file no longer names.
+    /// rollout file no longer names. Holds the app's lock, then the repository's, as
+    /// every release verb does, so no verb commits between the halt's read and its write.
     ///
     /// - Returns: false when a rollout file already narrows this manifest to `stage` or
     ///   less and the halt role's metadata is not due for re-signing (nothing written);
@@ -275,12 +284,20 @@ public enum TUFRepository {
     @discardableResult
     public static func halt(
         app: String, publishDirectory: String, key: SigningKey, snapshotKey: SigningKey? = nil, stage: Int, reason: String?, now: Date,
-        expiry: TUFExpiry = TUFExpiry()
+        expiry: TUFExpiry = TUFExpiry(), lockWait: Duration = PublishLock.defaultWait
     ) throws -> Bool {
         guard (0...100).contains(stage) else { throw PublishError(.usage, "stage \(stage) is outside 0…100") }
+        guard AppName.isValid(app) else { throw PublishError(.usage, "'\(app)' is not a valid app name") }
         let out = FileSystem.absolute(publishDirectory)
-        let lock = try PublishLock(app: directoryName, publishDirectory: out)
-        return try withExtendedLifetime(lock) {
+        guard FileSystem.isDirectory("\(out)/\(app)") else { throw PublishError(.usage, "\(out)/\(app) does not exist: nothing to halt") }
+        // The app's lock first, as every release verb takes it before the repository's:
+        // a verb committing a new manifest between this read of the manifest and the
+        // write of rollout.json would leave the halt naming the replaced manifest, which
+        // halts nothing.
+        let appLock = try PublishLock(app: app, publishDirectory: out, wait: lockWait)
+        let lock = try PublishLock(app: directoryName, publishDirectory: out, wait: lockWait)
+        return try withExtendedLifetime((appLock, lock)) {
+            try PublishRecovery.recover(app: app, publishDirectory: out)
             let role = haltRole(app)
             let keys = TUFKeys(snapshot: [snapshotKey ?? key], timestamp: [snapshotKey ?? key], delegated: [role: [key]])
             try checkKeys(publishDirectory: out, keys: keys)
@@ -292,6 +309,7 @@ public enum TUFRepository {
             let signed = currentChain(in: metadataDirectory(out)).snapshot?.meta["\(role).json"]
                 .flatMap { FileManager.default.contents(atPath: "\(metadataDirectory(out))/\($0.version).\(role).json") }
                 .flatMap { try? TUFTargets($0).metadata }
+            PublishStep.afterRead.reached()
             if let current = rolloutStage(app: app, publishDirectory: out), current <= stage,
                let signed, !expiry.isDue("targets", expires: signed.expires, now: now) {
                 return false

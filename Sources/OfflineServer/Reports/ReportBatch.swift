@@ -54,7 +54,9 @@ struct ReportBatch: Sendable, Decodable {
         guard Set(events.map(\.app)).count <= Self.maxApps else {
             throw ReportRefusal("the batch names more than \(Self.maxApps) apps")
         }
-        guard Set(events.flatMap { [$0.version, $0.previousVersion].compactMap(\.self) }).count <= Self.maxVersions else {
+        // Distinct by bytes, as the database keys rows: a Set<String> takes canonically
+        // equal spellings (K and the Kelvin sign U+212A) for one name.
+        guard Set(events.flatMap { [$0.version, $0.previousVersion].compactMap { $0.map { Array($0.utf8) } } }).count <= Self.maxVersions else {
             throw ReportRefusal("the batch names more than \(Self.maxVersions) versions")
         }
         self.events = events

@@ -63,7 +63,10 @@ final class ReportCollector: Sendable {
         let batch = try ReportBatch(body: body)
         var authenticated = false
         if case .device(let device) = sender {
-            if let index = batch.events.firstIndex(where: { $0.device != device }) {
+            // Byte for byte, as the database compares: Swift's == is canonical equivalence,
+            // under which "K" (U+004B) equals the Kelvin sign (U+212A), so one credential
+            // would speak for every such spelling of its id, each another device in SQL.
+            if let index = batch.events.firstIndex(where: { !$0.device.utf8.elementsEqual(device.utf8) }) {
                 throw ReportRefusal("event \(index): a device's credential speaks for its own device only")
             }
             authenticated = true

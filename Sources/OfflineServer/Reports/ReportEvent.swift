@@ -131,6 +131,17 @@ struct ReportEvent: Sendable, Decodable {
         text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
     }
 
+    /// Whether `text` holds a bidirectional control (U+061C, U+200E, U+200F,
+    /// U+202A–U+202E, U+2066–U+2069), which reorders the text around it when shown: a
+    /// version "U+202E 0.1.1" reads "1.1.0" on the dashboard, a row an operator takes for
+    /// the real version's. No field but `message` (which no page shows) has a use for one.
+    static func hasBidiControl(_ text: String) -> Bool {
+        text.unicodeScalars.contains {
+            $0.value == 0x061C || $0.value == 0x200E || $0.value == 0x200F || (0x202A...0x202E).contains($0.value)
+                || (0x2066...0x2069).contains($0.value)
+        }
+    }
+
     private static func isIDByte(_ b: UInt8) -> Bool {
         (b >= 65 && b <= 90) || (b >= 97 && b <= 122) || (b >= 48 && b <= 57) || b == 95 || b == 45
     }
@@ -153,6 +164,9 @@ struct ReportEvent: Sendable, Decodable {
             guard !text.isEmpty else { throw ReportRefusal("'\(key.rawValue)' is empty") }
             guard text.utf8.count <= limit else { throw ReportRefusal("'\(key.rawValue)' is longer than \(limit) bytes") }
             guard !ReportEvent.hasControl(text) else { throw ReportRefusal("'\(key.rawValue)' holds a control character") }
+            guard key == .message || !ReportEvent.hasBidiControl(text) else {
+                throw ReportRefusal("'\(key.rawValue)' holds a bidirectional control character")
+            }
             return text
         }
 
@@ -191,6 +205,9 @@ struct ReportEvent: Sendable, Decodable {
                     throw ReportRefusal("a 'fallbacks' reason is empty or longer than \(ReportEvent.maxString) bytes")
                 }
                 guard !ReportEvent.hasControl(reason) else { throw ReportRefusal("a 'fallbacks' reason holds a control character") }
+                guard !ReportEvent.hasBidiControl(reason) else {
+                    throw ReportRefusal("a 'fallbacks' reason holds a bidirectional control character")
+                }
                 guard count >= 0 else { throw ReportRefusal("'fallbacks' counts must be integers of 0 or more") }
                 guard count <= ReportEvent.maxInteger else {
                     throw ReportRefusal("'fallbacks' counts must be at most \(ReportEvent.maxInteger)")
