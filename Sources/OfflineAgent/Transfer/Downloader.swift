@@ -158,22 +158,22 @@ struct Downloader: Sendable {
         let url = target.url.absoluteString
         let prefixHash = seed
         let counter = self.counter
+        let pool = self.pool
         return try await withThrowingTaskGroup(of: (Int64, String)?.self) { group in
             // The kept prefix shows at once, so a display can say where it resumes from.
             if offset > 0 { progress(offset, target.size, offset) }
             group.addTask {
-                var hasher = prefixHash
+                var hasher = BackgroundHasher(seed: prefixHash, pool: pool)
                 var written = offset
                 do {
                     for try await chunk in response.body {
                         let allowed = target.size - written
                         let count = Int64(chunk.readableBytes)
                         counter?.add(count)
-                        try chunk.withUnsafeReadableBytes { raw in
-                            let kept = UnsafeRawBufferPointer(rebasing: raw[0..<Int(min(count, allowed))])
-                            try Self.writeAll(fd, kept, path: part)
-                            hasher.update(bufferPointer: kept)
-                        }
+                        // Within the chunk by construction: 0 <= allowed, and count is its length.
+                        let kept = chunk.getSlice(at: chunk.readerIndex, length: Int(min(count, allowed)))!
+                        try kept.withUnsafeReadableBytes { try Self.writeAll(fd, $0, path: part) }
+                        try await hasher.update(kept)
                         written += min(count, allowed)
                         meter.add(min(count, allowed))
                         progress(written, target.size, offset)
@@ -193,8 +193,9 @@ struct Downloader: Sendable {
                 if written < target.size {
                     throw OfflineAgentError(.download, "truncated body: \(written) of \(target.size) bytes", cause: .protocolViolation, path: url)
                 }
+                let digest = try await hasher.finalize()
                 meter.finish()
-                return (written - offset, hasher.finalize().hex)
+                return (written - offset, digest)
             }
             group.addTask {
                 try await meter.watch(minimum: settings.minimumBytesPerSecond, window: settings.speedWindow, url: url)
