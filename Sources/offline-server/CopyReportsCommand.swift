@@ -24,11 +24,7 @@ struct CopyReportsCommand: AsyncParsableCommand {
     var to: String
 
     func run() async throws {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = .warning
-            return handler
-        }
+        CommandLogging.warningsOnly()
         let result = try await reportingFailures(tool: "offline-server") {
             try await ReportCopy.copy(from: from, to: to, logger: Logger(label: "offline-server"))
         }

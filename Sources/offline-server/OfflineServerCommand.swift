@@ -27,7 +27,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
             """,
-        subcommands: [CopyReportsCommand.self]
+        subcommands: [CopyReportsCommand.self, ReenrolCommand.self]
     )
 
     // Optional to the parser only, so `copy-reports` runs without it; serving requires it (run()).

@@ -280,14 +280,8 @@ struct ReportRollupTests {
         }
         // A database whose positions an older server placed by the devices' clocks: `v8` recounts them.
         let wrong = "UPDATE devices SET version = CASE WHEN device = 'future' THEN '1.1.0' ELSE '1.0.0' END WHERE app = 'fleet';"
-        if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, wrong + "DELETE FROM offline_server_migrations WHERE name = 'v8';")
-        } else {
-            let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.executescript(sys.argv[2]); db.commit()"
-            let result = try CLI.runBlocking(["-c", script, store, wrong + "DELETE FROM grdb_migrations WHERE identifier = 'v8';"],
-                                             executable: "/usr/bin/python3")
-            try #require(result.status == 0, "\(result.stderr)")
-        }
+        let record = store.hasPrefix("postgres") ? "DELETE FROM offline_server_migrations WHERE name = 'v8';" : "DELETE FROM grdb_migrations WHERE identifier = 'v8';"
+        try ReportEnrolmentTests.sql(store, wrong + record)
         try await C.withServer(database: store) { server in try await expect(server.baseURL, "after v8") }
     }
 

@@ -415,6 +415,33 @@ final class PostgresReportStore: ReportStorage {
         return stats
     }
 
+    func enrol(device: String, fingerprint: String, nowMillis: Int64) async throws -> Bool {
+        try await bounded("the enrolment") {
+            var binds = Self.binds([device, fingerprint])
+            binds.append(nowMillis)
+            return try await self.returnsRow(Self.rendered(ReportSQL.enrol, binds))
+        }
+    }
+
+    func adoptEnrolments(fingerprint: String) async throws {
+        _ = try await bounded("the enrolment") {
+            try await self.returnsRow(Self.rendered(ReportSQL.adoptEnrolments, Self.binds([fingerprint])))
+        }
+    }
+
+    func releaseEnrolment(device: String) async throws -> Bool {
+        try await bounded("the enrolment") {
+            try await self.returnsRow(Self.rendered(ReportSQL.releaseEnrolment, Self.binds([device])))
+        }
+    }
+
+    /// Runs `query`; whether it answered a row.
+    private func returnsRow(_ query: PostgresQuery) async throws -> Bool {
+        var any = false
+        for try await _ in try await client.query(query, logger: logger) { any = true }
+        return any
+    }
+
     private func unboundedKnownDevices(app: String) async throws -> Int64 {
         var known: Int64 = 0
         for try await count in try await client.query(Self.rendered(ReportSQL.knownDevices, Self.binds([app])), logger: logger).decode(Int64.self) {

@@ -135,6 +135,20 @@ enum ReportSchema {
             ("v7", AdoptionSeries.movesIndexes),
             // Where devices are, by arrival instead of the devices' clocks (`ReportRollup.Latest`).
             ("v8", ReportRollup.positionsRecount),
+            // Enrolment once per device id (`ReportSQL.enrol`): the ids that reported with their
+            // own credential before are enrolled, under the secret the next start holds.
+            ("v9", [
+                """
+                CREATE TABLE enrolled_devices (
+                    device TEXT NOT NULL, secret TEXT NOT NULL, enrolledMillis \(integer) NOT NULL,
+                    PRIMARY KEY (device)
+                )\(keyed)
+                """,
+                """
+                INSERT INTO enrolled_devices (device, secret, enrolledMillis)
+                SELECT device, '', MIN(receivedMillis) FROM events WHERE authenticated GROUP BY device
+                """,
+            ]),
         ]
         return dialect == .postgres ? steps.filter { $0.name != "v2" } : steps
     }

@@ -225,6 +225,20 @@ final class ReportStore: ReportStorage {
         }
     }
 
+    func enrol(device: String, fingerprint: String, nowMillis: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try String.fetchOne(db, sql: ReportSQL.enrol, arguments: [device, fingerprint, nowMillis]) != nil
+        }
+    }
+
+    func adoptEnrolments(fingerprint: String) async throws {
+        try await pool.write { db in try db.execute(sql: ReportSQL.adoptEnrolments, arguments: [fingerprint]) }
+    }
+
+    func releaseEnrolment(device: String) async throws -> Bool {
+        try await pool.write { db in try String.fetchOne(db, sql: ReportSQL.releaseEnrolment, arguments: [device]) != nil }
+    }
+
     func close() async {
         try? pool.close()
     }
