@@ -476,6 +476,27 @@ final class PostgresReportStore: ReportStorage {
         }
     }
 
+    /// Records enrolled ids copied from another database (`ReportCopy`); an id already
+    /// recorded here keeps its row. Returns how many were recorded now.
+    func addEnrolments(_ rows: [(device: String, secret: String, enrolledMillis: Int64)]) async throws -> Int {
+        var added = 0
+        // In slices: one statement per 10 000 ids, whatever the fleet's size.
+        for start in stride(from: 0, to: rows.count, by: 10_000) {
+            let slice = rows[start..<min(rows.count, start + 10_000)]
+            added += try await bounded("the enrolments") {
+                let inserted = try await self.client.query("""
+                    INSERT INTO enrolled_devices (device, secret, enrolledMillis)
+                    SELECT * FROM unnest(\(slice.map(\.device))::text[], \(slice.map(\.secret))::text[], \(slice.map(\.enrolledMillis))::bigint[])
+                    ON CONFLICT (device) DO NOTHING RETURNING device
+                    """, logger: self.logger)
+                var count = 0
+                for try await _ in inserted { count += 1 }
+                return count
+            }
+        }
+        return added
+    }
+
     /// Runs `query`; whether it answered a row.
     private func returnsRow(_ query: PostgresQuery) async throws -> Bool {
         var any = false
