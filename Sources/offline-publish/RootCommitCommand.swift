@@ -12,10 +12,11 @@ struct RootCommitCommand: AsyncParsableCommand {
     @Option(help: "The publish directory.") var out: String
     @Option(help: "The signed proposal.") var file: String
     @Option(help: "Then re-sign targets, snapshot and timestamp with this key (the new root's online key).") var key: String?
+    @OptionGroup var lock: LockOptions
 
     func run() async throws {
         try await reportingFailures {
-            let version = try TUFRootRotation.commit(publishDirectory: out, file: file)
+            let version = try TUFRootRotation.commit(publishDirectory: out, file: file, lockWait: try lock.wait())
             print("committed metadata/\(version).root.json")
             if let key {
                 let versions = try TUFRepository.refresh(publishDirectory: out, keys: TUFKeys(all: try SigningKey(contentsOfFile: key)), now: Date())

@@ -14,7 +14,8 @@ struct CopyReportsCommand: AsyncParsableCommand {
             Copies every stored event, with its receipt time, in the order it was stored, so /stats, \
             the dashboard and --auto-halt read the same history from PostgreSQL. Run it again at \
             any time: events already copied count as duplicates. Prints one line: copied, \
-            duplicates, refused (events an older server stored that today's rules refuse).
+            duplicates, refused (events an older server stored that today's rules refuse), \
+            enrolled ids (recorded now: an id enrolled on SQLite stays enrolled).
             """
     )
 
@@ -24,14 +25,10 @@ struct CopyReportsCommand: AsyncParsableCommand {
     var to: String
 
     func run() async throws {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = .warning
-            return handler
-        }
+        CommandLogging.warningsOnly()
         let result = try await reportingFailures(tool: "offline-server") {
             try await ReportCopy.copy(from: from, to: to, logger: Logger(label: "offline-server"))
         }
-        print("copied \(result.copied), duplicates \(result.duplicates), refused \(result.refused)")
+        print("copied \(result.copied), duplicates \(result.duplicates), refused \(result.refused), enrolled ids \(result.enrolled)")
     }
 }

@@ -27,7 +27,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
             'listening on HOST:PORT' once bound (useful with --port 0) and one log line per \
             request on stderr. Stops on SIGINT/SIGTERM.
             """,
-        subcommands: [CopyReportsCommand.self]
+        subcommands: [CopyReportsCommand.self, ReenrolCommand.self]
     )
 
     // Optional to the parser only, so `copy-reports` runs without it; serving requires it (run()).
@@ -54,7 +54,7 @@ struct OfflineServerCommand: AsyncParsableCommand {
     var requireEnrolment = false
     @Option(help: "The file of the secret device credentials derive from, created mode 0600 when missing; default: collector-secret beside the SQLite database unless that is in the publish directory, else in the default state directory, as with PostgreSQL (give every instance sharing a database the same file).")
     var collectorSecret: String?
-    @Option(help: "Reports each enrolled device may send: N a minute (burst N), BURST/PERMINUTE, or off; past it 429 with Retry-After.")
+    @Option(help: "Reports each enrolled device may send: N a minute (burst N), BURST/PERMINUTE, or off; past it 429 with Retry-After. The same limit holds per id for POST /enrol and for shared-token reports per device id they name.")
     var deviceRateLimit = "60/60"
     @Flag(help: "Collect reports without any token: anyone who reaches the server may report, for any device id (never the default).")
     var openCollector = false

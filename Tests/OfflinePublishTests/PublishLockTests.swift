@@ -124,6 +124,37 @@ struct PublishLockTests {
         #expect(listed?.role == "sample" && listed?.target.sha256 == SHA256.hash(data: manifest).hex, "\(String(describing: listed))")
     }
 
+    @Test("a `root commit` with a new targets key run while a `set` is about to commit waits for it: the set commits and signs, then the root lands")
+    func rootCommitWaitsForVerb() throws {
+        let s = try Self.staged()
+        defer { F.cleanUp(s.out) }
+        let run = { (arguments: [String]) throws in
+            let result = try CLI.runBlocking(arguments, executable: s.publisher)
+            try #require(result.status == 0, "\(arguments): \(result.stderr)")
+        }
+        let proposal = "\(s.out)/root-next.json", online = "\(s.out)/online.key"
+        try run(["keygen", "--out", online])
+        try run(["root", "propose", "--out", s.out, "--file", proposal, "--targets-key", online + ".pub"])
+        try run(["root", "sign", "--file", proposal, "--key", s.keyFile])
+        let set = try PublishProcess(
+            s.publisher, ["set", "--rollout", "50", "--app", "sample", "--out", s.out, "--key", s.keyFile],
+            environment: ["OFFLINE_PUBLISH_PAUSE_AT": "before-commit"], logs: s.out)
+        defer { set.stop() }
+        try #require(set.waitStopped(), "the set never reached its pause: \(set.stderr)")
+        let commit = try PublishProcess(s.publisher, ["root", "commit", "--out", s.out, "--file", proposal], logs: s.out)
+        defer { commit.stop() }
+        PublishProcess.poll { commit.stderr.contains("waiting for") || !commit.process.isRunning }
+        set.resume()
+        let setResult = set.wait(), commitResult = commit.wait()
+        #expect(setResult.status == 0 && !setResult.signaled, "the set failed after its commit: \(set.stderr)")
+        #expect(commitResult.status == 0, "\(commit.stderr)")
+        #expect(try Self.state(s.out).rollout == 50)
+        // What TUF devices check: the listed manifest is the one on disk.
+        let manifest = try Data(contentsOf: URL(fileURLWithPath: "\(s.out)/sample/manifest.json"))
+        let listed = TUFRepository.listing(of: "sample/manifest.json", in: TUFRepository.metadataDirectory(s.out))
+        #expect(listed?.target.sha256 == SHA256.hash(data: manifest).hex, "\(String(describing: listed))")
+    }
+
     @Test("a publish made while a `stage` was between its read and its write keeps its version in state and manifest")
     func publishSurvivesStaleStage() throws {
         let s = try Self.staged()

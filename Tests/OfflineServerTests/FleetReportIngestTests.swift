@@ -250,13 +250,14 @@ struct FleetReportIngestTests {
         }
     }
 
-    @Test("devices count for the version of their latest updated event, by time")
+    @Test("devices count for the version of their latest updated event, by arrival, not by time")
     func devicesByLatestUpdate() async throws {
         try await withServer { base in
             let events = [
-                // d1 went 2.0.0 then 3.0.0, sent newest first; d2 only 2.0.0; d3's 3.0.0 failed.
-                C.event("updated", device: "d1", version: "3.0.0", ["time": "2026-11-22T10:00:00.500Z", "via": "full"]),
-                C.event("updated", device: "d1", version: "2.0.0", ["time": "2026-11-22T10:00:00Z", "via": "full"]),
+                // d1 went 2.0.0 then 3.0.0, sent in that order, its clock set back between;
+                // d2 only 2.0.0; d3's 3.0.0 failed.
+                C.event("updated", device: "d1", version: "2.0.0", ["time": "2026-11-22T10:00:00.500Z", "via": "full"]),
+                C.event("updated", device: "d1", version: "3.0.0", ["time": "2026-11-22T10:00:00Z", "via": "full"]),
                 C.event("updated", device: "d2", version: "2.0.0", ["time": "2026-11-22T11:00:00+01:00", "via": "full"]),
                 C.event("updated", device: "d3", version: "2.0.0", ["time": "2026-11-22T09:00:00Z", "via": "full"]),
                 C.event("failed", device: "d3", version: "3.0.0", ["time": "2026-11-22T12:00:00Z", "errorCode": "disk-full"]),

@@ -60,9 +60,9 @@ struct ReportCopyTests {
         defer { database.drop() }
         let executable = try #require(PublishFixtures.builtExecutable("offline-server"))
         let first = try await CLI.run(["copy-reports", "--from", sqlite, "--to", database.url], executable: executable)
-        #expect(first.status == 0 && first.stdout == "copied 12, duplicates 0, refused 0\n", "\(first.stdout) \(first.stderr)")
+        #expect(first.status == 0 && first.stdout == "copied 12, duplicates 0, refused 0, enrolled ids 1\n", "\(first.stdout) \(first.stderr)")
         let again = try await CLI.run(["copy-reports", "--from", sqlite, "--to", database.url], executable: executable)
-        #expect(again.status == 0 && again.stdout == "copied 0, duplicates 12, refused 0\n", "\(again.stdout) \(again.stderr)")
+        #expect(again.status == 0 && again.stdout == "copied 0, duplicates 12, refused 0, enrolled ids 0\n", "\(again.stdout) \(again.stderr)")
         // Five batches, five receipt times; the one credential-sent event still marked.
         #expect(try Self.psql(database.url, "SELECT COUNT(DISTINCT receivedMillis), COUNT(*) FILTER (WHERE authenticated) FROM events") == "5|1")
 
@@ -72,6 +72,9 @@ struct ReportCopyTests {
         let shared = try await ReferenceServer(configuration: onPostgres).start()
         do {
             #expect(try await C.statsText(shared.baseURL) == sqliteStats)
+            // d9 enrolled on SQLite: still enrolled, its credential not handed out again.
+            let asked = try await ReportEnrolmentTests.request(shared.baseURL + "/enrol", headers: bearer, body: Data(#"{"device":"d9"}"#.utf8))
+            #expect(asked.status == 409, "\(asked.body)")
         } catch {
             await shared.stop()
             throw error

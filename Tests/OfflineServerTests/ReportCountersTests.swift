@@ -85,7 +85,7 @@ struct ReportCountersTests {
             case "failed":
                 let cause = (row["errorCode"] ?? nil).map { OfflineAgentError.Cause(rawValue: $0) == nil ? "other" : $0 } ?? "unknown"
                 bump("offline_server_report_failures_total", ["app": app, "cause": cause], 1)
-            case "rolled-back":
+            case "rolled-back", "marked-bad":
                 bump("offline_server_report_rollbacks_total", ["app": app], 1)
             case "usage":
                 let hits = max(0, number(row, "offlineHits") ?? 0)
@@ -155,10 +155,24 @@ struct ReportCountersTests {
         }
     }
 
+    /// `offline_server_report_rollbacks_total` counts the rollbacks `/stats` counts against
+    /// the versions rolled back from (and `rollback-rate` judges): `marked-bad` included.
+    static func expectRollbacksAgree(_ base: String) async throws {
+        let shown = try await shown(base)
+        for app in ["fleet", "other"] {
+            let stats = try await C.stats(base, app: app)
+            let listed = (stats["versions"] as! [[String: Any]]).reduce(0) { $0 + ($1["rolledBack"] as! Int) }
+            let rolledBack = listed + ((stats["otherVersions"] as? [String: Any])?["rolledBack"] as? Int ?? 0)
+            #expect(rolledBack > 0)
+            #expect(shown["offline_server_report_rollbacks_total{app=\(app)}"] == Double(rolledBack), "\(app): /stats \(rolledBack)")
+        }
+    }
+
     func check(store: String) async throws {
         try await C.withServer(database: store) { server in
             _ = try await ReportRollupTests.postAndCheck(server.baseURL, seed: 1)
             try await Self.expectRecount(server.baseURL, store, "after ingestion")
+            try await Self.expectRollbacksAgree(server.baseURL)
         }
         try Self.olderServerHistory(store)
         try await C.withServer(database: store) { server in

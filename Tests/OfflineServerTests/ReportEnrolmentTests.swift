@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import OfflineAgent
 import OfflinePublish
 @testable import OfflineServer
@@ -164,14 +165,98 @@ struct ReportEnrolmentTests {
         }
     }
 
+    /// SQL run on the reports database `store` (SQLite path or PostgreSQL URL).
+    static func sql(_ store: String, _ script: String) throws {
+        if store.hasPrefix("postgres") {
+            try PostgresTestDatabase.psql(store, script)
+        } else {
+            let code = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.executescript(sys.argv[2]); db.commit()"
+            let result = try CLI.runBlocking(["-c", code, store, script], executable: "/usr/bin/python3")
+            try #require(result.status == 0, "\(result.stderr)")
+        }
+    }
+
+    @Test("each id enrols once: device A holding the fleet token gets 409 for enrolled B, cannot post as B; `offline-server reenrol` lets B enrol again; ids that reported with their credential before the upgrade stay enrolled",
+          arguments: databases())
+    func enrolOnce(_ kind: String) async throws {
+        let dir = try PublishFixtures.temporaryDirectory("enrol-once")
+        defer { PublishFixtures.cleanUp(dir) }
+        try C.publishFleet(dir)
+        let postgres = kind == "postgres" ? try PostgresTestDatabase("enrol_once") : nil
+        defer { postgres?.drop() }
+        let database = postgres?.url ?? dir + "/reports.sqlite"
+        let configuration = Self.configuration(dir, database: database)
+        let executable = try #require(PublishFixtures.builtExecutable("offline-server"))
+        let first = try await ReferenceServer(configuration: configuration).start()
+        let a = try #require(ReportCredential(authorization: try await Self.enrol(first.baseURL, "kiosk-a")))
+        let b = try await Self.enrol(first.baseURL, "kiosk-b")
+        let askB = { (base: String) in
+            try await Self.request(base + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(#"{"device":"kiosk-b"}"#.utf8))
+        }
+        // A holds the fleet token, as every device does, and asks for B's credential.
+        let stolen = try await askB(first.baseURL)
+        #expect(stolen.status == 409 && stolen.body.contains("offline-server reenrol --device kiosk-b"), "\(stolen.status) \(stolen.body)")
+        #expect(!stolen.body.contains(try #require(ReportCredential(authorization: b)).credential))
+        // A's credential speaks for A only: under B's id (401), or naming B in its events (400).
+        let asB = try C.body([C.event("failed", device: "kiosk-b", ["errorCode": "network"])])
+        #expect(try await C.post(first.baseURL, asB, headers: ["Authorization: Device kiosk-b:\(a.credential)"]).status == 401)
+        #expect(try await C.post(first.baseURL, asB, headers: ["Authorization: \(a.authorization)"]).status == 400)
+        #expect(try await C.stats(first.baseURL)["events"] as? Int == 0)
+        // The operator lets B (reset, replaced) enrol again: the same credential, once more.
+        let released = try await CLI.run(["reenrol", "--database", database, "--device", "kiosk-b"], executable: executable)
+        #expect(released.status == 0 && released.stdout == "kiosk-b may enrol again\n", "\(released.stdout)\(released.stderr)")
+        #expect(try await Self.enrol(first.baseURL, "kiosk-b") == b)
+        #expect(try await askB(first.baseURL).status == 409)
+        let usage = try await CLI.run(["reenrol", "--database", database, "--device", "kiosk b"], executable: executable)
+        #expect(usage.status == 64 && usage.stderr.split(separator: "\n").count == 1, "\(usage.stderr)")
+        // A fleet enrolled before enrolment was recorded: kiosk-a reported with its credential, kiosk-c never did.
+        #expect(try await C.post(first.baseURL, try C.body([C.event("usage", device: "kiosk-a")]), headers: ["Authorization: \(a.authorization)"]).status == 200)
+        _ = try await Self.enrol(first.baseURL, "kiosk-c")
+        await first.stop()
+        let record = postgres == nil ? "DELETE FROM grdb_migrations WHERE identifier = 'v9';" : "DELETE FROM offline_server_migrations WHERE name = 'v9';"
+        try Self.sql(database, "DROP TABLE enrolled_devices;" + record)
+        let upgraded = try await ReferenceServer(configuration: configuration).start()
+        defer { Task { await upgraded.stop() } }
+        let again = try await Self.request(upgraded.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(#"{"device":"kiosk-a"}"#.utf8))
+        #expect(again.status == 409, "an id that reported with its credential stays enrolled: \(again.body)")
+        _ = try await Self.enrol(upgraded.baseURL, "kiosk-c")
+    }
+
+    /// A collector with the fleet token over app `fleet` in `dir`, each device limited to `limit`.
+    static func limitedServer(_ dir: String, _ limit: ReportRateLimit) async throws -> RunningReferenceServer {
+        try C.publishFleet(dir)
+        var configuration = Self.configuration(dir, database: dir + "/reports.sqlite")
+        configuration.deviceRateLimit = limit
+        return try await ReferenceServer(configuration: configuration).start()
+    }
+
+    @Test("/enrol and reports with the shared token are limited per claimed device id, not per source: another id still gets through")
+    func claimedIDLimits() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("claimed-limit")
+        defer { PublishFixtures.cleanUp(dir) }
+        let server = try await Self.limitedServer(dir, ReportRateLimit(burst: 2, perMinute: 1))
+        defer { Task { await server.stop() } }
+        let bearer = ["Authorization: Bearer \(Self.token)"]
+        let statuses = { (device: String) in
+            var seen: [Int] = []
+            for _ in 0..<3 { seen.append(try await C.post(server.baseURL, try C.body([C.event("usage", device: device)]), headers: bearer).status) }
+            return seen
+        }
+        #expect(try await statuses("kiosk-x") == [200, 200, 429])
+        #expect(try await statuses("kiosk-y") == [200, 200, 429])
+        var enrolments: [Int] = []
+        for _ in 0..<3 {
+            enrolments.append(try await Self.request(server.baseURL + "/enrol", headers: bearer, body: Data(#"{"device":"kiosk-x"}"#.utf8)).status)
+        }
+        #expect(enrolments == [200, 409, 429])
+        #expect(try await Self.request(server.baseURL + "/enrol", headers: bearer, body: Data(#"{"device":"kiosk-y"}"#.utf8)).status == 200)
+    }
+
     @Test("one enrolled device flooding gets 429 with Retry-After; another device's reports still land")
     func perDeviceLimit() async throws {
         let dir = try PublishFixtures.temporaryDirectory("rate-limit")
         defer { PublishFixtures.cleanUp(dir) }
-        try C.publishFleet(dir)
-        var configuration = Self.configuration(dir, database: dir + "/reports.sqlite")
-        configuration.deviceRateLimit = ReportRateLimit(burst: 3, perMinute: 1)
-        let server = try await ReferenceServer(configuration: configuration).start()
+        let server = try await Self.limitedServer(dir, ReportRateLimit(burst: 3, perMinute: 1))
         defer { Task { await server.stop() } }
         let flooder = try await Self.enrol(server.baseURL, "flooder")
         var limited: C.Answer?
@@ -270,7 +355,9 @@ struct ReportEnrolmentTests {
         #expect(mode & 0o777 == 0o600)
         #expect(try await C.stats(first.baseURL)["events"] as? Int == 1)
 
-        // A collector that refused enrolment earlier (marked) and requires it now: the 401 to the token enrols at once.
+        // A collector that refused enrolment earlier (marked) and requires it now: the 401 to the token enrols at once
+        // (the device lost its credential, so the operator lets its id enrol again).
+        #expect(try await ReportEnrolment.release(device: device, database: dir + "/reports.sqlite", logger: Logger(label: "test")))
         try queue.remember(credential: nil)
         try queue.rememberEnrolmentRefused(at: Date())
         try queueEvent()

@@ -27,7 +27,7 @@ struct ReportRollupTests {
                 let app = Int.random(in: 0..<4, using: &random) == 0 ? "other" : "fleet"
                 let device = "roll-\(Int.random(in: 0..<30, using: &random))"
                 let version: String? = Int.random(in: 0..<12, using: &random) == 0 ? nil : versions.randomElement(using: &random)!
-                // Seconds apart, hours apart, one far in the future: "latest" is by the device's time.
+                // Seconds apart, hours apart, one far in the future: "latest" is by arrival, whatever the time.
                 let second = Int.random(in: 0..<4, using: &random) == 0 ? Int.random(in: 0..<5, using: &random) : Int.random(in: 0..<86_400, using: &random)
                 let time = Int.random(in: 0..<50, using: &random) == 0 ? "2099-01-01T00:00:00Z" : Self.time(second)
                 var event: [String: Any]
@@ -75,14 +75,11 @@ struct ReportRollupTests {
     static func recount(_ events: [[String: Any]], app: String) -> [String: Any] {
         var seen = Set<String>()
         let stored = events.filter { seen.insert($0["id"] as! String).inserted && $0["app"] as! String == app }
-        let millis = { (event: [String: Any]) -> Int64 in
-            Int64(ISO8601DateFormatter().date(from: event["time"] as! String)!.timeIntervalSince1970 * 1000)
-        }
         // Where each device is: its latest move (an update, a rollback or a mark-bad, which
-        // leaves it on its version or on none), by its time, then by arrival.
+        // leaves it on its version or on none) by arrival; its clock plays no part.
         let rollbacks: Set<String> = ["rolled-back", "marked-bad"]
-        var latest: [String: (time: Int64, index: Int, version: String)] = [:]
-        for (index, event) in stored.enumerated() {
+        var latest: [String: String] = [:]
+        for event in stored {
             let kind = event["event"] as! String
             let version: String
             if kind == "updated", let named = event["version"] as? String {
@@ -92,9 +89,7 @@ struct ReportRollupTests {
             } else {
                 continue
             }
-            let device = event["device"] as! String, time = millis(event)
-            if let current = latest[device], (current.time, current.index) > (time, index) { continue }
-            latest[device] = (time, index, version)
+            latest[event["device"] as! String] = version
         }
         // A rollback counts against the version rolled back from.
         let rolledBackFrom = stored.filter { rollbacks.contains($0["event"] as! String) }.compactMap { $0["previousVersion"] as? String }
@@ -111,7 +106,7 @@ struct ReportRollupTests {
                 return sum + max(0, (event["fullSize"] as! Int) - (event["bytes"] as! Int))
             }
             versions[version] = [
-                "devices": latest.values.filter { $0.version == version }.count, "updated": count("updated"),
+                "devices": latest.values.filter { $0 == version }.count, "updated": count("updated"),
                 "failed": count("failed"), "rolledBack": rolledBackFrom.filter { $0 == version }.count, "topFailures": top,
                 "bytesDownloaded": of.reduce(0) { $0 + ($1["bytes"] as! Int) }, "bytesSaved": saved,
             ]
@@ -170,11 +165,11 @@ struct ReportRollupTests {
     static func forgetSums(_ store: String) throws {
         let tables = ["version_totals", "failure_causes", "fallback_totals", "devices", "version_moves"]
         if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name IN ('v3', 'v4', 'v7');")
+            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name IN ('v3', 'v4', 'v7', 'v8');")
         } else {
             let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
                 + tables.map { "db.execute('DROP TABLE \($0)'); " }.joined()
-                + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier IN ('v3', 'v4', 'v7')\"); db.commit()"
+                + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier IN ('v3', 'v4', 'v7', 'v8')\"); db.commit()"
             let result = try CLI.runBlocking(["-c", script, store], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
         }
@@ -224,9 +219,8 @@ struct ReportRollupTests {
         }
     }
 
-    /// The dashboard chart's lines as `version=devices now`, one per line of the chart. (A
-    /// database filled at start places the history's moves by the devices' time order, so
-    /// the lines' shapes may differ from those drawn live; where they end may not.)
+    /// The dashboard chart's lines as `version=devices now`, one per line of the chart
+    /// (where they end: what a database filled at start must draw as the live one did).
     static func chart(_ base: String) async throws -> [String] {
         let page = try await CLI.run(["-sS", "--max-time", "60", base + "/dashboard?app=fleet"], executable: "/usr/bin/curl").stdout
         let pattern = try Regex(#"data-version="([^"]*)" data-last="(\d+)""#)
@@ -249,5 +243,59 @@ struct ReportRollupTests {
         let database = try PostgresTestDatabase("rollup")
         defer { database.drop() }
         try await check(store: database.url, seed: seed)
+    }
+
+    /// A device whose clock was once in 2099 updated to 1.1.0 then, and, its clock set
+    /// right, rolled back and updated to 1.0.0; one whose clock was reset into the past
+    /// moved the other way. Each device is where its last move (by arrival) put it, in
+    /// `/stats` and on the dashboard, and a start that recounts the positions (`v8`) puts
+    /// it there too.
+    func clocks(store: String) async throws {
+        let moves: [(device: String, event: String, version: String, previous: String?, time: String)] = [
+            ("future", "updated", "1.1.0", "1.0.0", "2099-01-01T00:00:00Z"),
+            ("future", "rolled-back", "1.0.0", "1.1.0", "2026-11-20T10:00:00Z"),
+            ("future", "updated", "1.0.0", nil, "2026-11-20T10:01:00Z"),
+            ("past", "updated", "1.0.0", nil, "2026-11-20T10:00:00Z"),
+            ("past", "updated", "1.2.0", "1.0.0", "1970-01-02T00:00:00Z"),
+        ]
+        let expect = { (base: String, moment: String) in
+            let stats = try await C.stats(base)
+            #expect(C.version(stats, "1.0.0")?["devices"] as? Int == 1, "\(moment): future is on 1.0.0 \(stats)")
+            #expect(C.version(stats, "1.1.0")?["devices"] as? Int == 0, "\(moment): none is on 1.1.0 \(stats)")
+            #expect(C.version(stats, "1.2.0")?["devices"] as? Int == 1, "\(moment): past is on 1.2.0 \(stats)")
+            let rows = try await Self.dashboardRows(base)
+            #expect(rows["1.0.0"]?["devices"] == 1 && rows["1.1.0"]?["devices"] == 0 && rows["1.2.0"]?["devices"] == 1,
+                    "\(moment): dashboard \(rows)")
+        }
+        try await C.withServer(database: store) { server in
+            // One batch per move, as a device's queue sends them after each sync.
+            for move in moves {
+                var fields: [String: Any] = [:]
+                if let previous = move.previous { fields["previousVersion"] = previous }
+                var event = C.event(move.event, app: "fleet", device: move.device, version: move.version, fields)
+                event["time"] = move.time
+                #expect(try await C.post(server.baseURL, try C.body([event])).status == 200)
+            }
+            try await expect(server.baseURL, "live")
+        }
+        // A database whose positions an older server placed by the devices' clocks: `v8` recounts them.
+        let wrong = "UPDATE devices SET version = CASE WHEN device = 'future' THEN '1.1.0' ELSE '1.0.0' END WHERE app = 'fleet';"
+        let record = store.hasPrefix("postgres") ? "DELETE FROM offline_server_migrations WHERE name = 'v8';" : "DELETE FROM grdb_migrations WHERE identifier = 'v8';"
+        try ReportEnrolmentTests.sql(store, wrong + record)
+        try await C.withServer(database: store) { server in try await expect(server.baseURL, "after v8") }
+    }
+
+    @Test("SQLite: where a device is follows arrival, not a clock once in 2099 or reset to 1970")
+    func sqliteClocks() async throws {
+        let dir = try PublishFixtures.temporaryDirectory("rollup-clocks")
+        defer { PublishFixtures.cleanUp(dir) }
+        try await clocks(store: dir + "/reports.sqlite")
+    }
+
+    @Test("PostgreSQL: the same", .enabled(if: PostgresTestDatabase.isAvailable, "\(PostgresTestDatabase.server.skipReason ?? "")"))
+    func postgresClocks() async throws {
+        let database = try PostgresTestDatabase("rollup_clocks")
+        defer { database.drop() }
+        try await clocks(store: database.url)
     }
 }

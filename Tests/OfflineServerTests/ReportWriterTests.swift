@@ -60,6 +60,9 @@ struct ReportWriterTests {
         func rolloutDevices(app: String, version: String, sinceMillis: Int64, authenticatedOnly: Bool) async throws -> [RolloutFigures.Device] { [] }
         func knownDevices(app: String) async throws -> Int64 { 0 }
         func adoption(app: String, versions: [String]) async throws -> AdoptionSeries { AdoptionSeries() }
+        func enrol(device: String, fingerprint: String, nowMillis: Int64) async throws -> Bool { true }
+        func adoptEnrolments(fingerprint: String) async throws {}
+        func releaseEnrolment(device: String) async throws -> Bool { false }
         func close() async {}
     }
 

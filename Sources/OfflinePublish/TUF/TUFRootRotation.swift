@@ -86,13 +86,23 @@ public enum TUFRootRotation {
     /// Verifies the proposal in `file` as a device would (next version, thresholds of the
     /// latest root and of itself) and writes it as `metadata/N+1.root.json`.
     ///
+    /// Holds every app's lock, in name order, then the repository's, waiting at most
+    /// `lockWait` for each.
+    ///
     /// - Throws: `root-chain-broken` naming the threshold not met; nothing is written.
     /// - Returns: the committed version.
     @discardableResult
-    public static func commit(publishDirectory: String, file: String, now: Date = Date()) throws -> Int64 {
+    public static func commit(publishDirectory: String, file: String, now: Date = Date(), lockWait: Duration = PublishLock.defaultWait) throws -> Int64 {
         let out = FileSystem.absolute(publishDirectory)
-        let lock = try PublishLock(app: TUFRepository.directoryName, publishDirectory: out)
-        return try withExtendedLifetime(lock) {
+        // The apps' locks first, as a release verb holds its app's from its key check to its
+        // metadata refresh (the order `delegate` takes): a root committed in between, with
+        // new keys, made the verb commit, then fail to sign, leaving metadata that lists a
+        // manifest no longer on disk.
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: out)) ?? []
+        let apps = names.filter { AppName.isValid($0) && $0 != TUFRepository.directoryName && FileSystem.isDirectory("\(out)/\($0)") }
+        let appLocks = try apps.sorted().map { try PublishLock(app: $0, publishDirectory: out, wait: lockWait) }
+        let lock = try PublishLock(app: TUFRepository.directoryName, publishDirectory: out, wait: lockWait)
+        return try withExtendedLifetime((appLocks, lock)) {
             let directory = TUFRepository.metadataDirectory(out)
             guard let (version, _) = try TUFRepository.latestRoot(in: directory) else {
                 throw PublishError(.usage, "\(directory) has no N.root.json: publish with --key first", path: directory)

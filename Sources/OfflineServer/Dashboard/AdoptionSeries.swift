@@ -2,7 +2,7 @@
 /// of the app's `updated` events by the server's receipt time (devices' clocks may be
 /// wrong; the server's is one clock for all), cut into `buckets` equal slices, and per
 /// version the number of devices whose latest move (`updated`, `rolled-back`,
-/// `marked-bad`, by their own time order) put them on it at the end of each slice (a move
+/// `marked-bad`, in arrival order: `ReportRollup.Latest`) put them on it at the end of each slice (a move
 /// received after the last `updated` counts in the last slice). The last point of each line equals `/stats`'s `devices`.
 struct AdoptionSeries: Sendable, Equatable {
     /// Receipt time of the first and last `updated` event (ms since 1970); equal when one.

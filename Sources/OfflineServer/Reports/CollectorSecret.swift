@@ -68,6 +68,12 @@ public struct CollectorSecret: Sendable {
         Array(HMAC<SHA256>.authenticationCode(for: Data(Self.label(device)), using: key)).hex
     }
 
+    /// Names the secret without giving it away (HMAC of a fixed label): kept beside each
+    /// enrolled id, so a new secret, which voids every credential, lets every id enrol again.
+    var fingerprint: String {
+        Array(HMAC<SHA256>.authenticationCode(for: Data("offline-server collector secret fingerprint v1".utf8), using: key)).hex
+    }
+
     /// Whether `credential` is `device`'s, compared in constant time.
     func verifies(_ credential: ReportCredential) -> Bool {
         guard let code = Self.bytes(hex: credential.credential) else { return false }

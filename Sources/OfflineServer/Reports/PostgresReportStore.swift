@@ -41,10 +41,12 @@ final class PostgresReportStore: ReportStorage {
         // One connection first: a database that cannot be reached (no TLS where the URL asks
         // for it, a wrong password, no such database) stops the start at once with one line
         // naming why, where the pool would retry and log for the whole operation timeout.
+        let started = ContinuousClock.now
         do {
             try await Self.probe(probe)
         } catch {
-            throw ServerError(.reports, "cannot open the reports database \(shown): \(describe(error))", cause: .io)
+            let reason = describe(error, connecting: probe, waited: .now - started)
+            throw ServerError(.reports, "cannot open the reports database \(shown): \(reason)", cause: .io)
         }
         let store = PostgresReportStore(location: shown, client: PostgresClient(configuration: configuration, backgroundLogger: logger), logger: logger)
         do {
@@ -60,6 +62,30 @@ final class PostgresReportStore: ReportStorage {
     private static func probe(_ configuration: PostgresConnection.Configuration) async throws {
         let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: Logger(label: "offline-server.probe"))
         try await connection.close()
+    }
+
+    /// One line for a failure of the first connection (`probe`), `waited` after it began:
+    /// one naming HOST:PORT and why (refused, unreachable, no answer within the connect
+    /// timeout) where PostgresNIO says `serverClosedConnection` or a list of attempts.
+    static func describe(_ error: any Error, connecting probe: PostgresConnection.Configuration, waited: Duration) -> String {
+        guard let psql = error as? PSQLError, psql.code == .connectionError || psql.code == .serverClosedConnection else {
+            return describe(error)
+        }
+        let target = "\(probe.host ?? "?"):\(probe.port.map(String.init) ?? "?")"
+        let timeout = probe.options.connectTimeout.nanoseconds / 1_000_000_000
+        if waited >= .nanoseconds(probe.options.connectTimeout.nanoseconds) {
+            return "cannot connect to \(target): no answer within \(timeout) s (connect_timeout)"
+        }
+        // The system's reason, from the `(errno: N)` NIO's description of the attempt ends with.
+        let text = psql.underlying.map { "\($0)" } ?? ""
+        if let range = text.range(of: "errno: "), let code = Int32(text[range.upperBound...].prefix(while: \.isNumber)) {
+            return "cannot connect to \(target): \(String(cString: strerror(code)))"
+        }
+        if psql.code == .serverClosedConnection {
+            return "cannot connect to \(target): the connection closed before a database answered"
+        }
+        if text.contains("UnknownHost") { return "cannot connect to \(target): the host name does not resolve" }
+        return "cannot connect to \(target): " + text.split(whereSeparator: \.isNewline).joined(separator: " ")
     }
 
     /// One line for an error of the database or of reaching it: PostgresNIO's own
@@ -92,7 +118,22 @@ final class PostgresReportStore: ReportStorage {
         }
         let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         let database = path.isEmpty ? nil : path, port = components.port ?? 5432
-        let mode = components.queryItems?.first { $0.name == "sslmode" }?.value ?? "disable"
+        // PostgresNIO takes any Int and wraps it: 99999 became 34463.
+        guard (1...65535).contains(port) else { throw ServerError(.usage, "--reports-db: port \(port) is outside 1…65535") }
+        // libpq's parameters this server honours; any other is refused, not silently ignored.
+        var mode = "disable", connectTimeout = 10
+        for item in components.queryItems ?? [] {
+            switch item.name {
+            case "sslmode": mode = item.value ?? ""
+            case "connect_timeout":
+                guard let seconds = item.value.flatMap({ Int($0) }), (1...600).contains(seconds) else {
+                    throw ServerError(.usage, "--reports-db: connect_timeout must be whole seconds, 1 to 600")
+                }
+                connectTimeout = seconds
+            default:
+                throw ServerError(.usage, "--reports-db: unknown parameter '\(item.name)' (this server takes sslmode and connect_timeout)")
+            }
+        }
         let tls: PostgresClient.Configuration.TLS, probeTLS: PostgresConnection.Configuration.TLS
         switch mode {
         case "disable": (tls, probeTLS) = (.disable, .disable)
@@ -103,11 +144,11 @@ final class PostgresReportStore: ReportStorage {
         var configuration = PostgresClient.Configuration(
             host: host, port: port, username: user, password: components.password, database: database, tls: tls)
         // Bounds on a database that does not answer: a report waits at most this, then gets 503.
-        configuration.options.connectTimeout = .seconds(10)
+        configuration.options.connectTimeout = .seconds(connectTimeout)
         configuration.options.maximumConnections = 8
         var probe = PostgresConnection.Configuration(
             host: host, port: port, username: user, password: components.password, database: database, tls: probeTLS)
-        probe.options.connectTimeout = .seconds(10)
+        probe.options.connectTimeout = .seconds(Int64(connectTimeout))
         var shown = components
         if shown.password != nil { shown.password = "***" }
         return (configuration, probe, shown.string ?? "postgres://")
@@ -413,6 +454,54 @@ final class PostgresReportStore: ReportStorage {
         for try await (version, code, count) in failures.decode((String, String, Int64).self) { causes.append((version, code, count)) }
         stats.rankFailures(causes)
         return stats
+    }
+
+    func enrol(device: String, fingerprint: String, nowMillis: Int64) async throws -> Bool {
+        try await bounded("the enrolment") {
+            var binds = Self.binds([device, fingerprint])
+            binds.append(nowMillis)
+            return try await self.returnsRow(Self.rendered(ReportSQL.enrol, binds))
+        }
+    }
+
+    func adoptEnrolments(fingerprint: String) async throws {
+        _ = try await bounded("the enrolment") {
+            try await self.returnsRow(Self.rendered(ReportSQL.adoptEnrolments, Self.binds([fingerprint])))
+        }
+    }
+
+    func releaseEnrolment(device: String) async throws -> Bool {
+        try await bounded("the enrolment") {
+            try await self.returnsRow(Self.rendered(ReportSQL.releaseEnrolment, Self.binds([device])))
+        }
+    }
+
+    /// Records enrolled ids copied from another database (`ReportCopy`); an id already
+    /// recorded here keeps its row. Returns how many were recorded now.
+    func addEnrolments(_ rows: [(device: String, secret: String, enrolledMillis: Int64)]) async throws -> Int {
+        var added = 0
+        // In slices: one statement per 10 000 ids, whatever the fleet's size.
+        for start in stride(from: 0, to: rows.count, by: 10_000) {
+            let slice = rows[start..<min(rows.count, start + 10_000)]
+            added += try await bounded("the enrolments") {
+                let inserted = try await self.client.query("""
+                    INSERT INTO enrolled_devices (device, secret, enrolledMillis)
+                    SELECT * FROM unnest(\(slice.map(\.device))::text[], \(slice.map(\.secret))::text[], \(slice.map(\.enrolledMillis))::bigint[])
+                    ON CONFLICT (device) DO NOTHING RETURNING device
+                    """, logger: self.logger)
+                var count = 0
+                for try await _ in inserted { count += 1 }
+                return count
+            }
+        }
+        return added
+    }
+
+    /// Runs `query`; whether it answered a row.
+    private func returnsRow(_ query: PostgresQuery) async throws -> Bool {
+        var any = false
+        for try await _ in try await client.query(query, logger: logger) { any = true }
+        return any
     }
 
     private func unboundedKnownDevices(app: String) async throws -> Int64 {

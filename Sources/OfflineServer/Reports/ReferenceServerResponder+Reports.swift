@@ -80,6 +80,8 @@ extension ReferenceServerResponder {
         do {
             let receipt = try await reports.ingest(body.readableBytesView, from: sender)
             return Self.json(receipt)
+        } catch let throttled as ReportCollector.Throttled {
+            return Self.throttled(throttled, "too many reports for a device this batch names")
         } catch let refusal as ReportRefusal {
             return Self.text(refusal.tooLarge ? .contentTooLarge : .badRequest, refusal.reason + "\n")
         } catch {
@@ -110,8 +112,10 @@ extension ReferenceServerResponder {
     }
 
     /// `POST /enrol`: `{"device":"ID"}` with the fleet's bearer token answers the device's
-    /// own credential, `{"credential":"HEX","device":"ID"}`; `404` when this collector
-    /// enrols nobody (no fleet token).
+    /// own credential, `{"credential":"HEX","device":"ID"}`, once per id: `409` for an id
+    /// enrolled already (until `offline-server reenrol`), so holding the fleet token no
+    /// longer gets another device's credential; `404` when this collector enrols nobody
+    /// (no fleet token).
     private func enrol(_ request: Request, _ reports: ReportCollector) async -> Response {
         guard let secret = reports.access.secret, let fleetToken = reports.access.fleetToken else {
             return Self.text(.notFound, "this collector enrols no devices: it has no fleet token\n")
@@ -133,7 +137,29 @@ extension ReferenceServerResponder {
         guard ReportCredential.isValidDevice(asked.device) else {
             return Self.text(.badRequest, "device must be \(ReportCredential.deviceRule)\n")
         }
+        do {
+            guard try await reports.enrol(device: asked.device, secret: secret) else {
+                return Self.text(.conflict, """
+                    device \(asked.device) is enrolled already: its credential is given once; \
+                    if the device was reset or replaced, run offline-server reenrol --device \(asked.device) --database DB
+                    """ + "\n")
+            }
+        } catch let throttled as ReportCollector.Throttled {
+            return Self.throttled(throttled, "too many enrolments for this device")
+        } catch {
+            logger.error("POST /enrol: \(error)")
+            var response = Self.text(.serviceUnavailable, "enrolments cannot be recorded now\n")
+            response.headers[.retryAfter] = "30"
+            return response
+        }
         return Self.json(ReportCredential(device: asked.device, credential: secret.credential(device: asked.device)))
+    }
+
+    /// `429` with `Retry-After`.
+    private static func throttled(_ throttled: ReportCollector.Throttled, _ reason: String) -> Response {
+        var response = text(.tooManyRequests, "\(reason): retry after \(throttled.wait) s\n")
+        response.headers[.retryAfter] = String(throttled.wait)
+        return response
     }
 
     /// A refused body: `413` over the cap, `400` when it cannot be read.

@@ -16,8 +16,13 @@ final class ReportCollector: Sendable {
     let halter: AutoHalter?
     /// Who may post (`ReportAccess`).
     let access: ReportAccess
-    /// The per-device rate limit, when `access` sets one.
+    /// The per-device rate limit, when `access` sets one: of enrolled devices' reports, by
+    /// their proven id; of reports with the shared token and of `POST /enrol`, by the id
+    /// they claim (buckets of their own, so a forger claiming an id cannot spend the
+    /// device's). Never by source address: kiosks share NAT addresses.
     let deviceLimiter: ReportRateLimiter?
+    let claimedLimiter: ReportRateLimiter?
+    let enrolLimiter: ReportRateLimiter?
 
     /// Takes an opened store and restores the counters from it.
     init(
@@ -29,6 +34,8 @@ final class ReportCollector: Sendable {
         self.catalog = catalog
         self.access = access
         deviceLimiter = access.deviceLimit.map { ReportRateLimiter($0) }
+        claimedLimiter = access.deviceLimit.map { ReportRateLimiter($0) }
+        enrolLimiter = access.deviceLimit.map { ReportRateLimiter($0) }
         // Only apps of the publish directory and versions it published get series of their own.
         labels = ReportLabels { [catalog] app in
             guard AppName.isValid(app), let entry = try? catalog.entry(app: app) else { return nil }
@@ -42,12 +49,33 @@ final class ReportCollector: Sendable {
                 .reports, "cannot read the reports database: \(error)", cause: .io, path: store.location, underlying: error)
         }
         metrics.record(tally)
+        if let secret = access.secret {
+            do {
+                try await store.adoptEnrolments(fingerprint: secret.fingerprint)
+            } catch {
+                throw ServerError(.reports, "cannot read the reports database: \(error)", cause: .io, path: store.location, underlying: error)
+            }
+        }
         // With enrolment required only devices proven by their credential count toward a halt.
         halter = autoHalt.map {
             AutoHalter(rules: $0, store: store, catalog: catalog, authenticatedOnly: access.requireEnrolment, logger: logger)
         }
         logger.info("fleet reports in \(store.location)")
         if let autoHalt { logger.info("auto-halt: \(autoHalt)") }
+    }
+
+    /// A sender past its rate limit: `429` with `Retry-After`, nothing stored.
+    struct Throttled: Error, Sendable {
+        /// Whole seconds until a request is allowed.
+        var wait: Int
+    }
+
+    /// `POST /enrol` of `device` under `secret`: true when it enrolled now, false when it
+    /// is enrolled already (each id once, docs/PROTOCOL.md "Enrolment"). Throws
+    /// `Throttled` past the id's rate limit, a database error when it cannot be recorded.
+    func enrol(device: String, secret: CollectorSecret) async throws -> Bool {
+        if let wait = enrolLimiter?.take(device) { throw Throttled(wait: wait) }
+        return try await store.enrol(device: device, fingerprint: secret.fingerprint, nowMillis: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
     }
 
     /// What `POST /report` answers with `200`.
@@ -70,6 +98,11 @@ final class ReportCollector: Sendable {
                 throw ReportRefusal("event \(index): a device's credential speaks for its own device only")
             }
             authenticated = true
+        } else if sender == .fleet, let claimedLimiter {
+            // The shared token proves no id: limited by each id the batch claims.
+            for device in Set(batch.events.map(\.device)).sorted() {
+                if let wait = claimedLimiter.take(device) { throw Throttled(wait: wait) }
+            }
         }
         let insertion = try await writer.insert(ReportWrite(events: batch.events, authenticated: authenticated))
         var tally = ReportTally(labels: labels)

@@ -19,6 +19,9 @@ public enum ReportCopy {
         public var duplicates = 0
         /// Events today's rules refuse (an older server stored them), left out.
         public var refused = 0
+        /// Enrolled device ids recorded in PostgreSQL now (`offline-server reenrol`): an id
+        /// enrolled on SQLite stays enrolled, so the move frees no id for the fleet token.
+        public var enrolled = 0
     }
 
     /// Copies every event of the SQLite database at `sqlite` into the PostgreSQL database at `postgres`.
@@ -48,7 +51,10 @@ public enum ReportCopy {
         var afterSeq: Int64 = 0
         while true {
             let page = try await source.stored(afterSeq: afterSeq, limit: 5000)
-            guard let last = page.last else { return result }
+            guard let last = page.last else {
+                result.enrolled = try await target.addEnrolments(try await source.enrolments())
+                return result
+            }
             afterSeq = last.seq
             var start = page.startIndex
             while start < page.endIndex {

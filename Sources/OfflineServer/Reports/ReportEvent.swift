@@ -55,8 +55,11 @@ struct ReportEvent: Sendable, Decodable {
     }
 
     /// A rollback away from `previousVersion`: `rolled-back`, or `marked-bad` (which rolls
-    /// back to the previous good version, or to none).
-    var isRollback: Bool { event == .rolledBack || event == .markedBad }
+    /// back to the previous good version, or to none). The one rule `/stats`, the
+    /// dashboard, `--auto-halt` and `offline_server_report_rollbacks_total` count by.
+    static func isRollback(_ kind: Kind) -> Bool { kind == .rolledBack || kind == .markedBad }
+
+    var isRollback: Bool { Self.isRollback(event) }
 
     /// Where the event leaves the device, for "devices now": the version an `updated`
     /// installed, or the one a rollback went back to (`ReportRollup.none` for none); nil

@@ -16,7 +16,8 @@ import Synchronization
 ///   `patch`, `full` or `unknown` when absent).
 /// - `offline_server_report_failures_total{app,cause}` — `failed` events by `errorCode`
 ///   (`unknown` when absent).
-/// - `offline_server_report_rollbacks_total{app}` — `rolled-back` events.
+/// - `offline_server_report_rollbacks_total{app}` — `rolled-back` and `marked-bad` events
+///   (`ReportEvent.isRollback`, as `/stats` and `--auto-halt` count them).
 /// - `offline_server_report_downloaded_bytes_total{app}` — `bytes` of every event.
 /// - `offline_server_report_saved_bytes_total{app}` — `fullSize − bytes` of `updated`
 ///   events `via: patch` that say `fullSize`.
@@ -52,7 +53,7 @@ final class ReportMetrics: Sendable {
         Name.events: "Fleet report events stored, by app and event.",
         Name.updates: "Updated events, by app, version and via (patch, full, unknown).",
         Name.failures: "Failed events, by app and errorCode (unknown when absent).",
-        Name.rollbacks: "Rolled-back events, by app.",
+        Name.rollbacks: "Rollbacks (rolled-back and marked-bad events), by app.",
         Name.downloaded: "Bytes devices downloaded, summed over report events.",
         Name.saved: "Bytes patches saved: fullSize - bytes of updated events via patch.",
         Name.offlineHits: "Requests served from the package, summed over usage events.",

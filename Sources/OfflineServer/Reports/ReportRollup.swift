@@ -6,8 +6,8 @@
 /// computation: `version_totals` (per app and version: events, updates, failures,
 /// rollbacks, bytes, bytes saved, offline hits, the first and last update's receipt
 /// time), `failure_causes` (per app, version and error code), `fallback_totals` (per app
-/// and reason) and `devices` (per app and device: where its latest move put it, by its
-/// own time then arrival order: an `updated`, a `rolled-back` or a `marked-bad`, see
+/// and reason) and `devices` (per app and device: where its latest move put it, in
+/// arrival order: an `updated`, a `rolled-back` or a `marked-bad`, see
 /// `ReportEvent.position`). A device whose latest move changes version adds a row to
 /// `version_moves`, the dashboard's adoption chart. A rollback (`rolled-back` or
 /// `marked-bad`) counts in `rolledBack` of the version rolled back from, its
@@ -55,16 +55,19 @@ struct ReportRollup: Sendable {
         static func < (a: Self, b: Self) -> Bool { (a.app, a.device) < (b.app, b.device) }
     }
 
-    /// A device's latest move (`ReportEvent.position`): what orders "latest". `version` is
-    /// `none` when the move left the device on no version (a mark-bad with nothing to go
-    /// back to).
+    /// A device's latest move (`ReportEvent.position`). `version` is `none` when the move
+    /// left the device on no version (a mark-bad with nothing to go back to); `timeMillis`
+    /// is the device's own time of it, kept, never compared.
     struct Latest: Sendable, Equatable {
         var version: String
         var timeMillis: Int64
         var seq: Int64
 
-        /// Later by the device's time, then by arrival.
-        func isAfter(_ other: Latest) -> Bool { (timeMillis, seq) > (other.timeMillis, other.seq) }
+        /// Later by arrival (`seq`), never by the device's clock: a device sends its queue
+        /// oldest first, so arrival is the order its moves happened in, while its clock may
+        /// once have been in 2099 (every later move would then count as earlier, for good)
+        /// or reset into the past.
+        func isAfter(_ other: Latest) -> Bool { seq > other.seq }
 
         /// Whether this becomes the device's latest over the stored one (nil: none yet).
         func supersedes(_ stored: Latest?) -> Bool { stored.map { isAfter($0) } ?? true }
@@ -76,11 +79,10 @@ struct ReportRollup: Sendable {
     /// Events that move a device (`ReportEvent.position`), as SQL.
     private static let moves = "((event = 'updated' AND version IS NOT NULL) OR event IN ('rolled-back', 'marked-bad'))"
 
-    /// Migration `v4` of both stores, in SQL both read alike: the sums that follow where
-    /// devices are and whom a rollback counts against are recounted from the stored events
-    /// (before it, a rollback counted against the version gone back to, a `marked-bad`
-    /// nowhere, and only `updated` moved a device).
-    static let positionsBackfill: [String] = [
+    /// Migration `v4` of both stores, in SQL both read alike: a rollback counts against the
+    /// version rolled back from, recounted from the stored events (before it, against the
+    /// version gone back to, and a `marked-bad` nowhere); then `positionsRecount`.
+    static let rollbacksRecount: [String] = [
         "UPDATE version_totals SET rolledBack = 0",
         """
         INSERT INTO version_totals (app, version, events, updated, failed, rolledBack, bytes, bytesSaved, offlineHits)
@@ -88,13 +90,19 @@ struct ReportRollup: Sendable {
         WHERE event IN ('rolled-back', 'marked-bad') GROUP BY app, COALESCE(previousVersion, '')
         ON CONFLICT (app, version) DO UPDATE SET rolledBack = excluded.rolledBack
         """,
+    ]
+
+    /// Where each device is and the adoption chart's moves, recounted from the stored
+    /// events by `Latest`'s rule (arrival order): part of `v4`, and all of `v8`, which
+    /// recounts what `v4` and the ingestion before `v8` had placed by the devices' clocks.
+    static let positionsRecount: [String] = [
         "DELETE FROM devices",
         "DELETE FROM version_moves",
         """
         INSERT INTO devices (app, device, version, timeMillis, seq)
         SELECT app, device, version, timeMillis, seq FROM (
             SELECT app, device, COALESCE(version, '') AS version, timeMillis, seq,
-                ROW_NUMBER() OVER (PARTITION BY app, device ORDER BY timeMillis DESC, seq DESC) AS rank
+                ROW_NUMBER() OVER (PARTITION BY app, device ORDER BY seq DESC) AS rank
             FROM events WHERE \(moves)
         ) latest WHERE rank = 1
         """,
@@ -103,7 +111,7 @@ struct ReportRollup: Sendable {
         INSERT INTO version_moves (app, receivedMillis, version, previous)
         SELECT app, receivedMillis, version, previous FROM (
             SELECT app, receivedMillis, COALESCE(version, '') AS version,
-                LAG(COALESCE(version, '')) OVER (PARTITION BY app, device ORDER BY timeMillis, seq) AS previous
+                LAG(COALESCE(version, '')) OVER (PARTITION BY app, device ORDER BY seq) AS previous
             FROM events WHERE \(moves)
         ) moved WHERE previous IS NULL OR previous != version
         """,

@@ -60,6 +60,27 @@ enum ReportSQL {
         """
     }
 
+    // MARK: Enrolment
+
+    /// Enrols a device id under the collector secret of a fingerprint
+    /// (`CollectorSecret.fingerprint`) unless it is enrolled under that secret already;
+    /// answers the id when it enrolled now, nothing when it was refused. An id enrolled
+    /// under an older secret enrols again (a new secret voids every credential). Arguments:
+    /// device, fingerprint, now (ms).
+    static let enrol = """
+        INSERT INTO enrolled_devices (device, secret, enrolledMillis) VALUES (?, ?, ?)
+        ON CONFLICT (device) DO UPDATE SET secret = excluded.secret, enrolledMillis = excluded.enrolledMillis
+        WHERE enrolled_devices.secret != excluded.secret
+        RETURNING device
+        """
+
+    /// The ids `v9` enrolled from the stored events get the fingerprint of the secret the
+    /// first start after it holds (fingerprint).
+    static let adoptEnrolments = "UPDATE enrolled_devices SET secret = ? WHERE secret = ''"
+
+    /// Lets an id enrol again (`offline-server reenrol`): answers it when it was enrolled. Argument: device.
+    static let releaseEnrolment = "DELETE FROM enrolled_devices WHERE device = ? RETURNING device"
+
     // MARK: Reading
 
     /// The `/metrics` counters (`ReportStorage.tally`).

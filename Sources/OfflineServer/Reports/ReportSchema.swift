@@ -126,13 +126,29 @@ enum ReportSchema {
                 """,
             ]),
             // Rollbacks against the version rolled back from, devices where their latest move put them.
-            ("v4", ReportRollup.positionsBackfill),
+            ("v4", ReportRollup.rollbacksRecount + ReportRollup.positionsRecount),
             // Whether a device's own credential sent the event (events stored before: no).
             ("v5", ["ALTER TABLE events \(dialect.addColumn) authenticated \(dialect.boolean.type) NOT NULL DEFAULT \(dialect.boolean.no)"]),
             // The /metrics counters' sums, so a start reads them instead of every event.
             ("v6", ReportCounters.migration(dialect)),
             // The adoption chart reads the moves of the versions it draws, not every move.
             ("v7", AdoptionSeries.movesIndexes),
+            // Where devices are, by arrival instead of the devices' clocks (`ReportRollup.Latest`).
+            ("v8", ReportRollup.positionsRecount),
+            // Enrolment once per device id (`ReportSQL.enrol`): the ids that reported with their
+            // own credential before are enrolled, under the secret the next start holds.
+            ("v9", [
+                """
+                CREATE TABLE enrolled_devices (
+                    device TEXT NOT NULL, secret TEXT NOT NULL, enrolledMillis \(integer) NOT NULL,
+                    PRIMARY KEY (device)
+                )\(keyed)
+                """,
+                """
+                INSERT INTO enrolled_devices (device, secret, enrolledMillis)
+                SELECT device, '', MIN(receivedMillis) FROM events WHERE authenticated GROUP BY device
+                """,
+            ]),
         ]
         return dialect == .postgres ? steps.filter { $0.name != "v2" } : steps
     }

@@ -25,6 +25,13 @@ protocol ReportStorage: Sendable {
     /// and out of `versions` only (the versions its table lists, a bounded number): the
     /// read costs what the chart shows, not the history of every version reported.
     func adoption(app: String, versions: [String]) async throws -> AdoptionSeries
+    /// Enrols `device` under the secret of `fingerprint` (`ReportSQL.enrol`): true when
+    /// it enrolled now, false when it was enrolled under that secret already (refused).
+    func enrol(device: String, fingerprint: String, nowMillis: Int64) async throws -> Bool
+    /// Gives the ids enrolled by migration `v9` the fingerprint of the secret in use.
+    func adoptEnrolments(fingerprint: String) async throws
+    /// Lets `device` enrol again; whether it was enrolled.
+    func releaseEnrolment(device: String) async throws -> Bool
     /// Releases connections.
     func close() async
 }

@@ -12,6 +12,13 @@ extension ReportStore {
         var event: ReportEvent?
     }
 
+    /// Every enrolled device id, with the fingerprint of its secret and when it enrolled.
+    func enrolments() async throws -> [(device: String, secret: String, enrolledMillis: Int64)] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT device, secret, enrolledMillis FROM enrolled_devices ORDER BY device").map { ($0[0], $0[1], $0[2]) }
+        }
+    }
+
     /// Up to `limit` stored events after `afterSeq`, in the order they were stored, each
     /// read back through the wire format's checks (`ReportEvent`), fallbacks included.
     func stored(afterSeq: Int64, limit: Int) async throws -> [Stored] {

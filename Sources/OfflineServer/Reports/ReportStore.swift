@@ -31,9 +31,15 @@ final class ReportStore: ReportStorage {
     /// Opens (creating it and its directory if needed) and migrates the database at `path`.
     init(path: String) throws {
         self.path = path
+        guard !path.isEmpty else { throw ServerError(.usage, "--reports-db is empty: give a SQLite file path or a postgres:// URL") }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         do {
-            let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            let posix = ((error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error).map { String(cString: strerror(Int32(($0 as NSError).code))) }
+            throw ServerError(.reports, "cannot create the reports database's directory \(directory): \(posix ?? "\(error)")", cause: .io, path: path)
+        }
+        do {
             var configuration = Configuration()
             configuration.label = "reports"
             // Another process (a second server, sqlite3) may hold the lock a moment.
@@ -46,8 +52,8 @@ final class ReportStore: ReportStorage {
             pool = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(pool)
         } catch {
-            throw ServerError(
-                .reports, "cannot open the reports database: \(error)", cause: .io, path: path, underlying: error)
+            // The cause once, after the path (`ServerError.description`).
+            throw ServerError(.reports, "cannot open the reports database", cause: .io, path: path, underlying: error)
         }
     }
 
@@ -223,6 +229,20 @@ final class ReportStore: ReportStorage {
             let moves = rows.map { AdoptionSeries.Move(bucket: $0[0], version: $0[1], previous: $0[2], count: $0[3]) }
             return AdoptionSeries(fromMillis: from, toMillis: to, moves: moves)
         }
+    }
+
+    func enrol(device: String, fingerprint: String, nowMillis: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try String.fetchOne(db, sql: ReportSQL.enrol, arguments: [device, fingerprint, nowMillis]) != nil
+        }
+    }
+
+    func adoptEnrolments(fingerprint: String) async throws {
+        try await pool.write { db in try db.execute(sql: ReportSQL.adoptEnrolments, arguments: [fingerprint]) }
+    }
+
+    func releaseEnrolment(device: String) async throws -> Bool {
+        try await pool.write { db in try String.fetchOne(db, sql: ReportSQL.releaseEnrolment, arguments: [device]) != nil }
     }
 
     func close() async {

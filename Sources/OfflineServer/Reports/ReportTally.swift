@@ -41,19 +41,18 @@ struct ReportTally: Sendable {
         let app = labels.app(key.app)
         bump(ReportMetrics.Name.events, [app, event.rawValue], sums.events)
         bump(ReportMetrics.Name.downloaded, [app], sums.bytes)
+        if ReportEvent.isRollback(event) { bump(ReportMetrics.Name.rollbacks, [app], sums.events) }
         switch event {
         case .updated:
             bump(ReportMetrics.Name.updates, [app, version, ReportEvent.Via(rawValue: key.via)?.rawValue ?? "unknown"], sums.events)
             if sums.bytesSaved > 0 { bump(ReportMetrics.Name.saved, [app], sums.bytesSaved) }
         case .failed:
             bump(ReportMetrics.Name.failures, [app, Self.label(cause: key.errorCode.isEmpty ? nil : key.errorCode)], sums.events)
-        case .rolledBack:
-            bump(ReportMetrics.Name.rollbacks, [app], sums.events)
         case .usage:
             let hits = max(0, sums.offlineHits)
             bump(ReportMetrics.Name.offlineHits, [app], hits)
             usage[app, default: (0, 0)].hits = usage[app, default: (0, 0)].hits.adding(saturating: hits)
-        case .deferred, .markedGood, .markedBad:
+        case .deferred, .markedGood, .markedBad, .rolledBack:
             break
         }
     }
