@@ -333,7 +333,8 @@ struct ReportEnrolmentTests {
         try C.publishFleet(dir)
         var configuration = Self.configuration(dir, database: dir + "/reports.sqlite")
         configuration.requireEnrolment = true
-        configuration.deviceRateLimit = ReportRateLimit(burst: 2, perMinute: 1)
+        // Three enrolments of one id below (200, 409, 200 after `reenrol`), each taking from its bucket.
+        configuration.deviceRateLimit = ReportRateLimit(burst: 4, perMinute: 1)
         let first = try await ReferenceServer(configuration: configuration).start()
         let root = dir + "/device"
         let url = URL(string: first.baseURL + "/report")!
@@ -355,15 +356,28 @@ struct ReportEnrolmentTests {
         #expect(mode & 0o777 == 0o600)
         #expect(try await C.stats(first.baseURL)["events"] as? Int == 1)
 
+        // The device loses its credential (a reset): its id is enrolled, so the collector answers 409 and the token
+        // gets 401. Nothing is lost, the queue backs off, and the warning names the way out.
+        try queue.remember(credential: nil)
+        try queueEvent()
+        let log = RecordedLog()
+        let locked = ReportSender(root: root, settings: settings, network: NetworkSettings(), clock: { Date() }, logger: log.logger, pool: BlockingPool())
+        let refused = await locked.flush()
+        #expect(refused.delivered == 0 && refused.failed == [url.absoluteString] && queue.pending() == 1)
+        let warnings = log.messages(atLeast: .warning)
+        #expect(warnings.contains { $0.contains("offline-server reenrol --device \(device)") && $0.contains("1 events stay queued") }, "\(warnings)")
+        #expect(queue.credential() == nil)
+        try queue.recordFailure(until: Date(timeIntervalSince1970: 0))
+
         // A collector that refused enrolment earlier (marked) and requires it now: the 401 to the token enrols at once
         // (the device lost its credential, so the operator lets its id enrol again).
         #expect(try await ReportEnrolment.release(device: device, database: dir + "/reports.sqlite", logger: Logger(label: "test")))
         try queue.remember(credential: nil)
         try queue.rememberEnrolmentRefused(at: Date())
         try queueEvent()
-        #expect(await sender.flush().delivered == 1)
+        #expect(await sender.flush().delivered == 2)
         #expect(queue.credential() == credential && !queue.enrolmentRefusedRecently(now: Date()))
-        #expect(try await C.stats(first.baseURL)["events"] as? Int == 2)
+        #expect(try await C.stats(first.baseURL)["events"] as? Int == 3)
         await first.stop()
 
         // A new secret (the old file gone): the old credential is refused, the sender enrols again and delivers.
@@ -376,7 +390,7 @@ struct ReportEnrolmentTests {
         #expect(await sender.flush().delivered == 1)
         let renewed = try #require(queue.credential())
         #expect(renewed.device == device && renewed.credential != credential.credential)
-        #expect(try await C.stats(second.baseURL)["events"] as? Int == 3)
+        #expect(try await C.stats(second.baseURL)["events"] as? Int == 4)
         // The burst of 1 is spent on the second server (a refused credential takes none of it): the next report gets 429, kept, and the queue waits out Retry-After.
         try queueEvent()
         let asked = Date().timeIntervalSince1970

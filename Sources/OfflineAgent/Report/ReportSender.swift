@@ -25,7 +25,9 @@ import NIOHTTP1
 /// (`ReportQueue.credential()`, 0600) and sends it instead of the token
 /// (`Authorization: Device ID:CREDENTIAL`). A collector without enrolment (`404`) keeps
 /// getting the token. A `401` to a credential (the collector's secret changed) enrols
-/// once more and resends the batch, at most once a flush.
+/// once more and resends the batch, at most once a flush. A `409` to the enrolment (this
+/// id enrolled before, its credential lost) keeps the token; where the collector requires
+/// enrolment the queue backs off with a warning naming `offline-server reenrol`.
 package struct ReportSender: Sendable {
     package let root: String
     package let settings: ReportSettings
@@ -87,8 +89,10 @@ package struct ReportSender: Sendable {
             let device = try? await pool.run(.install) { [root] in try DeviceID.load(root: root) }
             // A collector that said it enrols nobody is asked again a day later, or at once when it refuses the token.
             let enrolWanted = device.map { credential?.device != $0 && ReportCredential.isValidDevice($0) } ?? false
+            // Set when the collector answers 409: this id is enrolled already, and only the operator can free it.
+            var enrolledAlready = false
             if let token, let device, enrolWanted, !queue.enrolmentRefusedRecently(now: clock()) {
-                credential = await enrol(queue, device: device, token: token, fetcher: fetcher) ?? credential
+                credential = await enrol(queue, device: device, token: token, fetcher: fetcher, enrolledAlready: &enrolledAlready) ?? credential
             }
             var reenrolled = false
             var sentUpTo = Int.min
@@ -113,9 +117,9 @@ package struct ReportSender: Sendable {
                     }
                     // A credential refused (a new collector secret), or the token refused by a collector
                     // that now requires enrolment: enrol (again), once a flush, and resend.
-                    guard response.status.code == 401, credential != nil || enrolWanted, let token, let device, !reenrolled else { break }
+                    guard response.status.code == 401, credential != nil || enrolWanted, let token, let device, !reenrolled, !enrolledAlready else { break }
                     reenrolled = true
-                    guard let fresh = await enrol(queue, device: device, token: token, fetcher: fetcher) else { break }
+                    guard let fresh = await enrol(queue, device: device, token: token, fetcher: fetcher, enrolledAlready: &enrolledAlready) else { break }
                     credential = fresh
                 } while true
                 switch response.status.code {
@@ -130,9 +134,14 @@ package struct ReportSender: Sendable {
                     logger.warning("reports: \(queue.url.absoluteString) refused \(batch.lines.count) events (HTTP \(response.status.code) \(reason.prefix(200))): dropped")
                 case 401, 403:
                     // Kept and backed off like any failure: fixing the device config delivers the queue.
-                    let reason = token == nil && credential == nil
-                        ? "HTTP \(response.status.code): the collector wants a bearer token; set reportToken in the device config"
-                        : "HTTP \(response.status.code): the collector refused the \(credential == nil ? "bearer token" : "device credential"); check reportToken in the device config"
+                    let reason = if enrolledAlready, let device {
+                        "HTTP \(response.status.code): the collector requires enrolment and device id \(device) is enrolled already (409); "
+                            + "the operator lets it enrol again with `offline-server reenrol --device \(device)`"
+                    } else if token == nil && credential == nil {
+                        "HTTP \(response.status.code): the collector wants a bearer token; set reportToken in the device config"
+                    } else {
+                        "HTTP \(response.status.code): the collector refused the \(credential == nil ? "bearer token" : "device credential"); check reportToken in the device config"
+                    }
                     try await failed(queue, reason: reason, retryAfter: nil, outcome: &outcome, needsPerson: true)
                     return
                 default:
@@ -164,12 +173,22 @@ package struct ReportSender: Sendable {
     /// Asks the collector beside `queue`'s URL for `device`'s credential with the fleet
     /// token and records it; nil when the collector gives none (no enrolment there: the
     /// token is sent as before) or it cannot be recorded.
-    private func enrol(_ queue: ReportQueue, device: String, token: String, fetcher: HTTPFetcher) async -> ReportCredential? {
+    /// Asks `POST /enrol` for this device's credential; sets `enrolledAlready` on `409` (the
+    /// id was enrolled before: a device reset or replaced, or the answer lost on the way).
+    private func enrol(
+        _ queue: ReportQueue, device: String, token: String, fetcher: HTTPFetcher, enrolledAlready: inout Bool
+    ) async -> ReportCredential? {
         let url = ReportCredential.enrolURL(report: queue.url)
         let body = Array((try? JSONEncoder().encode(["device": device])) ?? Data())
         do {
             let (response, answer) = try await post(body, to: url, authorization: "Bearer \(token)", fetcher: fetcher)
             guard response.status.code == 200 else {
+                if response.status.code == 409 {
+                    enrolledAlready = true
+                    let reason = answer.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+                    logger.warning("reports: \(url.absoluteString) will not enrol \(device) again (HTTP 409 \(reason.prefix(200)))")
+                    return nil
+                }
                 logger.debug("reports: \(url.absoluteString) enrols no device (HTTP \(response.status.code))")
                 if response.status.code == 404 || response.status.code == 405 {
                     try? await pool.run(.install, cancellable: false) { [clock] in try queue.rememberEnrolmentRefused(at: clock()) }
