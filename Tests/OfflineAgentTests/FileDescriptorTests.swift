@@ -124,4 +124,22 @@ struct FileDescriptorTests {
         try FileSystem.writeAtomically(Data(), to: "\(dir)/empty")
         #expect(try FileHasher.digest(of: "\(dir)/empty").sha256 == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     }
+
+    @Test("writeAtomically, flushed or left to a later syncfs, replaces a file whole with its mode and leaves no temp file")
+    func atomicWrite() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("atomic-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        for durable in [true, false] {
+            let path = "\(dir)/record-\(durable)"
+            try FileSystem.writeAtomically(Data("old".utf8), to: path, durable: durable)
+            try FileSystem.writeAtomically(Data("new bytes".utf8), to: path, mode: 0o444, durable: durable)
+            #expect(FileManager.default.contents(atPath: path) == Data("new bytes".utf8))
+            var st = stat()
+            #expect(stat(path, &st) == 0 && st.st_mode & 0o777 == 0o444)
+            try FileSystem.renameAtomically(path, to: "\(path).kept", durable: durable)
+            #expect(!FileSystem.exists(path) && FileManager.default.contents(atPath: "\(path).kept") == Data("new bytes".utf8))
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir).sorted() == ["record-false.kept", "record-true.kept"])
+    }
 }

@@ -125,7 +125,7 @@ extension Store {
             if skeleton {
                 FileSystem.remove(package)
             } else {
-                try FileSystem.renameDurably(package, to: kept)
+                try FileSystem.renameAtomically(package, to: kept, durable: false)
             }
         }
     }
@@ -157,7 +157,7 @@ extension Store {
             FileSystem.remove(packagePath(app, version))
             let final = splitter.segments.map { ($0.start, $0.length, $0.object.map { made.namesByOffset[$0.headerOffset] ?? $0.name }) }
             if final.map(\.2) == segments.map(\.2) {
-                try FileSystem.renameDurably(streamedSkeleton, to: skeletonPath(app, version))
+                try FileSystem.renameAtomically(streamedSkeleton, to: skeletonPath(app, version), durable: false)
             } else {
                 // Executable entries link `.x` objects: the kept skeleton names those, which the versions keep alive.
                 FileSystem.remove(streamedSkeleton)
@@ -193,11 +193,13 @@ extension Store {
                 whitelist: manifest.whitelist, rollout: manifest.rollout, installedAt: Date(), via: via,
                 previousVersion: previous?.version, fallback: manifest.fallback,
                 trialLaunches: trialLaunches > 0 ? trialLaunches : nil)
-            try write(installed, to: metadataPath(app, version))
+            try write(installed, to: metadataPath(app, version), durable: false)
             try CrashPoint.afterRecord.reached()
             // One flush of everything the install wrote (objects, tree, skeleton or kept zip,
-            // record) before the swap makes it the version: nothing is active that is not on
-            // disk. A package file removed before it (its skeleton kept) never reaches the disk.
+            // record: none of them fsync'd on its own) before the swap makes it the version:
+            // nothing is active that is not on disk, and what a power cut before it leaves is
+            // a version that is not active, replaced by the next install of it. A package file
+            // removed before it (its skeleton kept) never reaches the disk.
             try FileSystem.syncFilesystem(containing: target)
             try activate(app, version)
             try CrashPoint.afterSwap.reached()

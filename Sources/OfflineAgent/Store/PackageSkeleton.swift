@@ -70,7 +70,8 @@ struct PackageSkeleton: Sendable, Equatable {
         return (size, segments)
     }
 
-    /// Writes the skeleton of `package` to `path` atomically (temp, fsync, rename).
+    /// Writes the skeleton of `package` to `path` atomically (temp, rename), not flushed:
+    /// only an install writes a skeleton, and its one `syncfs` flushes it before the swap.
     /// - Returns: false when the package cannot be kept as a skeleton (see `segments`).
     static func write(of package: String, objectNames: [Int64: String], to path: String) throws -> Bool {
         guard let (size, segments) = segments(of: package, objectNames: objectNames) else { return false }
@@ -88,7 +89,7 @@ struct PackageSkeleton: Sendable, Equatable {
         return true
     }
 
-    /// Writes a skeleton atomically (temp, fsync, rename) from its segments (covering the
+    /// Writes a skeleton atomically (temp, rename; not flushed, as above) from its segments (covering the
     /// package in order) and the bytes of its skeleton segments back to back: a kept
     /// zip's, or what a streamed patch's output left after its objects.
     static func write(size: Int64, segments: [(start: Int64, length: Int64, object: String?)], skeletonBytes: [UInt8], to path: String) throws {
@@ -104,7 +105,7 @@ struct PackageSkeleton: Sendable, Equatable {
             }
         }
         out.append(contentsOf: skeletonBytes)
-        try FileSystem.writeAtomically(Data(out), to: path, mode: 0o444)
+        try FileSystem.writeAtomically(Data(out), to: path, mode: 0o444, durable: false)
     }
 
     /// Reads and checks a skeleton file: every length and name bounded, segments

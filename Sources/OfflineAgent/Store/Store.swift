@@ -251,9 +251,11 @@ public struct Store: Sendable {
         return (active.version, previous)
     }
 
-    func write<T: Encodable>(_ value: T, to path: String) throws {
+    /// Writes a state record atomically; `durable: false` (an install's version record)
+    /// leaves the flush to the install's `syncfs` before its swap.
+    func write<T: Encodable>(_ value: T, to path: String, durable: Bool = true) throws {
         do {
-            try FileSystem.writeAtomically(try Self.encoder.encode(value), to: path)
+            try FileSystem.writeAtomically(try Self.encoder.encode(value), to: path, durable: durable)
         } catch let failure as POSIXFailure {
             let reason = failure.errno == ENOSPC ? "disk full writing state" : "cannot write state"
             throw OfflineAgentError(.install, reason, path: path, underlying: failure)

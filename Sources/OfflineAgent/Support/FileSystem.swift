@@ -172,22 +172,33 @@ package enum FileSystem {
 
     /// Renames atomically and makes the rename durable by syncing the destination's directory.
     package static func renameDurably(_ from: String, to: String) throws {
+        try renameAtomically(from, to: to, durable: true)
+    }
+
+    /// Renames atomically; `durable` syncs the destination's directory too (false: a later
+    /// `syncFilesystem` of the caller's makes the rename durable).
+    package static func renameAtomically(_ from: String, to: String, durable: Bool) throws {
         guard rename(from, to) == 0 else { throw POSIXFailure("rename \(from) -> \(to)") }
-        try sync(parent(of: to))
+        if durable { try sync(parent(of: to)) }
     }
 
     /// Writes `data` to `path` atomically: temp file, fsync, rename, fsync of the directory.
-    package static func writeAtomically(_ data: Data, to path: String, mode: mode_t = 0o644) throws {
+    ///
+    /// - Parameter durable: false leaves out both fsyncs, for a file that a `syncFilesystem`
+    ///   of the caller's flushes before anything relies on it (an install's files before
+    ///   its swap): the rename stays atomic against a killed process, and a power cut before
+    ///   that flush may leave the old file, the new one or an empty one.
+    package static func writeAtomically(_ data: Data, to path: String, mode: mode_t = 0o644, durable: Bool = true) throws {
         let dir = parent(of: path)
         let (fd, temp) = try makeTemporaryFile(in: dir, prefix: ".\(name(of: path)).tmp-")
         var closed = false
         do {
             do { try FileDescriptor.writeAll(fd, data) } catch { throw POSIXFailure("write \(temp)", errno: error.errno) }
             guard fchmod(fd, mode) == 0 else { throw POSIXFailure("chmod \(temp)") }
-            guard fsync(fd) == 0 else { throw POSIXFailure("fsync \(temp)") }
+            guard !durable || fsync(fd) == 0 else { throw POSIXFailure("fsync \(temp)") }
             close(fd)
             closed = true
-            try renameDurably(temp, to: path)
+            try renameAtomically(temp, to: path, durable: durable)
         } catch {
             if !closed { close(fd) }
             unlink(temp)

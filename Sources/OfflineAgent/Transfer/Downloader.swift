@@ -101,7 +101,9 @@ struct Downloader: Sendable {
             let validator = response.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : $0 }
                 ?? response.headers.first(name: "Last-Modified")
             let record = try JSONEncoder().encode(PartialInfo(url: target.url.absoluteString, validator: validator))
-            try await pool.run(.download) { try FileSystem.writeAtomically(record, to: infoPath) }
+            // Not flushed, as the part it describes is not: a power cut that loses or empties
+            // it only costs the resume (the part is fetched again from byte 0).
+            try await pool.run(.download) { try FileSystem.writeAtomically(record, to: infoPath, durable: false) }
             let (count, hash) = try await stream(response, to: part, offset: offset, target: target, progress: progress)
             transferred += count
             digest = hash
