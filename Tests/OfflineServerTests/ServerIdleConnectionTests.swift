@@ -43,17 +43,22 @@ struct ServerIdleConnectionTests {
             "body cut short": "POST /report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"events\":[",
             "idle after a request": "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
         ]
-        // Opened together: the timeout closes each on its own, whatever the others do.
-        var sockets: [(name: String, fd: Int32)] = []
-        defer { for socket in sockets { close(socket.fd) } }
-        for (name, bytes) in partial.sorted(by: { $0.key < $1.key }) {
-            // A bounded wait far above the 1 s timeout, so only a connection never closed fails.
-            let fd = try LoopbackSocket.connect(port: port, timeout: 60)
-            sockets.append((name, fd))
-            #expect(LoopbackSocket.sendAll(fd, Array(bytes.utf8)), "\(name)")
+        // Blocking socket calls, on a thread of their own: on the cooperative pool (two threads
+        // on two cores) they would stall every other test's server and timer while they wait.
+        let outcomes = try await LocalHTTP.onThread { () -> [(name: String, sent: Bool, closed: Bool)] in
+            // Opened together: the timeout closes each on its own, whatever the others do.
+            var sockets: [(name: String, fd: Int32, sent: Bool)] = []
+            defer { for socket in sockets { close(socket.fd) } }
+            for (name, bytes) in partial.sorted(by: { $0.key < $1.key }) {
+                // A bounded wait far above the 1 s timeout, so only a connection never closed fails.
+                let fd = try LoopbackSocket.connect(port: port, timeout: 60)
+                sockets.append((name, fd, LoopbackSocket.sendAll(fd, Array(bytes.utf8))))
+            }
+            return sockets.map { ($0.name, $0.sent, Self.closedByServer($0.fd)) }
         }
-        for socket in sockets {
-            #expect(Self.closedByServer(socket.fd), "\(socket.name): still open after 60 s")
+        for outcome in outcomes {
+            #expect(outcome.sent, "\(outcome.name)")
+            #expect(outcome.closed, "\(outcome.name): still open after 60 s")
         }
         #expect(try await PublishHTTP.fetch(server.baseURL + "/metrics").status == 200)
     }
