@@ -7,3 +7,5 @@
 int cshims_syncfs(int fd) { return syncfs(fd); }
 
 int cshims_mkstemp_cloexec(char *template_path) { return mkostemp(template_path, O_CLOEXEC); }
+
+int cshims_gettid(void) { return (int)gettid(); }

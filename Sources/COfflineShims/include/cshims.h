@@ -9,4 +9,7 @@ int cshims_syncfs(int fd);
 /* mkostemp(3) with O_CLOEXEC. */
 int cshims_mkstemp_cloexec(char *template_path);
 
+/* gettid(2): the calling thread's kernel id. */
+int cshims_gettid(void);
+
 #endif

@@ -80,7 +80,8 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     /// of tiny entries cannot make more objects (and bookkeeping) than a package may have.
     private let maxEntries: Int
     private var entries = 0
-    private var hasher = SHA256()
+    /// The whole stream's hash, beside the applying thread.
+    private let hasher = HashingThread()
 
     /// Which bytes are headers, entry data or the tail: the zip layout reader's streaming part.
     private var stream = ZipLocalStream()
@@ -125,7 +126,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     }
 
     /// The SHA-256 of everything received (call once, after the stream ended).
-    func sha256() -> String { hasher.finalize().hex }
+    func sha256() -> String { hasher.finalize() }
 
     /// Whether the stream ended where a package may end: after its central directory.
     var endedCleanly: Bool { stop == nil && stream.isInTail }
@@ -133,7 +134,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
     /// Takes the next bytes of the package. Returns false once the stream must stop (see `stop`).
     func feed(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard stop == nil else { return false }
-        hasher.update(bufferPointer: bytes)
+        hasher.update(bytes)
         var rest = bytes
         do {
             // `size` advances with every byte taken, so it is always the position of `rest`.

@@ -1,19 +1,47 @@
 import Crypto
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// An installed package read back from its skeleton and the store's objects, byte for
 /// byte the zip that was installed, without that zip on disk: the old input of the next
-/// patch. Reads are thread-safe (only `pread` and a fresh `openat` per object piece), as
-/// cbspatch's prefetch worker reads beside the applying thread.
+/// patch. Reads are thread-safe (one at a time, under `openObjects`' lock), as cbspatch's
+/// prefetch worker reads beside the applying thread.
 final class PackageView: Sendable {
     let skeleton: PackageSkeleton
     /// The skeleton file, owned.
     private let fd: Int32
     /// `<root>/objects`, owned.
     private let objectsFD: Int32
+    /// The objects read last, kept open: a patch reads old in thousands of small pieces,
+    /// mostly from the object it read before, and an `openat` per piece cost the patch's
+    /// old reader more than its reads. Owned: closed when evicted and in `deinit`.
+    private let openObjects = Mutex(OpenObjects())
+
+    /// A few open objects by segment index, the oldest replaced first.
+    private struct OpenObjects: ~Copyable {
+        static let capacity = 8
+        var segments = [Int](repeating: -1, count: capacity)
+        var fds = [Int32](repeating: -1, count: capacity)
+        var next = 0
+
+        /// The descriptor of `segment`'s object, opened (and cached) if it is not open.
+        mutating func descriptor(of segment: Int, name: String, in directory: Int32) -> Int32 {
+            if let slot = segments.firstIndex(of: segment) { return fds[slot] }
+            let fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { return -1 }
+            if fds[next] >= 0 { close(fds[next]) }
+            (segments[next], fds[next]) = (segment, fd)
+            next = (next + 1) % Self.capacity
+            return fd
+        }
+
+        deinit {
+            for fd in fds where fd >= 0 { close(fd) }
+        }
+    }
 
     /// Opens `skeletonPath` and checks it; nil when it is missing or malformed.
     init?(skeletonPath: String, objectsDirectory: String) {
@@ -50,6 +78,10 @@ final class PackageView: Sendable {
             errno = EINVAL
             return -1
         }
+        return openObjects.withLock { read(into: buffer, count: count, at: offset, objects: &$0) }
+    }
+
+    private func read(into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64, objects: inout OpenObjects) -> Int {
         var filled = 0
         // Bounded: each pass fills at least one byte or returns.
         while filled < count, offset + Int64(filled) < size {
@@ -67,12 +99,9 @@ final class PackageView: Sendable {
             case .skeleton(let base):
                 got = Self.preadFull(fd, target, want, skeleton.dataOffset + base + within)
             case .object(let name):
-                let object = openat(objectsFD, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+                let object = objects.descriptor(of: index, name: name, in: objectsFD)
                 guard object >= 0 else { return -1 }
                 got = Self.preadFull(object, target, want, within)
-                let saved = errno
-                close(object)
-                errno = saved
             }
             guard got >= 0 else { return -1 }
             guard got == want else {
