@@ -56,7 +56,8 @@ struct ReferenceServerResponder: HTTPResponder {
             response.headers[.allow] = "GET, HEAD"
             return response
         }
-        let segments = request.uri.path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        // On the byte `/`: a slash inside a grapheme cluster still separates (`pathSegments`).
+        let segments = request.uri.path.pathSegments.dropFirst()
         switch segments.count {
         case 1 where segments.first == "metrics":
             return metricsResponse(head: request.method == .head)

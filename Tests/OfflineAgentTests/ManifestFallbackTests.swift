@@ -30,7 +30,8 @@ struct ManifestFallbackTests {
         ("\"\"", "empty"), ("\"a\\\\b.html\"", "backslash"), ("\"a\\u0000.html\"", "NUL"), ("\"index.html?x\"", "query"),
         ("\"index.html#top\"", "fragment"), ("\"a\\nb\"", "control character"), ("\"..\"", "only a parent"),
         ("\"\(String(repeating: "a", count: 1025))\"", "over 1024 bytes"), ("1", "a number"), ("[\"index.html\"]", "an array"),
-        ("true", "a boolean"),
+        ("true", "a boolean"), ("\"../\\u0301index.html\"", "a parent whose slash a combining mark's cluster holds"),
+        ("\"a\\u0600/../\\u0301x.html\"", "an inner parent between slashes held by a prepended and a combining mark"),
     ])
     func refused(_ raw: String, _ label: String) {
         #expect(throws: OfflineAgentError.self, "\(label)") { try Self.decode(raw) }

@@ -69,11 +69,14 @@ struct ResolverTests {
     @Test("paths that leave the version directory are refused", arguments: [
         "../secret.txt", "%2e%2e/secret.txt", "js/%2e%2e/%2e%2e/secret.txt", "js/../index.html", "a%00b", "%2fetc/passwd",
         "js%5c..%5csecret.txt", "link.txt", "js", "missing.html", "js/",
+        // A slash in a combining mark's grapheme cluster is still a slash to the kernel.
+        "../%CC%81secret.txt", "%2e%2e%2f%CC%81secret.txt",
     ])
     func traversal(_ rest: String) throws {
         let f = Fixture()
         try f.add("mall", version: "1.0", whitelist: ["https://h5.example.com/mall/"])
         try "secret".write(toFile: "\(f.store.versionsDirectory("mall"))/secret.txt", atomically: true, encoding: .utf8)
+        try "secret".write(toFile: "\(f.store.versionsDirectory("mall"))/\u{301}secret.txt", atomically: true, encoding: .utf8)
         try FileManager.default.createSymbolicLink(atPath: "\(f.store.versionDirectory("mall", Version("1.0")!))/link.txt", withDestinationPath: "/etc/passwd")
         #expect(f.resolve("https://h5.example.com/mall/\(rest)") == .network(.missingFile, app: "mall"))
     }

@@ -68,6 +68,16 @@ struct ZipExtractorTests {
         Hostile(label: "dot component", reason: "'.'") { one("./a.txt") },
         Hostile(label: "empty component", reason: "empty component") { one("a//b.txt") },
         Hostile(label: "backslash", reason: "backslash") { one("..\\evil.txt") },
+        // A separator or dot that a grapheme cluster folds into its neighbour is still one to
+        // the kernel: these escaped the destination (or wrote at /) when names were split on Characters.
+        Hostile(label: "dot-dot, its slash in a combining mark's cluster", reason: "'..'") { one("../\u{301}evil.txt") },
+        Hostile(label: "directory dot-dot, its slash in a combining mark's cluster", reason: "'..'") { one("../\u{301}evil/") },
+        Hostile(label: "absolute, its slash in a combining mark's cluster", reason: "absolute") { one("/\u{301}offline-agent-evil.txt") },
+        Hostile(label: "dot-dot between slashes folded into a prepended and a combining mark", reason: "'..'") {
+            one("a\u{600}/../\u{301}evil.txt")
+        },
+        Hostile(label: "backslash in a combining mark's cluster", reason: "backslash") { one("..\\\u{301}evil.txt") },
+        Hostile(label: "NUL in a combining mark's cluster", reason: "NUL") { one("a\0\u{301}.txt") },
         Hostile(label: "NUL in name", reason: "NUL") {
             var zip = ZipBuilder()
             zip.file("ok.txt", "ok")

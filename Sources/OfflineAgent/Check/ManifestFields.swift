@@ -193,7 +193,7 @@ package struct ManifestFields {
         guard !path.isEmpty, path.utf8.count <= maxPackagePath,
               !path.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") })
         else { return false }
-        return path.split(separator: "/", omittingEmptySubsequences: false).allSatisfy { !$0.isEmpty && $0 != "." && $0 != ".." }
+        return path.pathSegments.allSatisfy { !$0.isEmpty && !$0.isDotSegment }
     }
 
     func time(_ field: String) throws -> Date {

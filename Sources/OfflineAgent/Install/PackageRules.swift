@@ -109,19 +109,19 @@ package struct PackageRules: Sendable {
         guard bytes <= limits.maxNameBytes else {
             throw Violation(reason: "entry name '\(quoted(name))' is \(bytes) bytes long, above the limit of \(limits.maxNameBytes)")
         }
-        guard !name.contains("\0") else { throw Violation(reason: "entry name contains NUL") }
-        guard !name.contains("\\") else { throw Violation(reason: "entry name '\(quoted(name))' contains a backslash") }
-        guard !name.hasPrefix("/") else { throw Violation(reason: "absolute entry name '\(quoted(name))'") }
-        let isDirectory = name.hasSuffix("/")
-        let components = (isDirectory ? String(name.dropLast()) : name)
-            .split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        // Bytes, not Characters: a separator inside a grapheme cluster is still one to the kernel.
+        guard !name.containsByte(0) else { throw Violation(reason: "entry name contains NUL") }
+        guard !name.containsByte(UInt8(ascii: "\\")) else { throw Violation(reason: "entry name '\(quoted(name))' contains a backslash") }
+        guard !name.startsWithSlash else { throw Violation(reason: "absolute entry name '\(quoted(name))'") }
+        let isDirectory = name.endsWithSlash
+        var components = name.pathSegments.map(String.init)
+        if isDirectory { components.removeLast() }
         guard components.count <= limits.maxDepth else {
             throw Violation(reason: "entry name '\(quoted(name))' is \(components.count) levels deep, above the limit of \(limits.maxDepth)")
         }
         for component in components {
             if component.isEmpty { throw Violation(reason: "entry name '\(quoted(name))' has an empty component") }
-            if component == ".." { throw Violation(reason: "entry name '\(quoted(name))' contains '..'") }
-            if component == "." { throw Violation(reason: "entry name '\(quoted(name))' contains '.'") }
+            if component.isDotSegment { throw Violation(reason: "entry name '\(quoted(name))' contains '\(component)'") }
             guard component.utf8.count <= limits.maxComponentBytes else {
                 throw Violation(reason: "entry name '\(quoted(name))' has a component of \(component.utf8.count) bytes, above the limit of \(limits.maxComponentBytes)")
             }

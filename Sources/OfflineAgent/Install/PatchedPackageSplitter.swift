@@ -242,7 +242,7 @@ final class PatchedPackageSplitter: @unchecked Sendable {
 
     /// The entry's bytes are all in: name its object (writing it only if the store lacks it).
     private func finishEntry() throws {
-        let isDirectory = entryName.hasSuffix("/")
+        let isDirectory = entryName.endsWithSlash
         if isDirectory && entryLength == 0 { return }
         let content = UnsafeRawBufferPointer(start: whole, count: filled)
         if let compare {

@@ -95,10 +95,11 @@ public struct Resolver: Sendable {
     public static func file(at encodedRest: String, in directory: String) -> String? {
         guard let decoded = encodedRest.percentDecoded else { return nil }
         var rest = decoded
-        if rest.isEmpty || rest.hasSuffix("/") { rest += "index.html" }
-        guard !rest.contains("\0"), !rest.contains("\\"), !rest.hasPrefix("/") else { return nil }
-        let components = rest.split(separator: "/", omittingEmptySubsequences: false)
-        guard components.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." }) else { return nil }
+        if rest.isEmpty || rest.endsWithSlash { rest += "index.html" }
+        // Bytes, not Characters: a separator inside a grapheme cluster is still one to the kernel.
+        guard !rest.containsByte(0), !rest.containsByte(UInt8(ascii: "\\")), !rest.startsWithSlash else { return nil }
+        let components = rest.pathSegments
+        guard components.allSatisfy({ !$0.isEmpty && !$0.isDotSegment }) else { return nil }
         // lstat every component: the extractor never makes symlinks, so any found is hostile.
         var path = directory
         for component in components {

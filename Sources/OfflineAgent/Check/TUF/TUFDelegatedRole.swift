@@ -54,9 +54,10 @@ package struct TUFDelegatedRole: Sendable, Equatable {
             let hash = SHA256.hash(data: Data(target.utf8)).hex
             return pathHashPrefixes.contains { hash.hasPrefix($0) }
         }
-        let parts = target.split(separator: "/", omittingEmptySubsequences: false)
+        // Split on the scalar `/`, as Python's `str.split("/")`: never on Characters.
+        let parts = target.pathSegments
         return (paths ?? []).contains { pattern in
-            let patternParts = pattern.split(separator: "/", omittingEmptySubsequences: false)
+            let patternParts = pattern.pathSegments
             return patternParts.count == parts.count
                 && zip(parts, patternParts).allSatisfy { Self.fnmatch(Array($0.unicodeScalars), Array($1.unicodeScalars)) }
         }
