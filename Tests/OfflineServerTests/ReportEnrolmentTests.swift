@@ -400,6 +400,29 @@ struct ReportEnrolmentTests {
         #expect(next - asked > 20, "Retry-After not honoured: \(next - asked) s")
     }
 
+    @Test("a collector that answers 409 to the enrolment and 401 to the token gets one POST /enrol in that flush, not a second; the event stays queued")
+    func enrolledAlreadyAsksOnce() async throws {
+        // Enrolment required, this id enrolled before (its credential lost): every /enrol is
+        // 409, every report without a credential 401. The 401 must not enrol again.
+        let collector = try ScriptedServer { request in request.path == "/enrol" ? .status(409) : .status(401) }
+        defer { collector.stop() }
+        let dir = try PublishFixtures.temporaryDirectory("enrol-409")
+        defer { PublishFixtures.cleanUp(dir) }
+        let root = dir + "/device"
+        let url = URL(string: collector.baseURL + "/report")!
+        let queue = ReportQueue(root: root, url: url, maxEvents: 1000)
+        let device = try DeviceID.load(root: root)
+        try queue.append([ReportEvent(time: Date(), device: device, app: "fleet", event: .updated, version: "2.0.0", via: "full")])
+        try queue.remember(token: Self.token)
+        var settings = ReportSettings()
+        settings.deadline = .seconds(60)  // a bound on a hang: two shared cores
+        let sender = ReportSender(root: root, settings: settings, network: NetworkSettings(), clock: { Date() }, pool: BlockingPool())
+        let flush = await sender.flush()
+        #expect(flush.delivered == 0 && flush.failed == [url.absoluteString] && queue.pending() == 1)
+        #expect(collector.requests.map(\.path) == ["/enrol", "/report"], "\(collector.requests.map(\.path))")
+        #expect(queue.credential() == nil)
+    }
+
     @Test("offline-server: a collector without a token is refused at start unless --open-collector; the secret is made 0600 beside the database; --require-enrolment needs the token")
     func openCollectorIsExplicit() async throws {
         let dir = try PublishFixtures.temporaryDirectory("open-collector")
