@@ -14,6 +14,8 @@ if [[ -z ${OFFLINE_AGENT_TEST_POSTGRES_URL:-} ]]; then
 fi
 # The engine's layering (Store/ names no Install/ type): a grep, before the build.
 scripts/check-layers.sh
+# No test waits on the cooperative pool (two threads on CI's two cores): a grep.
+scripts/check-test-waits.sh
 # The CLI and server executables are exercised as real processes by the tests.
 swift build --build-tests
 # Every test is Swift Testing: the XCTest pass would only print "Executed 0 tests".

@@ -122,7 +122,7 @@ struct DBusMethodTests {
         // Stored (zip -0): the download is this large whatever the bytes are.
         let big = Data(repeating: 0x5a, count: 24 << 20)
         try big.write(to: URL(fileURLWithPath: work.file("app/big.bin")))
-        #expect(try run("zip", ["-q", "-0", "-X", "-r", work.file("big.zip"), "."], cwd: work.file("app")).status == 0)
+        #expect(try await run("zip", ["-q", "-0", "-X", "-r", work.file("big.zip"), "."], cwd: work.file("app")).status == 0)
         let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: work.file("big.zip"))))
         s.h.origin.put("big.zip", bytes)
         let sha = PackageFixture.sha256(bytes)

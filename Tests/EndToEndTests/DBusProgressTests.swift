@@ -10,11 +10,11 @@ struct DBusProgressTests {
     typealias Setup = DBusServiceTests.Setup
 
     /// mall 1.1.0 with `megabytes` MiB more, stored: the download is that large.
-    static func bigPackage(_ megabytes: Int) throws -> [UInt8] {
+    static func bigPackage(_ megabytes: Int) async throws -> [UInt8] {
         let work = TemporaryDirectory("big")
         try FileManager.default.copyItem(atPath: "\(Repo.fixtures)/sample-app/1.1.0", toPath: work.file("app"))
         try Data(repeating: 0x5a, count: megabytes << 20).write(to: URL(fileURLWithPath: work.file("app/big.bin")))
-        #expect(try run("zip", ["-q", "-0", "-X", "-r", work.file("big.zip"), "."], cwd: work.file("app")).status == 0)
+        #expect(try await run("zip", ["-q", "-0", "-X", "-r", work.file("big.zip"), "."], cwd: work.file("app")).status == 0)
         return [UInt8](try Data(contentsOf: URL(fileURLWithPath: work.file("big.zip"))))
     }
 
@@ -36,7 +36,7 @@ struct DBusProgressTests {
     @Test("a sync the CLI runs (another process) downloading from a slow server is heard as Progress, 0 < bytes <= total")
     func cliSyncProgress() async throws {
         let s = try await Setup()
-        let bytes = try Self.bigPackage(8)
+        let bytes = try await Self.bigPackage(8)
         let slow = try Self.trickling(bytes)
         s.h.origin.setManifest(s.h.full("1.1.0", Self.package(bytes, at: slow)))
 
@@ -78,7 +78,7 @@ struct DBusProgressTests {
     @Test("the first install of an app (no directory of it yet) by the CLI is heard as Progress, then VersionInstalled with no previous")
     func firstInstallProgress() async throws {
         let s = try await Setup()
-        let bytes = try Self.bigPackage(4)
+        let bytes = try await Self.bigPackage(4)
         let slow = try Self.trickling(bytes)
         s.h.origin.setManifest(s.h.full("1.1.0", Self.package(bytes, at: slow).merging(["app": "shop", "whitelist": ["https://shop.example.com/"]]) { $1 }))
         #expect(!FileManager.default.fileExists(atPath: s.h.root.path + "/apps/shop"))

@@ -32,7 +32,7 @@ struct DBusServiceTests {
             try await h.install("1.0.0")
             #expect(try await CLI.run(["mark-good", "--root", h.root.path, "--app", "mall"]).status == 0)
             try await prepare(h)
-            bus = try PrivateBus(policy: policy)
+            bus = try await PrivateBus(policy: policy)
             config = h.root.path + "/../\(URL(fileURLWithPath: h.root.path).lastPathComponent)-agent.json"
             let apps: [[String: Any]] = [["app": "mall", "manifest": h.origin.manifestURL.absoluteString, "dbusUsers": users]] + extraApps
             let json = try JSONSerialization.data(withJSONObject: ["root": h.root.path, "allowUnsigned": true, "apps": apps])
@@ -41,20 +41,19 @@ struct DBusServiceTests {
                 ["serve", "--root", h.root.path, "--port", "0", "--device-id", "device", "--dbus", policy == nil ? "session" : "system", "--config", config],
                 environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": bus.address])
             self.serve = serve
-            let listening = serve.out.fileHandleForReading.availableLine()
-            let owned = serve.out.fileHandleForReading.availableLine()
+            let listening = await serve.out.fileHandleForReading.availableLine()
+            let owned = await serve.out.fileHandleForReading.availableLine()
             guard let bound = Int(listening.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ":").last ?? ""),
                   owned.hasPrefix("dbus: org.offlineagent.Agent1 on the") else {
                 serve.process.terminate()
-                let result = CLI.finishBlocking(serve)
+                let result = await CLI.finish(serve)
                 throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "serve --dbus did not start: \(listening) \(owned) \(result.stderr)"])
             }
             port = bound
         }
 
         deinit {
-            serve.process.terminate()
-            _ = CLI.finishBlocking(serve)
+            CLI.terminateInBackground(serve)
             try? FileManager.default.removeItem(atPath: config)
         }
 

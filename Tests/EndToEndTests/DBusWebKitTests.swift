@@ -12,7 +12,7 @@ struct DBusWebKitTests {
         let s = try await DBusServiceTests.Setup()
         let host = try CLI.start(["-a", "/usr/bin/python3", "\(Repo.root)/Tests/DBus/webkit_host.py", "mall", SyncHarness.whitelist + "index.html", "120"],
                                  environment: s.env, executable: "/usr/bin/xvfb-run")
-        #expect(host.out.fileHandleForReading.availableLine() == "ready\n")
+        #expect(await host.out.fileHandleForReading.availableLine() == "ready\n")
         s.h.origin.setManifest(try s.h.patch(from: "1.0.0", to: "1.1.0", ["trialLaunches": 3]))
         let sync = try await CLI.run(s.sync)
         #expect(sync.status == 0, "\(sync.stderr)")

@@ -134,10 +134,10 @@ struct DocCommandLinesTests {
     }
 
     @Test("every offline-* command line in README.md's and docs/'s shell blocks parses", arguments: commandLines)
-    func parses(_ line: Line) throws {
+    func parses(_ line: Line) async throws {
         for (tool, arguments) in Self.invocations(line.text) {
             let binary = tool == "offline-agent" ? CLI.binary : tool == "offline-publish" ? CLI.publisher : CLI.server
-            let result = try CLI.runBlocking(arguments, environment: ["OFFLINE_DRY_PARSE": "1"], executable: binary)
+            let result = try await CLI.run(arguments, environment: ["OFFLINE_DRY_PARSE": "1"], executable: binary)
             #expect(result.status == 0, "\(line.file):\(line.number): \(tool) \(arguments.joined(separator: " ")): \(result.stderr)")
         }
     }

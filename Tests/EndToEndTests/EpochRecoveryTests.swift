@@ -38,7 +38,7 @@ struct EpochRecoveryTests {
         let out = dir.file("publish"), key = dir.file("signing.key")
         _ = try await Self.publisher(["keygen", "--out", key])
         try await Self.publish("1.0.0", source: "1.0.0", out: out, key: key)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--key", key, "--no-reports"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--key", key, "--no-reports"])
         let manifestURL = "\(server.baseURL)/mall/manifest.json"
         let trusted = ["sync", "--root", dir.file("tuf-device"), "--app", "mall", "--manifest", manifestURL,
                        "--trusted-root", "\(out)/metadata/1.root.json", "--force", "--json"]

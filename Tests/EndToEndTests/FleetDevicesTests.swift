@@ -86,12 +86,12 @@ struct FleetDevicesTests {
         try StaticCDNTests.publish(v1, version: "1.0.0", out: out, key: nil)
 
         // The collector, and the two faulty servers the failing devices check (no reports of their own).
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--open-collector"])
-        defer { server.stopBlocking() }
-        let corrupting = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--fault", "corrupt=patch", "--fault", "corrupt=package"])
-        defer { corrupting.stopBlocking() }
-        let refusing = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--fault", "status=500@package"])
-        defer { refusing.stopBlocking() }
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--open-collector"])
+        defer { server.stopInBackground() }
+        let corrupting = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--fault", "corrupt=patch", "--fault", "corrupt=package"])
+        defer { corrupting.stopInBackground() }
+        let refusing = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--fault", "status=500@package"])
+        defer { refusing.stopInBackground() }
 
         // One device installs 1.0.0 (reporting nowhere); the old devices are copies of its root
         // without its device id, so each makes its own on first use.

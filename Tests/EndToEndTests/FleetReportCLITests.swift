@@ -82,7 +82,7 @@ struct FleetReportCLITests {
         let s = try Setup()
         #expect(try await CLI.run(s.sync).status == 0)
         #expect(await s.collector.waitForEvents(1))
-        let (server, port) = try LifecycleCLITests.serve(s.h.root.path, ["--report-interval", "60", "--report-deadline", "60"])
+        let (server, port) = try await LifecycleCLITests.serve(s.h.root.path, ["--report-interval", "60", "--report-deadline", "60"])
         for _ in 0..<3 { #expect(try await LifecycleCLITests.open(port).header("location") == "http://h5.example.com.localhost:\(port)/mall/index.html") }
         for _ in 0..<2 { _ = try await LifecycleCLITests.open(port, "no-such-page.html") }
         _ = try await LocalHTTP.request(port: port, "/open?url=\("https://elsewhere.example.com/".localQueryEncoded)")

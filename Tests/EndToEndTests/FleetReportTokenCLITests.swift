@@ -16,10 +16,10 @@ struct FleetReportTokenCLITests {
         // On trial (the publisher asks), so mark-good is a transition that reports.
         h.origin.setManifest(h.full("1.0.0", ["trialLaunches": 3]))
         let dir = TemporaryDirectory("token-collector")
-        let server = try OfflineServerProcess(arguments: [
+        let server = try await OfflineServerProcess(arguments: [
             "--dir", dir.path, "--reports-db", dir.file("reports.sqlite"), "--report-token", Self.token,
         ])
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let report = server.baseURL + "/report"
         let config = dir.file("agent.json")
         func write(_ token: String?) throws {
@@ -59,7 +59,7 @@ struct FleetReportTokenCLITests {
         // Lifecycle and serve know no token: the recorded one carries their reports.
         let good = try await CLI.run(["mark-good", "--root", h.root.path, "--app", "mall"])
         #expect(good.status == 0, "\(good.stderr)")
-        let (serve, port) = try LifecycleCLITests.serve(h.root.path, ["--report-interval", "60", "--report-deadline", "60"])
+        let (serve, port) = try await LifecycleCLITests.serve(h.root.path, ["--report-interval", "60", "--report-deadline", "60"])
         _ = try await LifecycleCLITests.open(port)
         serve.process.terminate()
         let stopped = await CLI.finish(serve)
@@ -86,7 +86,7 @@ struct FleetReportTokenCLITests {
         let dir = TemporaryDirectory("serve-token")
         let file = dir.file("report-token")
         try Self.token.write(toFile: file, atomically: true, encoding: .utf8)
-        let (serve, port) = try LifecycleCLITests.serve(h.root.path, [
+        let (serve, port) = try await LifecycleCLITests.serve(h.root.path, [
             "--report", collector.url.absoluteString, "--report-token-file", file, "--report-interval", "60", "--report-deadline", "60",
         ])
         _ = try await LifecycleCLITests.open(port)

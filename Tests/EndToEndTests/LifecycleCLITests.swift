@@ -131,9 +131,9 @@ struct LifecycleCLITests {
     // MARK: - serve
 
     /// Starts `offline-agent serve` on a free port; returns it and its port.
-    static func serve(_ root: String, _ extra: [String] = [], environment: [String: String] = [:]) throws -> (CLI.Running, Int) {
+    static func serve(_ root: String, _ extra: [String] = [], environment: [String: String] = [:]) async throws -> (CLI.Running, Int) {
         let running = try CLI.start(["serve", "--root", root, "--port", "0", "--device-id", "d"] + extra, environment: environment)
-        let line = running.out.fileHandleForReading.availableLine()
+        let line = await running.out.fileHandleForReading.availableLine()
         guard let port = line.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) else {
             running.process.terminate()
             throw LocalHTTP.Failure(description: "serve did not start: \(line)")
@@ -148,8 +148,8 @@ struct LifecycleCLITests {
     @Test("serve: each /open of a trial counts; after --max-trial-launches the next /open rolls back first")
     func serveCountsLaunches() async throws {
         let s = try await Setup()
-        let (server, port) = try Self.serve(s.h.root.path, ["--max-trial-launches", "2"])
-        defer { server.process.terminate(); _ = CLI.finishBlocking(server) }
+        let (server, port) = try await Self.serve(s.h.root.path, ["--max-trial-launches", "2"])
+        defer { CLI.terminateInBackground(server) }
         for n in 1...2 {
             let response = try await Self.open(port)
             #expect(response.header("location") == "http://h5.example.com.localhost:\(port)/mall/index.html")
@@ -169,8 +169,8 @@ struct LifecycleCLITests {
     @Test("serve: /session/restore counts a launch of its current entry's app; /session/item and HEAD /open do not")
     func serveCountsRestores() async throws {
         let s = try await Setup()
-        let (server, port) = try Self.serve(s.h.root.path)
-        defer { server.process.terminate(); _ = CLI.finishBlocking(server) }
+        let (server, port) = try await Self.serve(s.h.root.path)
+        defer { CLI.terminateInBackground(server) }
         let history = #"{"history": ["https://elsewhere.example/", "\#(SyncHarness.whitelist)index.html"], "currentPage": 0}"#
         let restore = try await LocalHTTP.request(port: port, "/session/restore?history=\(history.localQueryEncoded)")
         #expect(restore.status == 200, "\(restore.text)")
@@ -184,8 +184,8 @@ struct LifecycleCLITests {
     @Test("serve: POST /.offline-agent/mark-good and mark-bad answer JSON; only POST, only from the app's mirror origin, only for the version the page runs")
     func serveControlRoutes() async throws {
         let s = try await Setup(confirmed: false)
-        let (server, port) = try Self.serve(s.h.root.path)
-        defer { server.process.terminate(); _ = CLI.finishBlocking(server) }
+        let (server, port) = try await Self.serve(s.h.root.path)
+        defer { CLI.terminateInBackground(server) }
         let mirror = "h5.example.com.localhost:\(port)"
         func post(_ target: String, _ headers: [(String, String)], host: String? = mirror) async throws -> LocalHTTP.Response {
             try await LocalHTTP.request(port: port, target, method: "POST", headers: headers, host: host)
@@ -284,12 +284,12 @@ struct LifecycleCLITests {
     @Test("kill -9 of serve during an automatic rollback leaves one consistent state", arguments: rollbackPoints)
     func killDuringAutomaticRollback(_ point: String) async throws {
         let s = try await Setup()
-        let (server, port) = try Self.serve(s.h.root.path, ["--max-trial-launches", "1"], environment: ["OFFLINE_AGENT_CRASH_AT": point])
+        let (server, port) = try await Self.serve(s.h.root.path, ["--max-trial-launches", "1"], environment: ["OFFLINE_AGENT_CRASH_AT": point])
         _ = try await Self.open(port)
         // The second launch rolls back, and serve dies in the middle of it.
         _ = try? await Self.open(port)
         // 5 minutes bound a serve that never dies there, not a slow one.
-        for _ in 0..<15_000 where server.process.isRunning { usleep(20_000) }
+        for _ in 0..<15_000 where server.process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
         if server.process.isRunning { server.process.terminate() }
         let ended = await CLI.finish(server)
         #expect(ended.signaled && ended.status == SIGKILL, "serve should die at \(point): \(ended.stderr)")
@@ -298,14 +298,18 @@ struct LifecycleCLITests {
 }
 
 extension FileHandle {
-    /// The first line written to this pipe (bounded: the writer starts at once or fails).
-    func availableLine() -> String {
-        var bytes: [UInt8] = []
-        while bytes.last != UInt8(ascii: "\n") {
-            let chunk = readSomeRetryingInterrupts(limit: 1)
-            if chunk.isEmpty { break }
-            bytes += chunk
+    /// The first line written to this pipe (bounded: the writer starts at once or fails),
+    /// read on a thread of its own: a start can take seconds on a loaded machine.
+    func availableLine() async -> String {
+        let bytes = try? await LocalHTTP.onThread { [self] () -> [UInt8] in
+            var bytes: [UInt8] = []
+            while bytes.last != UInt8(ascii: "\n") {
+                let chunk = readSomeRetryingInterrupts(limit: 1)
+                if chunk.isEmpty { break }
+                bytes += chunk
+            }
+            return bytes
         }
-        return String(decoding: bytes, as: UTF8.self)
+        return String(decoding: bytes ?? [], as: UTF8.self)
     }
 }

@@ -65,10 +65,10 @@ struct ServeMirrorUsageTests {
         let collector = try ReportCollector()
         defer { collector.stop() }
         // A flush every second (1/60 minute), so events come while serve runs.
-        let (server, port) = try LifecycleCLITests.serve(
+        let (server, port) = try await LifecycleCLITests.serve(
             f.root.path, ["--report", collector.url.absoluteString, "--report-interval", "\(1.0 / 60)", "--report-deadline", "300"])
         var stopped = false
-        defer { if !stopped { server.process.terminate(); _ = CLI.finishBlocking(server) } }
+        defer { if !stopped { CLI.terminateInBackground(server) } }
 
         var expected = (spa: 0, missing: 0, killed: 0)
         for _ in 0..<2 {

@@ -30,16 +30,16 @@ struct ServerFaultTests {
             v1 = try StaticCDNTests.source("1.0.0", in: dir.path, name: "1.0.0", bigBytes: 256 << 10, seed: 1)
             v2 = try StaticCDNTests.source("1.1.0", in: dir.path, name: "1.1.0", bigBytes: 256 << 10, seed: 2)
             try StaticCDNTests.publish(v1, version: "1.0.0", out: out, key: nil)
-            let healthy = try OfflineServerProcess(arguments: ["--dir", out])
-            defer { healthy.stopBlocking() }
+            let healthy = try await OfflineServerProcess(arguments: ["--dir", out])
+            defer { healthy.stopInBackground() }
             let first = try await Self.sync(root: root, manifest: "http://127.0.0.1:\(healthy.port)/manifest")
             #expect(first["result"] as? String == "updated", "\(first)")
             try StaticCDNTests.publish(v2, version: "1.1.0", out: out, key: nil)
         }
 
         /// Starts `offline-server` over the publish directory with these `--fault` specs.
-        func serve(_ faults: [String]) throws -> OfflineServerProcess {
-            try OfflineServerProcess(arguments: ["--dir", out] + faults.flatMap { ["--fault", $0] })
+        func serve(_ faults: [String]) async throws -> OfflineServerProcess {
+            try await OfflineServerProcess(arguments: ["--dir", out] + faults.flatMap { ["--fault", $0] })
         }
 
         func size(_ name: String) -> Int { Int(FileSystem.fileSize("\(out)/sample/\(name)") ?? -1) }
@@ -94,8 +94,8 @@ struct ServerFaultTests {
     @Test("a fault fails the sync with its cause, keeps 1.0.0 byte for byte, and the next sync recovers", arguments: broken)
     func failsThenRecovers(_ broken: Broken) async throws {
         let world = try await World("broken")
-        let server = try world.serve(broken.faults)
-        defer { server.stopBlocking() }
+        let server = try await world.serve(broken.faults)
+        defer { server.stopInBackground() }
         let failed = try await World.sync(root: world.root, manifest: Self.manifestURL(server))
         #expect(failed["result"] as? String == "failed", "\(failed)")
         #expect(failed["errorCode"] as? String == broken.cause, "\(failed)")
@@ -112,8 +112,8 @@ struct ServerFaultTests {
     @Test("truncate: the next sync resumes the cut patch instead of downloading it again")
     func truncateResumes() async throws {
         let world = try await World("resume")
-        let server = try world.serve(["truncate=0.5@patch*1", "truncate=0.5@package*1"])
-        defer { server.stopBlocking() }
+        let server = try await world.serve(["truncate=0.5@patch*1", "truncate=0.5@package*1"])
+        defer { server.stopInBackground() }
         let failed = try await World.sync(root: world.root, manifest: Self.manifestURL(server))
         #expect(failed["result"] as? String == "failed", "\(failed)")
         let resumed = try await World.sync(root: world.root, manifest: Self.manifestURL(server))
@@ -127,8 +127,8 @@ struct ServerFaultTests {
     @Test("corrupt=patch alone: the hash refuses the patch and the full package installs 1.1.0")
     func corruptPatchFallsBack() async throws {
         let world = try await World("fallback")
-        let server = try world.serve(["corrupt=patch"])
-        defer { server.stopBlocking() }
+        let server = try await world.serve(["corrupt=patch"])
+        defer { server.stopInBackground() }
         let report = try await World.sync(root: world.root, manifest: Self.manifestURL(server))
         #expect(report["result"] as? String == "updated" && report["via"] as? String == "full", "\(report)")
         #expect(try await Self.faults(server, "corrupt", "patch") == 1)
@@ -151,8 +151,8 @@ struct ServerFaultTests {
     func slow(_ slow: Slow) async throws {
         let (fault, scope, seconds) = (slow.fault, slow.scope, slow.seconds)
         let world = try await World("slow")
-        let server = try world.serve([slow.spec])
-        defer { server.stopBlocking() }
+        let server = try await world.serve([slow.spec])
+        defer { server.stopInBackground() }
         let started = Date()
         let report = try await World.sync(root: world.root, manifest: Self.manifestURL(server))
         let elapsed = Date().timeIntervalSince(started)
@@ -167,8 +167,8 @@ struct ServerFaultTests {
     @Test("status=503:retry-after=3600@manifest*1: the sync is throttled until the server's time, then recovers when forced")
     func retryAfterHonoured() async throws {
         let world = try await World("retry-after")
-        let server = try world.serve(["status=503:retry-after=3600@manifest*1"])
-        defer { server.stopBlocking() }
+        let server = try await world.serve(["status=503:retry-after=3600@manifest*1"])
+        defer { server.stopInBackground() }
         let asked = Date()
         let throttled = try await World.sync(root: world.root, manifest: Self.manifestURL(server))
         let answered = Date()

@@ -12,8 +12,8 @@ struct ServiceUnitTests {
         "systemd-analyze security rates the example units 2.5 or lower",
         .enabled(if: FileManager.default.isExecutableFile(atPath: analyze), "systemd-analyze is not installed"),
         arguments: ["offline-agent-sync.service", "offline-agent-serve.service"])
-    func exposure(_ unit: String) throws {
-        let result = try run("/usr/bin/timeout", ["60", Self.analyze, "security", "--offline=true", "--no-pager", unit],
+    func exposure(_ unit: String) async throws {
+        let result = try await run("/usr/bin/timeout", ["60", Self.analyze, "security", "--offline=true", "--no-pager", unit],
                              cwd: "\(Repo.root)/examples/systemd")
         let line = try #require(result.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(result.stderr)")
         let score = try #require(line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) }, "\(line)")
@@ -32,12 +32,12 @@ struct ServiceUnitTests {
         "systemd-analyze verify accepts the example units (ExecStart pointed at the built binary)",
         .enabled(if: FileManager.default.isExecutableFile(atPath: analyze), "systemd-analyze is not installed"),
         arguments: ["offline-agent-sync.service", "offline-agent-serve.service"])
-    func verify(_ unit: String) throws {
+    func verify(_ unit: String) async throws {
         let dir = TemporaryDirectory("units")
         let text = try String(contentsOfFile: "\(Repo.root)/examples/systemd/\(unit)", encoding: .utf8)
             .replacingOccurrences(of: "/usr/local/bin/offline-agent", with: CLI.binary)
         try text.write(toFile: dir.file(unit), atomically: true, encoding: .utf8)
-        let result = try run("/usr/bin/timeout", ["60", Self.analyze, "verify", "--man=no", dir.file(unit)], cwd: dir.path)
+        let result = try await run("/usr/bin/timeout", ["60", Self.analyze, "verify", "--man=no", dir.file(unit)], cwd: dir.path)
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(!result.stderr.contains(unit), "\(result.stderr)")
     }
@@ -112,11 +112,11 @@ struct ServiceUnitTests {
             argument == "/var/lib/offline-agent" ? root : argument == "/etc/offline-agent/agent.json" ? config
                 : argument == "system" ? "session" : argument == "8421" ? "0" : argument
         }
-        let bus = try PrivateBus()
+        let bus = try await PrivateBus()
         let serve = try CLI.start(arguments, environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address])
         // The port line, then the bus line; EOF (an empty line) if serve refused the arguments.
-        let listening = serve.out.fileHandleForReading.availableLine()
-        let owned = serve.out.fileHandleForReading.availableLine()
+        let listening = await serve.out.fileHandleForReading.availableLine()
+        let owned = await serve.out.fileHandleForReading.availableLine()
         serve.process.terminate()
         let result = await CLI.finish(serve)
         #expect(listening.hasPrefix("listening"), "\(listening) \(result.stderr)")

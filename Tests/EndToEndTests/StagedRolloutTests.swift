@@ -60,8 +60,8 @@ struct StagedRolloutTests {
 
     /// `offline-publish` as an operator runs it; fails the test when it fails.
     @discardableResult
-    static func publisher(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) throws -> CLI.Result {
-        let result = try CLI.runBlocking(arguments, executable: CLI.publisher)
+    static func publisher(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) async throws -> CLI.Result {
+        let result = try await CLI.run(arguments, executable: CLI.publisher)
         #expect(result.status == 0, "\(arguments): \(result.stderr)", sourceLocation: sourceLocation)
         return result
     }
@@ -83,14 +83,14 @@ struct StagedRolloutTests {
         let (devices, late) = try devices(in: dir)
         let everyone = devices + [late]
         let base = ["--app", app, "--out", out, "--key", keyFile]
-        try publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--whitelist", whitelist] + base)
+        try await publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--whitelist", whitelist] + base)
         for device in everyone {
             let report = try await sync(device, manifest: manifest, key: key)
             #expect(report["result"] as? String == "updated", "\(device): \(report)")
         }
 
         // Canary: 1.1.0 to 10 %. Only buckets 1–10 take it; the others keep 1.0.0 offline.
-        try publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0"), "--stage", "10"] + base)
+        try await publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0"), "--stage", "10"] + base)
         for device in devices {
             let report = try await sync(device, manifest: manifest, key: key)
             #expect(report["status"] as? Int == 0, "\(device): \(report)")
@@ -108,7 +108,7 @@ struct StagedRolloutTests {
         }
 
         // Halt: no new device takes 1.1.0 (late is in bucket 1–10); those on it keep it.
-        try publisher(["stage", "--percent", "0"] + base)
+        try await publisher(["stage", "--percent", "0"] + base)
         let halted = try await sync(late, manifest: manifest, key: key)
         #expect(halted["result"] as? String == "not-in-stage" && halted["status"] as? Int == 0, "\(halted)")
         #expect(active(late) == Version("1.0.0"))
@@ -119,7 +119,7 @@ struct StagedRolloutTests {
         }
 
         // Widen to 50 %: taken at the next check, without a new version.
-        try publisher(["stage", "--percent", "50"] + base)
+        try await publisher(["stage", "--percent", "50"] + base)
         for device in everyone {
             let report = try await sync(device, manifest: manifest, key: key)
             if device.bucket <= 50 {
@@ -131,7 +131,7 @@ struct StagedRolloutTests {
         }
 
         // Revert: 1.0.0's exact package as 1.1.1; devices on the bad 1.1.0 move back by patch.
-        try publisher(["revert", "--to", "1.0.0"] + base)
+        try await publisher(["revert", "--to", "1.0.0"] + base)
         let package100 = try Data(contentsOf: URL(fileURLWithPath: "\(out)/\(app)/1.0.0.zip"))
         #expect(try Data(contentsOf: URL(fileURLWithPath: "\(out)/\(app)/1.1.1.zip")) == package100)
         for device in everyone {
@@ -147,16 +147,16 @@ struct StagedRolloutTests {
         // Half a minute ahead: `set` refuses a time already past, and a loaded machine may take
         // seconds to start it. Then a wait until that time has passed.
         let expiry = Date().addingTimeInterval(30)
-        try publisher(["set", "--expires", RFC3339.string(from: expiry)] + base)
+        try await publisher(["set", "--expires", RFC3339.string(from: expiry)] + base)
         let untilExpired = expiry.addingTimeInterval(1).timeIntervalSinceNow
         if untilExpired > 0 { try await Task.sleep(for: .seconds(untilExpired)) }
         let expired = try await sync(devices[0], manifest: manifest, key: key)
         #expect(expired["errorCode"] as? String == "expired", "\(expired)")
-        try publisher(["set", "--expires", "7d", "--reason", "cron keeps the signature fresh"] + base)
+        try await publisher(["set", "--expires", "7d", "--reason", "cron keeps the signature fresh"] + base)
         let fresh = try await sync(devices[0], manifest: manifest, key: key)
         #expect(fresh["result"] as? String == "up-to-date", "\(fresh)")
 
-        let history = try publisher(["history", "--app", app, "--out", out, "--json"])
+        let history = try await publisher(["history", "--app", app, "--out", out, "--json"])
         let json = try #require(CLI.json(history.stdout))
         let verbs = (json["revisions"] as? [[String: Any]])?.compactMap { $0["verb"] as? String }
         #expect(verbs == ["publish", "publish", "stage", "stage", "revert", "set", "set"], "\(history.stdout)")
@@ -175,7 +175,7 @@ struct StagedRolloutTests {
         let dir = TemporaryDirectory("stage-nginx")
         let out = dir.file("publish")
         let config = StaticCDNTests.staticServer(root: out)
-        let nginx = try Nginx(server: config.server, http: config.http)
+        let nginx = try await Nginx(server: config.server, http: config.http)
         defer { nginx.stop() }
         let (path, key) = try Self.keyFile(in: dir)
         try await Self.runRelease(host: "\(nginx.baseURL)/sample/manifest.json", out: out, keyFile: path, key: key, dir: dir)
@@ -187,8 +187,8 @@ struct StagedRolloutTests {
         let out = dir.file("publish")
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
         let (path, key) = try Self.keyFile(in: dir)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--key", path, "--no-reports"])
-        defer { server.stopBlocking() }
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--key", path, "--no-reports"])
+        defer { server.stopInBackground() }
         try await Self.runRelease(host: server.manifestURL, out: out, keyFile: path, key: key, dir: dir)
         // The dynamic answer carries its own signature too, and the header signs the whole body.
         let response = try await PublishHTTP.fetch(server.manifestURL + "?app=sample&current=1.1.0")
@@ -205,15 +205,15 @@ struct StagedRolloutTests {
         let out = dir.file("publish")
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
         let (path, key) = try Self.keyFile(in: dir)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--key", path, "--no-reports"])
-        defer { server.stopBlocking() }
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--key", path, "--no-reports"])
+        defer { server.stopInBackground() }
         let (devices, _) = try Self.devices(in: dir)
         let base = ["--app", Self.app, "--out", out, "--key", path]
-        try Self.publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--whitelist", Self.whitelist] + base)
+        try await Self.publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--whitelist", Self.whitelist] + base)
         for device in devices { _ = try await Self.sync(device, manifest: server.manifestURL, key: key) }
         // 10 % now, everyone a minute later: the same manifest bytes, a different answer. A
         // minute is far more than six syncs take on a loaded machine.
-        try Self.publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0"), "--stage-schedule", "10@0s,100@60s"] + base)
+        try await Self.publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0"), "--stage-schedule", "10@0s,100@60s"] + base)
         let published = Date()  // no earlier than the publish time the manifest carries
         for device in devices {
             let report = try await Self.sync(device, manifest: server.manifestURL, key: key)
@@ -235,22 +235,22 @@ struct StagedRolloutTests {
         let (path, key) = try Self.keyFile(in: dir)
         for (out, versions) in [(beta, ["1.0.0", "1.1.0"]), (production, ["1.0.0"])] {
             for version in versions {
-                try Self.publisher(["publish", "--app", Self.app, "--out", out, "--key", path, "--version", version,
+                try await Self.publisher(["publish", "--app", Self.app, "--out", out, "--key", path, "--version", version,
                                     "--source", F.sampleApp(version), "--whitelist", Self.whitelist])
             }
         }
         let config = StaticCDNTests.staticServer(root: production)
-        let nginx = try Nginx(server: config.server, http: config.http)
+        let nginx = try await Nginx(server: config.server, http: config.http)
         defer { nginx.stop() }
-        let server = try OfflineServerProcess(arguments: ["--dir", production, "--key", path, "--no-reports"])
-        defer { server.stopBlocking() }
+        let server = try await OfflineServerProcess(arguments: ["--dir", production, "--key", path, "--no-reports"])
+        defer { server.stopInBackground() }
         let device = Device(name: "device-promote", root: dir.file("device"), bucket: 0)
         let serverDevice = Device(name: "device-promote-server", root: dir.file("device-server"), bucket: 0)
         let manifest = "\(nginx.baseURL)/sample/manifest.json"
         #expect(try await Self.sync(device, manifest: manifest, key: key)["result"] as? String == "updated")
         #expect(try await Self.sync(serverDevice, manifest: server.manifestURL, key: key)["result"] as? String == "updated")
 
-        try Self.publisher(["promote", "--app", Self.app, "--version", "1.1.0", "--from", beta, "--to", production, "--key", path])
+        try await Self.publisher(["promote", "--app", Self.app, "--version", "1.1.0", "--from", beta, "--to", production, "--key", path])
         for file in ["1.1.0.zip", "1.1.0.zip.gz"] {
             let promoted = try Data(contentsOf: URL(fileURLWithPath: "\(production)/sample/\(file)"))
             #expect(promoted == (try Data(contentsOf: URL(fileURLWithPath: "\(beta)/sample/\(file)"))), "\(file)")
@@ -270,25 +270,25 @@ struct StagedRolloutTests {
         let out = dir.file("publish")
         let (path, key) = try Self.keyFile(in: dir)
         let config = StaticCDNTests.staticServer(root: out)
-        let nginx = try Nginx(server: config.server, http: config.http)
+        let nginx = try await Nginx(server: config.server, http: config.http)
         defer { nginx.stop() }
         let manifest = "\(nginx.baseURL)/sample/manifest.json"
         let device = Device(name: "device-sig", root: dir.file("device"), bucket: 0)
         let base = ["--app", Self.app, "--out", out, "--key", path, "--whitelist", Self.whitelist]
-        try Self.publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0")] + base)
+        try await Self.publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0")] + base)
         #expect(try await Self.sync(device, manifest: manifest, key: key)["result"] as? String == "updated")
         let sigPath = "\(out)/sample/manifest.json.sig"
         let staleSig = try Data(contentsOf: URL(fileURLWithPath: sigPath))
 
         // A CDN mid-purge: the new manifest.json beside the old .sig. The envelope decides.
-        try Self.publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0")] + base)
+        try await Self.publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0")] + base)
         try staleSig.write(to: URL(fileURLWithPath: sigPath))
         let report = try await Self.sync(device, manifest: manifest, key: key)
         #expect(report["result"] as? String == "updated", "\(report)")
 
         // The format 1 form (the bare signed body) is still accepted with its own .sig, and
         // refused with a stale one: that pairing is what the envelope takes away.
-        try Self.publisher(["publish", "--version", "1.2.0", "--source", F.sampleApp("1.2.0")] + base)
+        try await Self.publisher(["publish", "--version", "1.2.0", "--source", F.sampleApp("1.2.0")] + base)
         let file = try Data(contentsOf: URL(fileURLWithPath: "\(out)/sample/manifest.json"))
         let inner = try #require(try ManifestEnvelope.open(file)).manifest
         try inner.write(to: URL(fileURLWithPath: "\(out)/sample/manifest.json"))

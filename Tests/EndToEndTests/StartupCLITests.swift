@@ -47,8 +47,8 @@ struct StartupCLITests {
     func serveTwoEventLoops() async throws {
         let h = try SyncHarness()
         let running = try CLI.start(["serve", "--root", h.root.path, "--port", "0", "--device-id", "d"])
-        defer { running.process.terminate(); _ = CLI.finishBlocking(running) }
-        let line = running.out.fileHandleForReading.availableLine()
+        defer { CLI.terminateInBackground(running) }
+        let line = await running.out.fileHandleForReading.availableLine()
         #expect(line.hasPrefix("listening on"), "\(line)")
         let pid = running.process.processIdentifier
         let names = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").map { task in

@@ -87,7 +87,7 @@ struct StaticCDNTests {
         let out = dir.file("publish")
         let key = SigningKey.generate()
         let config = Self.staticServer(root: out)
-        let nginx = try Nginx(server: config.server, http: config.http)
+        let nginx = try await Nginx(server: config.server, http: config.http)
         defer { nginx.stop() }
         let manifest = "\(nginx.baseURL)/sample/manifest.json"
 
@@ -152,7 +152,7 @@ struct StaticCDNTests {
         let source = try Self.source("1.0.0", in: dir.path, name: "big", bigBytes: 2 << 20)
         try Self.publish(source, version: "1.0.0", out: out, key: key)
         let config = Self.staticServer(root: out, rate: "128k")
-        let nginx = try Nginx(server: config.server, http: config.http)
+        let nginx = try await Nginx(server: config.server, http: config.http)
         defer { nginx.stop() }
         let manifest = "\(nginx.baseURL)/sample/manifest.json"
         let root = dir.file("device")
@@ -201,9 +201,9 @@ struct StaticCDNTests {
         try Self.publish(v1, version: "1.0.0", out: out, key: nil)
 
         let maxAge = 2
-        let upstream = try OfflineServerProcess(arguments: ["--dir", out, "--manifest-max-age", "\(maxAge)"])
-        defer { upstream.stopBlocking() }
-        let nginx = try Nginx(
+        let upstream = try await OfflineServerProcess(arguments: ["--dir", out, "--manifest-max-age", "\(maxAge)"])
+        defer { upstream.stopInBackground() }
+        let nginx = try await Nginx(
             server: """
                     location / {
                         proxy_pass http://127.0.0.1:\(upstream.port);

@@ -22,8 +22,8 @@ struct TUFAttackTests {
         var metadata: String { "\(out)/metadata" }
         let nginx: Nginx
 
-        init() throws {
-            nginx = try Nginx(server: "root \(dir.file("publish"));")
+        init() async throws {
+            nginx = try await Nginx(server: "root \(dir.file("publish"));")
         }
 
         func publish(_ version: String, stage: Int? = nil) throws {
@@ -55,14 +55,14 @@ struct TUFAttackTests {
         deinit { nginx.stop() }
     }
 
-    static func started() throws -> Scene? {
+    static func started() async throws -> Scene? {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return nil }
-        return try Scene()
+        return try await Scene()
     }
 
     @Test("rollback: a halt undone by replaying the metadata from before it is refused (metadata-replay)")
     func haltUndoneByReplay() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         #expect(try await scene.sync()["result"] as? String == "updated")
         try scene.publish("1.1.0", stage: 100)
@@ -80,7 +80,7 @@ struct TUFAttackTests {
 
     @Test("freeze: an expired timestamp is refused (metadata-expired); a fresh one is taken")
     func indefiniteFreeze() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         #expect(try await scene.sync()["result"] as? String == "updated")
         try scene.publish("1.1.0")
@@ -92,7 +92,7 @@ struct TUFAttackTests {
 
     @Test("endless data: metadata above its cap and a manifest longer than listed are cut off (length-exceeded)")
     func endlessData() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         #expect(try await scene.sync()["result"] as? String == "updated")
         try scene.publish("1.1.0")
@@ -110,7 +110,7 @@ struct TUFAttackTests {
 
     @Test("mix-and-match: a snapshot of another release under the name timestamp points at is refused (metadata-mismatch)")
     func mixAndMatch() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         #expect(try await scene.sync()["result"] as? String == "updated")
         let versions = try TUFRepository.refresh(publishDirectory: scene.out, keys: TUFKeys(all: scene.key), now: Date())
@@ -124,7 +124,7 @@ struct TUFAttackTests {
 
     @Test("fewer keys than the threshold: a timestamp signed by a key root does not name is refused (threshold-not-met)")
     func thresholdNotMet() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         #expect(try await scene.sync()["result"] as? String == "updated")
         try scene.publish("1.1.0")
@@ -137,7 +137,7 @@ struct TUFAttackTests {
 
     @Test("a bad root rotation: 2.root.json signed only by its own new key is refused (root-chain-broken)")
     func badRootRotation() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         #expect(try await scene.sync()["result"] as? String == "updated")
         try scene.publish("1.1.0")
@@ -149,7 +149,7 @@ struct TUFAttackTests {
 
     @Test("arbitrary installation: a manifest or package with other bytes than targets lists is refused (hash-mismatch)")
     func arbitraryInstallation() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         #expect(try await scene.sync()["result"] as? String == "updated")
         try scene.publish("1.1.0")

@@ -21,8 +21,8 @@ struct TUFDelegationTests {
         var metadata: String { "\(out)/metadata" }
         let nginx: Nginx
 
-        init() throws {
-            nginx = try Nginx(server: "root \(dir.file("publish"));")
+        init() async throws {
+            nginx = try await Nginx(server: "root \(dir.file("publish"));")
         }
 
         func key(_ name: String) -> String { dir.file("\(name).key") }
@@ -74,7 +74,7 @@ struct TUFDelegationTests {
 
     static func delegatedScene() async throws -> Scene? {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return nil }
-        let scene = try Scene()
+        let scene = try await Scene()
         for name in ["signing", "sample", "shop"] { try await scene.expectSuccess(["keygen", "--out", scene.key(name)]) }
         try await scene.publish("sample", "1.0.0", key: "signing")
         try await scene.publish("shop", "1.0.0", key: "signing")
@@ -128,7 +128,7 @@ struct TUFDelegationTests {
     @Test("the runbook's split: a separate targets key delegates; the app key with the snapshot key ships the app, the snapshot key alone ships nothing, and undelegated apps take the targets key")
     func splitTargetsKey() async throws {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
-        let scene = try Scene()
+        let scene = try await Scene()
         for name in ["signing", "targets", "sample"] { try await scene.expectSuccess(["keygen", "--out", scene.key(name)]) }
         try await scene.publish("sample", "1.0.0", key: "signing")
         try await scene.publish("shop", "1.0.0", key: "signing")
@@ -181,7 +181,7 @@ struct TUFDelegationTests {
         try scene.expectInstalled("sample", "1.0.0")
         // python-tuf's ngclient reads the halt role's file like any target.
         if PythonTUF.missing == nil {
-            let seen = try #require(CLI.json(try PythonTUF.run("ngclient.py", [scene.nginx.baseURL, "\(scene.metadata)/1.root.json", scene.dir.file("ngclient"), "sample"])))
+            let seen = try #require(CLI.json(try await PythonTUF.run("ngclient.py", [scene.nginx.baseURL, "\(scene.metadata)/1.root.json", scene.dir.file("ngclient"), "sample"])))
             #expect(seen["version"] as? String == "1.1.0", "\(seen)")
         }
     }
@@ -235,13 +235,13 @@ struct TUFDelegationTests {
         guard PythonTUF.missing == nil else { Issue.record(Comment(rawValue: "skipped: \(PythonTUF.missing ?? "")")); return }
         guard let scene = try await Self.delegatedScene() else { return }
         let work = scene.dir.file("ngclient")
-        func ngclient() throws -> [String: Any] {
-            try #require(CLI.json(try PythonTUF.run("ngclient.py", [scene.nginx.baseURL, "\(scene.metadata)/1.root.json", work, "sample"])))
+        func ngclient() async throws -> [String: Any] {
+            try #require(CLI.json(try await PythonTUF.run("ngclient.py", [scene.nginx.baseURL, "\(scene.metadata)/1.root.json", work, "sample"])))
         }
-        var seen = try ngclient()
+        var seen = try await ngclient()
         #expect(seen["version"] as? String == "1.0.0" && seen["downloaded"] as? [String] == ["sample/manifest.json", "sample/1.0.0.zip.gz"], "\(seen)")
         try await scene.publish("sample", "1.1.0", key: "sample", snapshotKey: "signing")
-        seen = try ngclient()
+        seen = try await ngclient()
         #expect(seen["version"] as? String == "1.1.0", "\(seen)")
         #expect(seen["downloaded"] as? [String] == ["sample/manifest.json", "sample/1.1.0.zip.gz", "sample/1.0.0-1.1.0.bsdiff"], "\(seen)")
         #expect(scene.nginx.accessLog().contains { $0.path.hasSuffix(".sample.json") })
@@ -254,8 +254,8 @@ struct TUFDelegationTests {
         let dir = TemporaryDirectory("tuf-python-delegations")
         let published = try TUFInteropTests.unsignedSample(dir)
         let repo = dir.file("repo")
-        try PythonTUF.run("delegated-repository.py", [repo, "sample", "\(published)/sample/manifest.json", "\(published)/sample/1.0.0.zip.gz"])
-        let nginx = try Nginx(server: "root \(repo);")
+        try await PythonTUF.run("delegated-repository.py", [repo, "sample", "\(published)/sample/manifest.json", "\(published)/sample/1.0.0.zip.gz"])
+        let nginx = try await Nginx(server: "root \(repo);")
         defer { nginx.stop() }
         let device = dir.file("device")
         let report = try await TUFInteropTests.trustedSync(device: device, base: nginx.baseURL, root: "\(repo)/metadata/1.root.json")
@@ -270,7 +270,7 @@ struct TUFDelegationTests {
           arguments: ["delegate", "publish"])
     func killedAfterDelegatedMetadata(_ command: String) async throws {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
-        let scene = try Scene()
+        let scene = try await Scene()
         for name in ["signing", "sample"] { try await scene.expectSuccess(["keygen", "--out", scene.key(name)]) }
         try await scene.publish("sample", "1.0.0", key: "signing")
         #expect(try await scene.sync("sample")["result"] as? String == "updated")
@@ -352,7 +352,7 @@ struct TUFDelegationTests {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
         let dir = TemporaryDirectory("tuf-delegation-chain")
         let repo = try Self.chainRepository(dir, depth: cycle ? 3 : 40, listed: cycle ? nil : listed, cycle: cycle)
-        let nginx = try Nginx(server: "root \(repo);")
+        let nginx = try await Nginx(server: "root \(repo);")
         defer { nginx.stop() }
         let report = try await TUFInteropTests.trustedSync(device: dir.file("device"), base: nginx.baseURL, root: "\(repo)/metadata/1.root.json")
         let fetched = nginx.accessLog().map(\.path).filter { $0.hasPrefix("/metadata/1.r") }

@@ -38,7 +38,7 @@ struct TUFExpiryWarningTests {
         #expect(short.status == 0 && short.stderr.contains("warning: timestamp v2 expires"), "\(short.stderr)")
         #expect(!short.stderr.contains("root v1"), "\(short.stderr)")
 
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
         let sync = try await CLI.run(["sync", "--root", root, "--app", "mall", "--manifest", "\(server.baseURL)/mall/manifest.json",
                                       "--trusted-root", "\(out)/metadata/1.root.json", "--force", "--json"])
         #expect(sync.status == 0, "\(sync.stdout) \(sync.stderr)")

@@ -18,8 +18,8 @@ struct TUFInteropTests {
     }
 
     /// ngclient's view of the repository: the manifest's version and the targets it downloaded.
-    static func ngclient(base: String, root: String, work: String) throws -> [String: Any] {
-        let out = try PythonTUF.run("ngclient.py", [base, root, work, "sample"])
+    static func ngclient(base: String, root: String, work: String) async throws -> [String: Any] {
+        let out = try await PythonTUF.run("ngclient.py", [base, root, work, "sample"])
         return try #require(CLI.json(out))
     }
 
@@ -46,7 +46,7 @@ struct TUFInteropTests {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return }
         let dir = TemporaryDirectory("tuf-ngclient")
         let out = dir.file("publish"), key = dir.file("release.key")
-        let nginx = try Nginx(server: "root \(out);")
+        let nginx = try await Nginx(server: "root \(out);")
         defer { nginx.stop() }
         try await Self.publisher(["keygen", "--out", key])
         let common = ["--app", "sample", "--out", out, "--key", key]
@@ -54,13 +54,13 @@ struct TUFInteropTests {
         let root = "\(out)/metadata/1.root.json"
         let work = dir.file("ngclient")
 
-        var seen = try Self.ngclient(base: nginx.baseURL, root: root, work: work)
+        var seen = try await Self.ngclient(base: nginx.baseURL, root: root, work: work)
         #expect(seen["version"] as? String == "1.0.0")
         #expect(seen["downloaded"] as? [String] == ["sample/manifest.json", "sample/1.0.0.zip.gz"])
         var timestamp = try #require(seen["timestamp"] as? Int)
 
         try await Self.publisher(["publish", "--version", "1.1.0", "--source", F.sampleApp("1.1.0")] + common)
-        seen = try Self.ngclient(base: nginx.baseURL, root: root, work: work)
+        seen = try await Self.ngclient(base: nginx.baseURL, root: root, work: work)
         #expect(seen["version"] as? String == "1.1.0")
         #expect(seen["downloaded"] as? [String] == ["sample/manifest.json", "sample/1.1.0.zip.gz", "sample/1.0.0-1.1.0.bsdiff"])
         #expect(try #require(seen["timestamp"] as? Int) > timestamp)
@@ -68,12 +68,12 @@ struct TUFInteropTests {
 
         // A halt changes only the manifest: a new targets, snapshot and timestamp all the same.
         try await Self.publisher(["stage", "--percent", "0"] + common)
-        seen = try Self.ngclient(base: nginx.baseURL, root: root, work: work)
+        seen = try await Self.ngclient(base: nginx.baseURL, root: root, work: work)
         #expect(try #require(seen["timestamp"] as? Int) > timestamp)
         timestamp = try #require(seen["timestamp"] as? Int)
 
         try await Self.publisher(["revert", "--to", "1.0.0"] + common)
-        seen = try Self.ngclient(base: nginx.baseURL, root: root, work: work)
+        seen = try await Self.ngclient(base: nginx.baseURL, root: root, work: work)
         #expect(seen["version"] as? String == "1.1.1")
         #expect((seen["downloaded"] as? [String])?.contains("sample/1.1.1.zip.gz") == true)
         #expect(try #require(seen["timestamp"] as? Int) > timestamp)
@@ -89,10 +89,10 @@ struct TUFInteropTests {
         // Our manifest and package, published unsigned: python-tuf's targets role signs them.
         let published = try Self.unsignedSample(dir)
         let repo = dir.file("repo")
-        try PythonTUF.run("repository.py", [
+        try await PythonTUF.run("repository.py", [
             repo, "sample/manifest.json=\(published)/sample/manifest.json", "sample/1.0.0.zip.gz=\(published)/sample/1.0.0.zip.gz",
         ])
-        let nginx = try Nginx(server: "root \(repo);")
+        let nginx = try await Nginx(server: "root \(repo);")
         defer { nginx.stop() }
         let device = dir.file("device")
         let report = try await Self.trustedSync(device: device, base: nginx.baseURL, root: "\(repo)/metadata/1.root.json")

@@ -26,7 +26,7 @@ struct TUFReferenceServerTests {
         let keygen = try await CLI.run(["keygen", "--out", key], executable: CLI.publisher)
         #expect(keygen.status == 0, "\(keygen.stderr)")
         try await Self.publish("1.0.0", out: out, key: key)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--key", key, "--no-reports"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--key", key, "--no-reports"])
 
         let sync = ["sync", "--root", root, "--app", "mall", "--manifest", "\(server.baseURL)/mall/manifest.json",
                     "--trusted-root", "\(out)/metadata/1.root.json", "--force", "--json"]

@@ -27,7 +27,7 @@ struct TUFRootRotationTests {
         func key(_ name: String) -> String { dir.file("\(name).key") }
         let common = ["--app", "sample", "--out", out, "--whitelist", "https://h5.example.com/sample/"]
         _ = try await Self.publisher(["publish", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--key", key("release")] + common)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
         let sync = ["sync", "--root", dir.file("device"), "--app", "sample", "--manifest", "\(server.baseURL)/sample/manifest.json",
                     "--trusted-root", "\(metadata)/1.root.json", "--force", "--json"]
         func synced() async throws -> [String: Any] { try #require(CLI.json(try await CLI.run(sync).stdout)) }
@@ -35,7 +35,7 @@ struct TUFRootRotationTests {
         #expect(report["result"] as? String == "updated" && report["version"] as? String == "1.0.0", "\(report)")
         let python = PythonTUF.missing == nil
         if python {
-            let seen = try #require(CLI.json(try PythonTUF.run("ngclient.py", [server.baseURL, "\(metadata)/1.root.json", dir.file("ngclient"), "sample"])))
+            let seen = try #require(CLI.json(try await PythonTUF.run("ngclient.py", [server.baseURL, "\(metadata)/1.root.json", dir.file("ngclient"), "sample"])))
             #expect(seen["version"] as? String == "1.0.0", "\(seen)")
         }
 
@@ -84,7 +84,7 @@ struct TUFRootRotationTests {
         report = try await synced()
         #expect(report["result"] as? String == "updated" && report["version"] as? String == "1.1.0", "\(report)")
         if python {
-            let seen = try #require(CLI.json(try PythonTUF.run("ngclient.py", [server.baseURL, "\(metadata)/1.root.json", dir.file("ngclient"), "sample"])))
+            let seen = try #require(CLI.json(try await PythonTUF.run("ngclient.py", [server.baseURL, "\(metadata)/1.root.json", dir.file("ngclient"), "sample"])))
             #expect(seen["version"] as? String == "1.1.0", "\(seen)")
         }
 

@@ -75,4 +75,23 @@ struct ChildProcessTests {
         missing.executableURL = URL(fileURLWithPath: "/nonexistent/program")
         #expect(throws: POSIXError.self) { try missing.run() }
     }
+
+    @Test("exited() resumes its waiters when the child ends (no thread held meanwhile), and returns at once after that or when it never ran")
+    func exitedResumes() async throws {
+        await ChildProcess().exited()
+        let input = Pipe()
+        let child = ChildProcess()
+        child.executableURL = URL(fileURLWithPath: "/bin/sh")
+        child.arguments = ["-c", "read line; exit 5"]
+        child.standardInput = input
+        try child.run()
+        // Two waiters, likely registered before the end: the child waits for its line.
+        async let first: Void = child.exited()
+        async let second: Void = child.exited()
+        try input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8))
+        try input.fileHandleForWriting.close()
+        _ = await (first, second)
+        #expect(!child.isRunning && child.terminationReason == .exit && child.terminationStatus == 5)
+        await child.exited()
+    }
 }

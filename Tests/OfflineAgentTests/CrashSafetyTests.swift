@@ -56,7 +56,7 @@ struct CrashSafetyTests {
         var generator = SplitMix64(seed: 42)
         for _ in 0..<6 {
             let running = try CLI.start(args)
-            usleep(UInt32(Double.random(in: 0.05...0.6, using: &generator) * 1_000_000))
+            try await Task.sleep(for: .seconds(Double.random(in: 0.05...0.6, using: &generator)))
             kill(running.process.processIdentifier, SIGKILL)
             _ = await CLI.finish(running)
             #expect(h.activeMatches("1.0.0") || h.activeMatches("1.3.0"))
@@ -98,12 +98,12 @@ struct CrashSafetyTests {
         // root meanwhile, however fast or slow the machine.
         let gate = DispatchSemaphore(value: 0)
         h.origin.override("1.0.0.zip") { request, bytes in
-            _ = gate.wait(timeout: .now() + 300)  // a bound on a test that never opens it
+            _ = gate.wait(timeout: .now() + 300)  // blocking: the origin's thread; the bound ends a test that never opens it
             return Origin.serve(bytes, request: request)
         }
         h.origin.setManifest(h.full("1.0.0"))
         async let first = h.sync()
-        await Task.detached { h.origin.waitForRequest("/files/1.0.0.zip") }.value
+        await h.origin.waitForRequest("/files/1.0.0.zip")
         let second = await h.sync()
         gate.signal()
         #expect(second.result == .failed)
@@ -118,13 +118,13 @@ struct CrashSafetyTests {
             let dir = TemporaryDirectory("tmpfs")
             path = dir.path + "-mnt"
             try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-            guard (try? run("mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", path]))?.status == 0 else { return nil }
+            guard (try? runOnThisThread("mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", path]))?.status == 0 else { return nil }  // blocking: a tmpfs mount, a moment
         }
-        func remount(readOnly: Bool) -> Bool {
-            (try? run("mount", ["-o", "remount,\(readOnly ? "ro" : "rw")", path]))?.status == 0
+        func remount(readOnly: Bool) async -> Bool {
+            (try? await run("mount", ["-o", "remount,\(readOnly ? "ro" : "rw")", path]))?.status == 0
         }
         deinit {
-            _ = try? run("umount", ["-l", path])
+            _ = try? runOnThisThread("umount", ["-l", path])  // blocking: a lazy unmount, a moment
             try? FileManager.default.removeItem(atPath: path)
         }
     }
@@ -145,7 +145,7 @@ struct CrashSafetyTests {
         // The disk fills up after the budget check, while the file is being written.
         h.origin.override("1.1.0.zip") { request, bytes in
             let free = FileSystem.availableBytes(at: disk.path) ?? 0
-            _ = try? run("fallocate", ["-l", "\(max(free - Int64(bytes.count) / 2, 4096))", filler])
+            _ = try? runOnThisThread("fallocate", ["-l", "\(max(free - Int64(bytes.count) / 2, 4096))", filler])  // blocking: the origin's thread
             return Origin.serve(bytes, request: request)
         }
         h.origin.setManifest(h.full("1.1.0"))
@@ -162,7 +162,7 @@ struct CrashSafetyTests {
         try FileManager.default.createDirectory(atPath: Store(root: root).downloadsDirectory("mall"), withIntermediateDirectories: true)
         h.origin.override("1.1.0.zip") { request, bytes in
             let free = FileSystem.availableBytes(at: disk.path) ?? 0
-            _ = try? run("fallocate", ["-l", "\(max(free - Int64(bytes.count) - 16 * 1024, 4096))", filler])
+            _ = try? runOnThisThread("fallocate", ["-l", "\(max(free - Int64(bytes.count) - 16 * 1024, 4096))", filler])  // blocking: the origin's thread
             return Origin.serve(bytes, request: request)
         }
         let extracting = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
@@ -224,7 +224,7 @@ struct CrashSafetyTests {
         let root = URL(fileURLWithPath: "\(disk.path)/root")
         h.origin.setManifest(h.full("1.0.0"))
         #expect(await Agent(root: root, configuration: h.configuration).sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)).result == .updated)
-        #expect(disk.remount(readOnly: true))
+        #expect(await disk.remount(readOnly: true))
         h.origin.setManifest(h.full("1.1.0"))
         let report = await Agent(root: root, configuration: h.configuration).sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true))
         #expect(report.result == .failed)
@@ -232,6 +232,6 @@ struct CrashSafetyTests {
         #expect(report.error?.cause == .io, "\(report.error?.description ?? "")")
         #expect(Store(root: root.path).active("mall")?.version.description == "1.0.0")
         #expect(Self.tree(of: "\(root.path)/apps/mall/versions/1.0.0", equals: "\(Repo.fixtures)/sample-app/1.0.0"), "old version byte for byte")
-        #expect(disk.remount(readOnly: false))
+        #expect(await disk.remount(readOnly: false))
     }
 }

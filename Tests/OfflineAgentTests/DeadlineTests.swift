@@ -107,7 +107,7 @@ struct DeadlineTests {
             // further SYNs, like a blackholed address.
             let (listener, port) = try TrickleServer.listen(backlog: 0)
             let fillers = (0..<3).map { _ in TrickleServer.connectAsync(to: port) }
-            Thread.sleep(forTimeInterval: 0.2)
+            Thread.sleep(forTimeInterval: 0.2)  // blocking: the SYN queue fills, a moment
             return (port, [listener] + fillers, nil)
         }, reason: "no connection to 127.0.0.1:PORT", connectTimeout: .seconds(1)),
         DeadServer(label: "closed before answering", make: {

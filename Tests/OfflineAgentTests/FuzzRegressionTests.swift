@@ -65,8 +65,9 @@ struct FuzzRegressionTests {
 
     /// Applies on a thread of its own and gives up waiting after a minute: some of these
     /// inputs once hung the applier (a deadlock between its threads). Nil (and an issue
-    /// recorded) when it did not finish.
-    static func applyBounded(old: URL, patch: URL, to new: URL, name: String) -> Outcome? {
+    /// recorded) when it did not finish. The wait too is on a thread of its own: the cases
+    /// run at once, and each would hold one of the cooperative pool's threads.
+    static func applyBounded(old: URL, patch: URL, to new: URL, name: String) async -> Outcome? {
         let outcome = Outcome()
         Thread {
             do {
@@ -76,7 +77,7 @@ struct FuzzRegressionTests {
                 outcome.finish(error)
             }
         }.start()
-        guard outcome.done.wait(timeout: .now() + 60) == .success else {
+        guard await outcome.finished(within: 60) else {
             Issue.record("\(name): the patch was not applied or refused within 60 s")
             return nil
         }
@@ -85,12 +86,12 @@ struct FuzzRegressionTests {
 
     @Test("bspatch: refused with a patch-invalid cause within a bounded time, nothing written",
           arguments: inputs("bspatch"))
-    func bspatch(name: String) throws {
+    func bspatch(name: String) async throws {
         let scratch = TemporaryDirectory("fuzz-bspatch")
         let old = URL(fileURLWithPath: "\(Repo.fixtures)/fuzz/bspatch-old.bin")
         let patch = URL(fileURLWithPath: "\(Self.directory)/\(name)")
         let new = scratch.url.appendingPathComponent("new")
-        guard let outcome = Self.applyBounded(old: old, patch: patch, to: new, name: name) else { return }
+        guard let outcome = await Self.applyBounded(old: old, patch: patch, to: new, name: name) else { return }
         let error = try #require(outcome.error as? OfflineAgentError, "\(name) was applied")
         #expect(error.code == .patch)
         #expect(error.cause == .patchInvalid)
@@ -99,7 +100,7 @@ struct FuzzRegressionTests {
 
     @Test("bspatch: one verdict whichever bzip2 decoder runs (CBspatch's own, or libbz2 for every stream)",
           arguments: inputs("bspatch"))
-    func bspatchDecoders(name: String) throws {
+    func bspatchDecoders(name: String) async throws {
         // A corrupt block can make two decoders hand over different amounts of output
         // before its error; the control triples could then end inside that output with
         // one ("goes on past": control) and past it with the other (bzip2).
@@ -111,7 +112,7 @@ struct FuzzRegressionTests {
         for decline in [0, 1] { // 1: the fast decoder declines every stream's first block
             cbspatch_testing_faults(Int32(decline), 0)
             let new = scratch.url.appendingPathComponent("new-\(decline)")
-            guard let outcome = Self.applyBounded(old: old, patch: patch, to: new, name: name) else { return }
+            guard let outcome = await Self.applyBounded(old: old, patch: patch, to: new, name: name) else { return }
             statuses.append(((outcome.error as? OfflineAgentError)?.underlying as? PatchFailure)?.status)
         }
         #expect(statuses[0] != nil, "\(name) was applied")
@@ -125,6 +126,11 @@ struct FuzzRegressionTests {
         func finish(_ error: (any Error)?) {
             self.error = error // written before the signal, read after the wait
             done.signal()
+        }
+
+        /// Whether the apply ended within `seconds`, waited for on a thread of its own.
+        func finished(within seconds: Int) async -> Bool {
+            (try? await LocalHTTP.onThread { self.done.wait(timeout: .now() + .seconds(seconds)) == .success }) ?? false
         }
     }
 }

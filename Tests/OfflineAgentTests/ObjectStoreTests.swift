@@ -239,15 +239,15 @@ struct ObjectStoreTests {
     }
 
     @Test("objects on another file system than the versions: files copied, tree whole, fallback reported")
-    func noHardLinks() throws {
+    func noHardLinks() async throws {
         let scratch = TemporaryDirectory("objects")
         let objectsMount = scratch.file("objects")
         try FileManager.default.createDirectory(atPath: objectsMount, withIntermediateDirectories: true)
-        guard (try? run("mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", objectsMount]))?.status == 0 else {
+        guard (try? await run("mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", objectsMount]))?.status == 0 else {
             Issue.record("cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN)")
             return
         }
-        defer { _ = try? run("umount", ["-l", objectsMount]) }
+        defer { _ = try? runOnThisThread("umount", ["-l", objectsMount]) }  // blocking: a lazy unmount, a moment
         let fixture = try PackageFixture()
         let objects = try ObjectStore(root: scratch.path)
         let summary = try Self.extract(fixture.package("1.0.0"), to: scratch.file("v"), objects: objects)

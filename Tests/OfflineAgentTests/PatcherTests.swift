@@ -12,14 +12,14 @@ struct PatcherTests {
 
     @Test("reference bsdiff patches of the sample app (stored and deflated zips) apply byte-identically",
           arguments: ["-0", "-9"])
-    func sampleAppPackages(level: String) throws {
+    func sampleAppPackages(level: String) async throws {
         let dir = TemporaryDirectory("patcher-app")
         let versions = try PatchWork.bundleVersions(in: dir)
         var zips: [String: String] = [:]
         for (version, root) in versions {
             let zip = dir.file("\(version)\(level).zip")
             // -X: no extra attributes, so only real content differs between versions.
-            let result = try run("zip", ["-q", level, "-X", "-r", zip, "."], cwd: root)
+            let result = try await run("zip", ["-q", level, "-X", "-r", zip, "."], cwd: root)
             #expect(result.status == 0, "zip: \(result.stderr)")
             zips[version] = zip
         }
@@ -30,7 +30,7 @@ struct PatcherTests {
         pairs.append((names.last!, names.first!))
         for (from, to) in pairs {
             let patch = dir.file("\(from)-\(to)\(level).bsdiff")
-            try PatchWork.bsdiff(zips[from]!, zips[to]!, patch)
+            try await PatchWork.bsdiff(zips[from]!, zips[to]!, patch)
             let out = dir.file("out-\(from)-\(to)\(level).zip")
             let expected = try PatchWork.bytes(zips[to]!)
             try Patcher.apply(old: URL(fileURLWithPath: zips[from]!), patch: URL(fileURLWithPath: patch),
@@ -45,7 +45,7 @@ struct PatcherTests {
     }
 
     @Test("a patch with backward seeks in old (swapped blocks, z < 0) applies")
-    func negativeSeeks() throws {
+    func negativeSeeks() async throws {
         let dir = TemporaryDirectory("patcher-seek")
         var rng = SplitMix64(seed: 0xB10C)
         let a = PatchWork.randomBytes(96 * 1024, &rng)
@@ -55,14 +55,14 @@ struct PatcherTests {
         for i in stride(from: 500, to: bEdited.count, by: 7919) { bEdited[i] &+= 1 }
         let old = a + b + c
         let new = c + bEdited + a + Array("tail".utf8) // everything moved, mostly backwards
-        let patch = try PatchWork.referencePatch(old, new, in: dir)
+        let patch = try await PatchWork.referencePatch(old, new, in: dir)
         let triples = try PatchWork.controlTriples(of: patch, in: dir)
         #expect(triples.contains { $0.z < 0 }, "expected a negative seek in \(triples)")
         #expect(try PatchWork.applied(old, patch, in: dir) == new)
     }
 
     @Test("a multi-megabyte patch of pseudo-random content with edits applies byte-identically")
-    func multiMegabyte() throws {
+    func multiMegabyte() async throws {
         let dir = TemporaryDirectory("patcher-big")
         var rng = SplitMix64(seed: 0x4D_42)
         let old = PatchWork.randomBytes(4_500_000, &rng)
@@ -78,7 +78,7 @@ struct PatcherTests {
         new.removeSubrange(3_000_000..<3_100_000)
         new.insert(contentsOf: moved, at: 200_000)
         new += PatchWork.randomBytes(50_000, &rng)
-        let patch = try PatchWork.referencePatch(old, new, in: dir)
+        let patch = try await PatchWork.referencePatch(old, new, in: dir)
         #expect(new.count >= 4 * 1024 * 1024)
         let out = try PatchWork.applied(old, patch, in: dir)
         #expect(out.count == new.count)
@@ -121,13 +121,13 @@ struct PatcherTests {
     }
 
     @Test("old and new may be the same file; an existing target is replaced")
-    func inPlace() throws {
+    func inPlace() async throws {
         let dir = TemporaryDirectory("patcher-inplace")
         let old = Array("hello, old world. ".utf8) + Array(repeating: UInt8(ascii: "x"), count: 3000)
         var new = old
         new[3] = UInt8(ascii: "L")
         new += Array(" and more".utf8)
-        let patch = try PatchWork.referencePatch(old, new, in: dir)
+        let patch = try await PatchWork.referencePatch(old, new, in: dir)
         let file = dir.file("package.zip")
         try Data(old).write(to: URL(fileURLWithPath: file))
         try Data(patch).write(to: URL(fileURLWithPath: dir.file("p")))
@@ -186,7 +186,7 @@ struct PatcherTests {
               ("extra past new size", (0, 500, 0), PatchFailure.bounds),
               ("z overflows", (10, 0, Int64.max), PatchFailure.control),
           ] as [(String, (Int64, Int64, Int64), Int32)])
-    func refusedTripleAfterValidOne(name: String, bad: (Int64, Int64, Int64), status: Int32) throws {
+    func refusedTripleAfterValidOne(name: String, bad: (Int64, Int64, Int64), status: Int32) async throws {
         let dir = TemporaryDirectory("patcher-prefetch-stop")
         let old = dir.file("old"), patch = dir.file("patch"), new = dir.file("new")
         try Data(HostileCase.oldBytes).write(to: URL(fileURLWithPath: old))
@@ -203,7 +203,7 @@ struct PatcherTests {
                 outcome.finish(error)
             }
         }.start()
-        guard outcome.done.wait(timeout: .now() + 60) == .success else {
+        guard await outcome.finished(within: 60) else {
             Issue.record("\(name): neither applied nor refused within 60 s")
             return
         }
@@ -237,10 +237,10 @@ struct PatcherTests {
     }
 
     @Test("local failures: missing old, missing patch, missing output directory, negative expected size")
-    func localFailures() throws {
+    func localFailures() async throws {
         let dir = TemporaryDirectory("patcher-local")
         let old = Array(repeating: UInt8(7), count: 100)
-        let patch = try PatchWork.referencePatch(old, old + [1, 2, 3], in: dir)
+        let patch = try await PatchWork.referencePatch(old, old + [1, 2, 3], in: dir)
         try Data(patch).write(to: URL(fileURLWithPath: dir.file("p")))
         try Data(old).write(to: URL(fileURLWithPath: dir.file("old")))
         let cases: [(String, String, String, Int64?, Int32)] = [
@@ -264,7 +264,7 @@ struct PatcherTests {
     // MARK: - Fuzz
 
     @Test("300 seeded mutations of a valid patch: refused or consistent, never a crash or a stray file")
-    func fuzz() throws {
+    func fuzz() async throws {
         let dir = TemporaryDirectory("patcher-fuzz")
         var rng = SplitMix64(seed: 0xF022_2024)
         // A realistic base: a text-like old file and an edited new one, so all three
@@ -276,7 +276,7 @@ struct PatcherTests {
             new.replaceSubrange(i..<i + Int.random(in: 0...8, using: &rng),
                                 with: PatchWork.textLike(Int.random(in: 0...40, using: &rng), &rng))
         }
-        let valid = try PatchWork.referencePatch(old, new, in: dir)
+        let valid = try await PatchWork.referencePatch(old, new, in: dir)
         let oldPath = dir.file("old")
         try Data(old).write(to: URL(fileURLWithPath: oldPath))
         let outDir = dir.file("out")
@@ -486,11 +486,12 @@ enum PatchWork {
         return out
     }
 
-    /// Compresses with the `bzip2` command line tool (what bsdiff's libbz2 writes).
+    /// Compresses with the `bzip2` command line tool (what bsdiff's libbz2 writes). Blocks
+    /// the caller (the hostile cases build their patches synchronously): a few bytes, a moment.
     static func bzip2(_ data: [UInt8], in dir: TemporaryDirectory) throws -> [UInt8] {
         let path = dir.file("stream-\(UUID().uuidString)")
         try Data(data).write(to: URL(fileURLWithPath: path))
-        let result = try run("bzip2", ["-9", "-f", path])
+        let result = try runOnThisThread("bzip2", ["-9", "-f", path])  // blocking: a few bytes, a moment
         guard result.status == 0 else { throw OfflineAgentError(.patch, "bzip2 failed: \(result.stderr)") }
         defer { try? FileManager.default.removeItem(atPath: path + ".bz2") }
         return try bytes(path + ".bz2")
@@ -499,7 +500,7 @@ enum PatchWork {
     static func bunzip2(_ data: [UInt8], in dir: TemporaryDirectory) throws -> [UInt8] {
         let path = dir.file("stream-\(UUID().uuidString).bz2")
         try Data(data).write(to: URL(fileURLWithPath: path))
-        let result = try run("bzip2", ["-d", "-f", path])
+        let result = try runOnThisThread("bzip2", ["-d", "-f", path])  // blocking: a few bytes, a moment
         guard result.status == 0 else { throw OfflineAgentError(.patch, "bunzip2 failed: \(result.stderr)") }
         let plain = String(path.dropLast(4))
         defer { try? FileManager.default.removeItem(atPath: plain) }
@@ -515,18 +516,18 @@ enum PatchWork {
         return header(Int64(c.count), Int64(d.count), newSize) + c + d + e
     }
 
-    static func bsdiff(_ old: String, _ new: String, _ patch: String) throws {
-        let result = try run("bsdiff", [old, new, patch])
+    static func bsdiff(_ old: String, _ new: String, _ patch: String) async throws {
+        let result = try await run("bsdiff", [old, new, patch])
         guard result.status == 0 else { throw OfflineAgentError(.patch, "bsdiff failed: \(result.stderr)") }
     }
 
     /// A patch from the reference `bsdiff` on PATH.
-    static func referencePatch(_ old: [UInt8], _ new: [UInt8], in dir: TemporaryDirectory) throws -> [UInt8] {
+    static func referencePatch(_ old: [UInt8], _ new: [UInt8], in dir: TemporaryDirectory) async throws -> [UInt8] {
         let id = UUID().uuidString
         let (o, n, p) = (dir.file("ref-\(id).old"), dir.file("ref-\(id).new"), dir.file("ref-\(id).bsdiff"))
         try Data(old).write(to: URL(fileURLWithPath: o))
         try Data(new).write(to: URL(fileURLWithPath: n))
-        try bsdiff(o, n, p)
+        try await bsdiff(o, n, p)
         defer { for f in [o, n, p] { try? FileManager.default.removeItem(atPath: f) } }
         return try bytes(p)
     }

@@ -80,7 +80,7 @@ struct ReuseTests {
         h.origin.override(name) { request, bytes in
             let free = FileSystem.availableBytes(at: disk.path) ?? 0
             let room = Int64(downloadSize + (decoded ? zipSize : 0) + 16 * 1024)
-            _ = try? run("fallocate", ["-l", "\(max(free - room, 4096))", filler])
+            _ = try? runOnThisThread("fallocate", ["-l", "\(max(free - room, 4096))", filler])  // blocking: the origin's thread
             return Origin.serve(bytes, request: request)
         }
         let failed = await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: options)

@@ -58,7 +58,7 @@ struct StreamedPatchHostileTests {
         try await h.install("1.0.0")
         let aBytes = [UInt8](repeating: 0x41, count: 300), bBytes = [UInt8](repeating: 0x42, count: 300)
         let zip = Self.twoEndRecords(StreamedPatchTests.zip("1.1.0", extra: [("a.txt", aBytes), ("b.txt", bBytes)]), swapping: "a.txt", "b.txt")
-        h.origin.setManifest(try StreamedPatchTests.patchTo(h, "twoends", zip))
+        h.origin.setManifest(try await StreamedPatchTests.patchTo(h, "twoends", zip))
         let report = await h.sync()
         let dir = h.store.versionDirectory("mall", Version("1.1.0")!)
         let a = FileManager.default.contents(atPath: "\(dir)/a.txt").map { [UInt8]($0) }
@@ -105,7 +105,7 @@ struct StreamedPatchHostileTests {
     static func endToEnd(_ bytes: [UInt8], label: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> SyncReport {
         let h = try SyncHarness()
         try await h.install("1.0.0")
-        h.origin.setManifest(try StreamedPatchTests.patchTo(h, "e2e", bytes))
+        h.origin.setManifest(try await StreamedPatchTests.patchTo(h, "e2e", bytes))
         let report = await h.sync()
         let reference = TemporaryDirectory("libzip-reference")
         let archive = reference.file("package.zip")
@@ -349,7 +349,7 @@ struct StreamedPatchHostileTests {
         let dir = h.fixture.directory
         try Data(v1).write(to: URL(fileURLWithPath: dir.file("v1.zip")))
         try Data(hostile).write(to: URL(fileURLWithPath: dir.file("hostile.zip")))
-        #expect(try run("bsdiff", [dir.file("v1.zip"), dir.file("hostile.zip"), dir.file("h.bsdiff")]).status == 0)
+        #expect(try await run("bsdiff", [dir.file("v1.zip"), dir.file("hostile.zip"), dir.file("h.bsdiff")]).status == 0)
         // The manifest's compression is none and its size is v2's: a header size mismatch would stop
         // this patch early; gzip drops that bound, so the splitter alone meets the lie.
         manifest("2.0.0", v2, patch: [UInt8](FileManager.default.contents(atPath: dir.file("h.bsdiff"))!))
@@ -378,11 +378,11 @@ struct StreamedPatchHostileTests {
     }
 
     @Test("a zip64 end record read whenever its locator is there (as libzip does): consistent, it reads; contradicting the end record, hostile")
-    func zip64Locator() throws {
+    func zip64Locator() async throws {
         let temp = TemporaryDirectory("zip64")
         try Data("hi\n".utf8).write(to: URL(fileURLWithPath: temp.file("a.txt")))
         // Info-ZIP's forced zip64: the end record's offset saturated, the rest plain.
-        let made = try run("zip", ["-q", "-fz", "-0", temp.file("z.zip"), "a.txt"], cwd: temp.path)
+        let made = try await run("zip", ["-q", "-fz", "-0", temp.file("z.zip"), "a.txt"], cwd: temp.path)
         #expect(made.status == 0, "\(made.stderr)")
         let bytes = [UInt8](FileManager.default.contents(atPath: temp.file("z.zip")) ?? Data())
         #expect(try ZipCentralDirectory.entries(of: temp.file("z.zip")).count == 1)
@@ -417,7 +417,7 @@ struct StreamedPatchHostileTests {
             SplitterPropertyTests.stored(Array($0.utf8), [UInt8](FileManager.default.contents(atPath: "\(source)/\($0)")!))
         }
         entries.append(SplitterPropertyTests.stored(Array(name.utf8), forged))
-        h.origin.setManifest(try StreamedPatchTests.patchTo(h, "forged", SplitterPropertyTests.build(entries)))
+        h.origin.setManifest(try await StreamedPatchTests.patchTo(h, "forged", SplitterPropertyTests.build(entries)))
         let report = await h.sync()
         #expect(report.result == .updated && report.via == .patch, "\(report.error?.description ?? "")")
         let newDir = h.store.versionDirectory("mall", Version("1.1.0")!), oldDir = h.store.versionDirectory("mall", Version("1.0.0")!)

@@ -42,10 +42,10 @@ struct StreamedPatchTests {
     }
 
     /// A manifest offering a real bsdiff patch from the installed 1.0.0 to `bytes`, published as `name`.
-    static func patchTo(_ h: SyncHarness, _ name: String, _ bytes: [UInt8], version: String = "1.1.0", _ extra: [String: Any] = [:]) throws -> [String: Any] {
+    static func patchTo(_ h: SyncHarness, _ name: String, _ bytes: [UInt8], version: String = "1.1.0", _ extra: [String: Any] = [:]) async throws -> [String: Any] {
         let new = h.fixture.directory.file("\(name).zip"), patch = h.fixture.directory.file("\(name).bsdiff")
         try Data(bytes).write(to: URL(fileURLWithPath: new))
-        let result = try run("bsdiff", [h.fixture.package("1.0.0"), new, patch])
+        let result = try await run("bsdiff", [h.fixture.package("1.0.0"), new, patch])
         #expect(result.status == 0, "\(result.stderr)")
         let patchBytes = [UInt8](FileManager.default.contents(atPath: patch)!)
         h.origin.put("\(name).zip", bytes)
@@ -90,7 +90,7 @@ struct StreamedPatchTests {
 
     /// The manifest offering `bytes` as `version` from `h.origin`: the full package, or with
     /// `base`, a real bsdiff patch from it (`baseVersion`) with the full package as fallback.
-    static func offer(_ h: SyncHarness, _ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws -> [String: Any] {
+    static func offer(_ h: SyncHarness, _ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) async throws -> [String: Any] {
         let sha = PackageFixture.sha256(bytes)
         h.origin.put("\(version).zip", bytes)
         var object: [String: Any] = [
@@ -101,7 +101,7 @@ struct StreamedPatchTests {
         let dir = h.fixture.directory
         try Data(base).write(to: URL(fileURLWithPath: dir.file("base.zip")))
         try Data(bytes).write(to: URL(fileURLWithPath: dir.file("new.zip")))
-        #expect(try run("bsdiff", [dir.file("base.zip"), dir.file("new.zip"), dir.file("p.bsdiff")]).status == 0)
+        #expect(try await run("bsdiff", [dir.file("base.zip"), dir.file("new.zip"), dir.file("p.bsdiff")]).status == 0)
         let patch = [UInt8](FileManager.default.contents(atPath: dir.file("p.bsdiff"))!)
         h.origin.put("\(version).bsdiff", patch)
         object.merge(["isPatch": true, "baseVersion": baseVersion, "url": "files/\(version).bsdiff", "size": patch.count,
@@ -173,7 +173,7 @@ struct StreamedPatchTests {
         let h = try SyncHarness()
         try await h.install("1.0.0")
         let bytes = Self.zip("1.1.0", deflate: ["index.html"])
-        h.origin.setManifest(try Self.patchTo(h, "deflated", bytes))
+        h.origin.setManifest(try await Self.patchTo(h, "deflated", bytes))
         let report = await h.sync()
         #expect(report.result == .updated && report.via == .patch, "\(report.error?.description ?? "")")
         #expect(report.patchFallbackReason == nil)
@@ -222,7 +222,7 @@ struct StreamedPatchTests {
         let h = try SyncHarness()
         try await h.install("1.0.0")
         let bytes = Self.zip("1.1.0", extra: [("../escape.txt", Array("out".utf8))])
-        h.origin.setManifest(try Self.patchTo(h, "hostile", bytes))
+        h.origin.setManifest(try await Self.patchTo(h, "hostile", bytes))
         let report = await h.sync()
         #expect(report.result == .failed)
         #expect(report.error?.cause == .hostileArchive, "\(report.error?.description ?? "")")
@@ -265,23 +265,23 @@ struct StreamedPatchTests {
     func largeEntries() async throws {
         let h = try SyncHarness()
         let (big, changed, v1, v2, v3) = Self.bigEntryPackages(seed: 7, flipping: 3 << 20)
-        func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws -> [String: Any] {
-            try Self.offer(h, version, bytes, from: base, baseVersion: baseVersion)
+        func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) async throws -> [String: Any] {
+            try await Self.offer(h, version, bytes, from: base, baseVersion: baseVersion)
         }
-        h.origin.setManifest(try offer("1.0.0", v1, from: nil, baseVersion: ""))
+        h.origin.setManifest(try await offer("1.0.0", v1, from: nil, baseVersion: ""))
         #expect(await h.sync().result == .updated)
         let bigObject = "\(h.store.objectsDirectory)/\(PackageFixture.sha256(big))"
         let inode = try #require(ObjectStoreTests.inode(bigObject)).ino
 
         var before = Self.objects(h)
-        h.origin.setManifest(try offer("2.0.0", v2, from: v1, baseVersion: "1.0.0"))
+        h.origin.setManifest(try await offer("2.0.0", v2, from: v1, baseVersion: "1.0.0"))
         var report = await h.sync()
         #expect(report.result == .updated && report.via == .patch && report.patchFallbackReason == nil, "\(report.error?.description ?? "")")
         #expect(Self.objects(h).subtracting(before).count == 1, "only index.html's new bytes")
         #expect(ObjectStoreTests.inode("\(h.store.versionDirectory("mall", Version("2.0.0")!))/js/big.js")?.ino == inode)
 
         before = Self.objects(h)
-        h.origin.setManifest(try offer("3.0.0", v3, from: v2, baseVersion: "2.0.0"))
+        h.origin.setManifest(try await offer("3.0.0", v3, from: v2, baseVersion: "2.0.0"))
         report = await h.sync()
         #expect(report.result == .updated && report.via == .patch && report.patchFallbackReason == nil, "\(report.error?.description ?? "")")
         #expect(Self.objects(h).subtracting(before).count == 2)
@@ -319,26 +319,26 @@ struct StreamedPatchTests {
         let agent = { Agent(root: URL(fileURLWithPath: root), configuration: h.configuration) }
         let sync = { await agent().sync(app: "mall", manifest: h.origin.manifestURL, options: SyncOptions(force: true)) }
         let (big, changed, v1, v2, v3) = Self.bigEntryPackages(seed: 11, flipping: 1 << 20)
-        func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) throws {
-            h.origin.setManifest(try Self.offer(h, version, bytes, from: base, baseVersion: baseVersion))
+        func offer(_ version: String, _ bytes: [UInt8], from base: [UInt8]?, baseVersion: String) async throws {
+            h.origin.setManifest(try await Self.offer(h, version, bytes, from: base, baseVersion: baseVersion))
         }
         /// Leaves `bytes` free above the reserve.
-        func leave(_ bytes: Int64) {
+        func leave(_ bytes: Int64) async {
             FileSystem.remove(filler)
             let free = FileSystem.availableBytes(at: disk.path) ?? 0
-            _ = try? run("fallocate", ["-l", "\(max(free - h.configuration.diskReserveBytes - bytes, 4096))", filler])
+            _ = try? await run("fallocate", ["-l", "\(max(free - h.configuration.diskReserveBytes - bytes, 4096))", filler])
         }
-        try offer("1.0.0", v1, from: nil, baseVersion: "")
+        try await offer("1.0.0", v1, from: nil, baseVersion: "")
         #expect(await sync().result == .updated)
 
-        leave(2 << 20)
-        try offer("2.0.0", v2, from: v1, baseVersion: "1.0.0")
+        await leave(2 << 20)
+        try await offer("2.0.0", v2, from: v1, baseVersion: "1.0.0")
         let updated = await sync()
         #expect(updated.result == .updated && updated.via == .patch, "\(updated.error?.description ?? "")")
         #expect(Store(root: root).active("mall")?.version.description == "2.0.0")
 
-        leave(2 << 20)
-        try offer("3.0.0", v3, from: v2, baseVersion: "2.0.0")
+        await leave(2 << 20)
+        try await offer("3.0.0", v3, from: v2, baseVersion: "2.0.0")
         let refused = await sync()
         #expect(refused.result == .failed)
         #expect(refused.error?.cause == .diskFull, "\(refused.error?.description ?? "")")

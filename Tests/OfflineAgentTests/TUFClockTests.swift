@@ -33,7 +33,7 @@ struct TUFClockTests {
         // Whole seconds: metadata writes `expires` to the second.
         let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
         try Self.publish("1.0.0", out: out, key: key, at: now)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
         let clock = FakeClock(now)
         var configuration = AgentConfiguration()
         configuration.clock = { clock.now }

@@ -52,11 +52,11 @@ import Testing
     }
 
     @Test(.enabled(if: PythonTUF.missing == nil, "\(PythonTUF.missing ?? "")"))
-    func canonicalMatchesSecuresystemslib() throws {
+    func canonicalMatchesSecuresystemslib() async throws {
         let input = TemporaryDirectory()
         let lines = Self.canonical.map(\.0).joined(separator: "\n") + "\n"
         try Data(lines.utf8).write(to: URL(fileURLWithPath: input.path + "/in.jsonl"))
-        let result = try run("/bin/sh", ["-c", "'\(PythonTUF.python)' '\(Repo.fixtures)/tuf/canonical.py' < '\(input.path)/in.jsonl'"])
+        let result = try await run("/bin/sh", ["-c", "'\(PythonTUF.python)' '\(Repo.fixtures)/tuf/canonical.py' < '\(input.path)/in.jsonl'"])
         let python = result.stdout.split(separator: "\n").map(String.init)
         #expect(python.count == Self.canonical.count, "\(result.stderr)")
         for ((input, _), theirs) in zip(Self.canonical, python) {
@@ -68,10 +68,10 @@ import Testing
     /// A repository python-tuf's `tuf.api.metadata` wrote (indented, unknown fields and
     /// non-ASCII keys in every signed object, a timestamp key rotation) loads whole.
     @Test(.enabled(if: PythonTUF.missing == nil, "\(PythonTUF.missing ?? "")"))
-    func pythonRepositoryVerifies() throws {
+    func pythonRepositoryVerifies() async throws {
         let dir = TemporaryDirectory()
         try Data("hello\n".utf8).write(to: URL(fileURLWithPath: dir.path + "/hello"))
-        try PythonTUF.run("repository.py", [dir.path + "/repo", "ünï/é.txt=\(dir.path)/hello"])
+        try await PythonTUF.run("repository.py", [dir.path + "/repo", "ünï/é.txt=\(dir.path)/hello"])
         func file(_ name: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: "\(dir.path)/repo/metadata/\(name)")) }
         var set = try TUFTrustedSet(root: file("1.root.json"), now: Date())
         #expect(try set.updateRoot(file("2.root.json")))

@@ -41,7 +41,7 @@ struct TUFCrashTests {
             try TUFRepository.delegate(
                 app: "mall", publishDirectory: out, appKey: appKey, keys: TUFKeys(targets: [key], snapshot: [key], timestamp: [key]), now: Date())
         }
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
         let sync = ["sync", "--root", root, "--app", "mall", "--manifest", "\(server.baseURL)/mall/manifest.json",
                     "--trusted-root", "\(out)/metadata/1.root.json", "--force", "--json"]
         let first = try await CLI.run(sync)

@@ -23,13 +23,13 @@ struct TUFDelegationRuleTests {
     ]
 
     @Test("a role's paths match a target exactly as python-tuf's is_delegated_path decides (fnmatch per path part)")
-    func pathsMatchLikePythonTUF() throws {
+    func pathsMatchLikePythonTUF() async throws {
         let ours = Self.pairs.map { pattern, target in
             TUFDelegatedRole(name: "r", role: TUFRole(keyIDs: [], threshold: 1), terminating: false, paths: [pattern]).matches(target)
         }
         #expect(ours.prefix(4) == [true, false, false, true])
         guard PythonTUF.missing == nil else { Issue.record(Comment(rawValue: "skipped: \(PythonTUF.missing ?? "")")); return }
-        let out = try PythonTUF.run("pathmatch.py", Self.pairs.flatMap { [$0.0, $0.1] })
+        let out = try await PythonTUF.run("pathmatch.py", Self.pairs.flatMap { [$0.0, $0.1] })
         let theirs = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [Bool])
         for (index, pair) in Self.pairs.enumerated() where ours[index] != theirs[index] {
             Issue.record("\(pair): ours \(ours[index]), python-tuf \(theirs[index])")

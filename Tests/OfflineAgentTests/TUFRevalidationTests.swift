@@ -25,8 +25,8 @@ struct TUFRevalidationTests {
         var out: String { dir.file("publish") }
         var timestampPath: String { "\(out)/metadata/timestamp.json" }
 
-        init(server: String = "root {publish};") throws {
-            nginx = try Nginx(server: server.replacingOccurrences(of: "{publish}", with: dir.file("publish")))
+        init(server: String = "root {publish};") async throws {
+            nginx = try await Nginx(server: server.replacingOccurrences(of: "{publish}", with: dir.file("publish")))
             var configuration = AgentConfiguration()
             let clock = clock
             configuration.clock = { clock.now }
@@ -60,14 +60,14 @@ struct TUFRevalidationTests {
         deinit { nginx.stop() }
     }
 
-    static func started(server: String = "root {publish};") throws -> Scene? {
+    static func started(server: String = "root {publish};") async throws -> Scene? {
         if let missing = Nginx.missing { Issue.record(Comment(rawValue: "skipped: \(missing)")); return nil }
-        return try Scene(server: server)
+        return try await Scene(server: server)
     }
 
     @Test("a check that finds nothing new is the next root's 404 and timestamp.json's 304, no manifest; a publish is fetched")
     func noOpIsTwoSmallRequests() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         try scene.settleTimestamp()
         var report = try await scene.sync()
@@ -99,7 +99,7 @@ struct TUFRevalidationTests {
             root {publish};
             location = /metadata/timestamp.json { if ($http_if_none_match) { return 304; } }
             """
-        guard let scene = try Self.started(server: server) else { return }
+        guard let scene = try await Self.started(server: server) else { return }
         try scene.publish("1.0.0")
         let start = scene.clock.now
         _ = try TUFRepository.refreshTimestamp(publishDirectory: scene.out, key: scene.key, expires: start.addingTimeInterval(3600))
@@ -124,7 +124,7 @@ struct TUFRevalidationTests {
 
     @Test("a 304 to a request without If-None-Match is refused (protocol-violation); nothing is installed")
     func unaskedNotModified() async throws {
-        guard let scene = try Self.started(server: "root {publish};\nlocation = /metadata/timestamp.json { return 304; }") else { return }
+        guard let scene = try await Self.started(server: "root {publish};\nlocation = /metadata/timestamp.json { return 304; }") else { return }
         try scene.publish("1.0.0")
         let report = try await scene.sync()
         #expect(report.result == .failed && report.error?.cause == .protocolViolation, "\(report.result) \(report.error?.description ?? "")")
@@ -133,7 +133,7 @@ struct TUFRevalidationTests {
 
     @Test("a replayed older timestamp after a revalidation is still refused (metadata-replay)")
     func replayAfterRevalidation() async throws {
-        guard let scene = try Self.started() else { return }
+        guard let scene = try await Self.started() else { return }
         try scene.publish("1.0.0")
         let old = try Data(contentsOf: URL(fileURLWithPath: scene.timestampPath))
         try scene.publish("1.1.0")

@@ -90,15 +90,15 @@ struct TreeRemovalTests {
         // A mount point cannot be removed (EBUSY), even by root.
         let pinned = "\(old)/pinned"
         try FileManager.default.createDirectory(atPath: pinned, withIntermediateDirectories: false)
-        guard (try? run("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", pinned]))?.status == 0 else {
+        guard (try? await run("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", pinned]))?.status == 0 else {
             Issue.record("cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN)")
             return
         }
-        defer { _ = try? run("umount", ["-l", pinned]) }
+        defer { _ = try? runOnThisThread("umount", ["-l", pinned]) }  // blocking: a lazy unmount, a moment
         h.store.collectGarbage("mall", keep: [Version("1.1.0")!])
         #expect(FileSystem.exists(pinned), "the pinned tree could not go")
         #expect(h.store.metadata("mall", v1) != nil, "so its record stays")
-        #expect(try run("umount", [pinned]).status == 0)
+        #expect(try await run("umount", [pinned]).status == 0)
         h.store.collectGarbage("mall", keep: [Version("1.1.0")!])
         #expect(!FileSystem.exists(old))
         #expect(h.store.metadata("mall", v1) == nil)

@@ -7,11 +7,11 @@ import TestSupport
 struct ZipExtractorTests {
     /// Packs a fixture version with Info-ZIP (stored or deflated) and extracts it.
     @Test("real packages extract byte-identically", arguments: ["-0", "-9"])
-    func realPackage(level: String) throws {
+    func realPackage(level: String) async throws {
         let scratch = TemporaryDirectory("extract")
         let source = "\(Repo.fixtures)/sample-app/1.2.0"
         let zip = scratch.file("app.zip")
-        let result = try run("zip", ["-q", "-r", "-X", level, zip, "."], cwd: source)
+        let result = try await run("zip", ["-q", "-r", "-X", level, zip, "."], cwd: source)
         #expect(result.status == 0)
         let summary = try ZipExtractor.extract(archive: URL(fileURLWithPath: zip), to: scratch.url.appendingPathComponent("out"))
         #expect(summary.files == tree(source).filter { !FileSystem.isDirectory("\(source)/\($0)") }.count)

@@ -16,7 +16,7 @@ import TestSupport
     // MARK: - Round trips through the reference bspatch
 
     @Test(.enabled(if: haveBspatch && haveBsdiff, "needs Debian's bsdiff package"))
-    func webBundlePairAppliesAndIsNoBiggerThanReference() throws {
+    func webBundlePairAppliesAndIsNoBiggerThanReference() async throws {
         let dir = try DifferTestDir()
         let old = dir.url("v1.zip"), new = dir.url("v2.zip")
         try DifferTestZip.data(entries: DifferTestBundle.files(version: 1)).write(to: old)
@@ -24,10 +24,10 @@ import TestSupport
 
         let patch = dir.url("v1-v2.bsdiff")
         try Differ.makePatch(from: old, to: new, writingTo: patch)
-        try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+        try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
 
         let reference = dir.url("reference.bsdiff")
-        try run(Self.bsdiff, old.path, new.path, reference.path)
+        try await run(Self.bsdiff, old.path, new.path, reference.path)
         let ours = try fileSize(patch), theirs = try fileSize(reference)
         #expect(Double(ours) <= 1.1 * Double(theirs), "patch \(ours) bytes vs reference \(theirs)")
         // Far below the new bundle's size: the pair really shares content.
@@ -42,7 +42,7 @@ import TestSupport
     static let haveSampleApp = FileManager.default.fileExists(atPath: sampleApp.appendingPathComponent("1.3.0").path)
 
     @Test(.enabled(if: haveBspatch && haveBsdiff && haveSampleApp, "needs bsdiff and fixtures/sample-app"))
-    func sampleAppReleasesApplyAndAreNoBiggerThanReference() throws {
+    func sampleAppReleasesApplyAndAreNoBiggerThanReference() async throws {
         let dir = try DifferTestDir()
         let versions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
         for version in versions {
@@ -54,8 +54,8 @@ import TestSupport
             let old = dir.url("\(from).zip"), new = dir.url("\(to).zip")
             let patch = dir.url("\(from)-\(to).bsdiff"), reference = dir.url("\(from)-\(to).ref")
             try Differ.makePatch(from: old, to: new, writingTo: patch)
-            try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
-            try run(Self.bsdiff, old.path, new.path, reference.path)
+            try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+            try await run(Self.bsdiff, old.path, new.path, reference.path)
             let ours = try fileSize(patch), theirs = try fileSize(reference)
             #expect(Double(ours) <= 1.1 * Double(theirs), "\(from)→\(to): \(ours) bytes vs reference \(theirs)")
         }
@@ -66,7 +66,7 @@ import TestSupport
     /// for synthetic ones (identical, unrelated, shifted). An empty old file is left
     /// out: Debian's `bsdiff` cannot `mmap` it.
     @Test(.enabled(if: haveBsdiff && haveSampleApp, "needs bsdiff and fixtures/sample-app"))
-    func patchIsByteIdenticalToDebianBsdiff() throws {
+    func patchIsByteIdenticalToDebianBsdiff() async throws {
         let dir = try DifferTestDir()
         var pairs: [(String, Data, Data)] = []
         let versions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
@@ -89,7 +89,7 @@ import TestSupport
             try newBytes.write(to: new)
             try? FileManager.default.removeItem(at: ours)
             try Differ.makePatch(from: old, to: new, writingTo: ours)
-            try run(Self.bsdiff, old.path, new.path, theirs.path)
+            try await run(Self.bsdiff, old.path, new.path, theirs.path)
             let a = try Data(contentsOf: ours), b = try Data(contentsOf: theirs)
             #expect(a == b, "\(label): ours \(a.count) bytes, Debian's \(b.count) bytes")
         }
@@ -111,40 +111,40 @@ import TestSupport
     }
 
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
-    func emptyOldFile() throws {
+    func emptyOldFile() async throws {
         let dir = try DifferTestDir()
         let old = dir.url("old"), new = dir.url("new")
         try Data().write(to: old)
         try DifferTestBundle.text(seed: 7, bytes: 200_000).write(to: new)
         let patch = dir.url("patch")
         try Differ.makePatch(from: old, to: new, writingTo: patch)
-        try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+        try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
     }
 
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
-    func emptyNewFile() throws {
+    func emptyNewFile() async throws {
         let dir = try DifferTestDir()
         let old = dir.url("old"), new = dir.url("new")
         try DifferTestBundle.text(seed: 8, bytes: 200_000).write(to: old)
         try Data().write(to: new)
         let patch = dir.url("patch")
         try Differ.makePatch(from: old, to: new, writingTo: patch)
-        try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+        try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
     }
 
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
-    func bothFilesEmpty() throws {
+    func bothFilesEmpty() async throws {
         let dir = try DifferTestDir()
         let old = dir.url("old"), new = dir.url("new")
         try Data().write(to: old)
         try Data().write(to: new)
         let patch = dir.url("patch")
         try Differ.makePatch(from: old, to: new, writingTo: patch)
-        try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+        try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
     }
 
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
-    func identicalFiles() throws {
+    func identicalFiles() async throws {
         let dir = try DifferTestDir()
         let old = dir.url("old"), new = dir.url("new")
         let content = try DifferTestZip.data(entries: DifferTestBundle.files(version: 1))
@@ -152,13 +152,13 @@ import TestSupport
         try content.write(to: new)
         let patch = dir.url("patch")
         try Differ.makePatch(from: old, to: new, writingTo: patch)
-        try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+        try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
         // One control tuple and runs of zero bytes: a few hundred bytes at most.
         #expect(try fileSize(patch) < 1_000)
     }
 
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
-    func multiMegabyteRandomPairWithEdits() throws {
+    func multiMegabyteRandomPairWithEdits() async throws {
         let dir = try DifferTestDir()
         var rng = SplitMix64(seed: 0xB5D1FF)
         let base = rng.bytes(4 << 20)
@@ -179,20 +179,20 @@ import TestSupport
         try Data(edited).write(to: new)
         let patch = dir.url("patch")
         try Differ.makePatch(from: old, to: new, writingTo: patch)
-        try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+        try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
         // Random bytes do not compress: the patch is about the inserted bytes (~100 KB).
         #expect(try fileSize(patch) < 400_000)
     }
 
     @Test(.enabled(if: haveBspatch, "needs Debian's bspatch"))
-    func replacesExistingPatchFile() throws {
+    func replacesExistingPatchFile() async throws {
         let dir = try DifferTestDir()
         let old = dir.url("old"), new = dir.url("new"), patch = dir.url("patch")
         try DifferTestBundle.text(seed: 1, bytes: 50_000).write(to: old)
         try DifferTestBundle.text(seed: 2, bytes: 50_000).write(to: new)
         try Data("stale".utf8).write(to: patch)
         try Differ.makePatch(from: old, to: new, writingTo: patch)
-        try expectRoundTrip(old: old, new: new, patch: patch, in: dir)
+        try await expectRoundTrip(old: old, new: new, patch: patch, in: dir)
         #expect(try dir.contents().sorted() == ["new", "new.applied", "old", "patch"])
     }
 
@@ -224,7 +224,7 @@ import TestSupport
         #expect(try dir.contents() == ["old"])
     }
 
-    @Test func unwritableOutputDirectoryThrowsAndLeavesNothing() throws {
+    @Test func unwritableOutputDirectoryThrowsAndLeavesNothing() async throws {
         let dir = try DifferTestDir()
         let old = dir.url("old"), new = dir.url("new")
         try DifferTestBundle.text(seed: 5, bytes: 10_000).write(to: old)
@@ -246,13 +246,13 @@ import TestSupport
         try FileManager.default.createDirectory(at: locked, withIntermediateDirectories: false)
         var mounted = false
         if geteuid() == 0 {
-            mounted = (try? TestSupport.run("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", locked.path]))?.status == 0
+            mounted = (try? await TestSupport.run("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", locked.path]))?.status == 0
             try #require(mounted, "cannot mount a read-only tmpfs as root")
         } else {
             try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: locked.path)
         }
         defer {
-            if mounted { _ = try? TestSupport.run("umount", ["-l", locked.path]) }
+            if mounted { _ = try? runOnThisThread("umount", ["-l", locked.path]) }  // blocking: a lazy unmount, a moment
             try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: locked.path)
         }
         let lockedError = #expect(throws: PublishError.self) {
@@ -280,9 +280,9 @@ import TestSupport
     // MARK: - Helpers
 
     /// Applies `patch` with the reference bspatch and checks the result is exactly `new`.
-    private func expectRoundTrip(old: URL, new: URL, patch: URL, in dir: DifferTestDir) throws {
+    private func expectRoundTrip(old: URL, new: URL, patch: URL, in dir: DifferTestDir) async throws {
         let applied = dir.url(new.lastPathComponent + ".applied")
-        try run(Self.bspatch, old.path, applied.path, patch.path)
+        try await run(Self.bspatch, old.path, applied.path, patch.path)
         let expected = try Data(contentsOf: new), actual = try Data(contentsOf: applied)
         #expect(actual.count == expected.count)
         #expect(actual == expected, "bspatch output differs from the new file")
@@ -292,19 +292,10 @@ import TestSupport
         try FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int ?? -1
     }
 
-    private func run(_ executable: String, _ arguments: String...) throws {
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let stderr = Pipe()
-        process.standardError = stderr
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let message = stderr.fileHandleForReading.readAllRetryingInterrupts()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw DifferToolFailure(
-                description: "\(executable) exited \(process.terminationStatus): \(String(decoding: message, as: UTF8.self))")
+    private func run(_ executable: String, _ arguments: String...) async throws {
+        let result = try await CLI.run(arguments, executable: executable)
+        guard result.status == 0 else {
+            throw DifferToolFailure(description: "\(executable) exited \(result.status): \(result.stderr)")
         }
     }
 }

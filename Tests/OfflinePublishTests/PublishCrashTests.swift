@@ -40,7 +40,7 @@ struct PublishCrashTests {
 
     @Test("a verb killed at any step leaves the old or the new revision, which a server start or the next verb makes whole",
           arguments: verbs, Repair.allCases)
-    func killedAtEveryStep(verb: Verb, repair: Repair) throws {
+    func killedAtEveryStep(verb: Verb, repair: Repair) async throws {
         let server = try #require(F.builtExecutable("offline-server"), "offline-server is not built")
         for step in verb.steps {
             let s = try PublishLockTests.staged()
@@ -50,7 +50,7 @@ struct PublishCrashTests {
 
             let crashed = try PublishProcess(
                 s.publisher, verb.arguments + base, environment: ["OFFLINE_PUBLISH_CRASH_AT": step.rawValue], logs: s.out)
-            let result = crashed.wait()
+            let result = await crashed.wait()
             #expect(result.signaled && result.status == SIGKILL, "\(verb) never reached \(step.rawValue): \(result) \(crashed.stderr)")
 
             // What a crash leaves: the old revision or the new one, nothing between.
@@ -66,14 +66,14 @@ struct PublishCrashTests {
             case .serverStart:
                 let started = try PublishProcess(server, ["--dir", s.out, "--port", "0", "--no-reports"], logs: s.out)
                 defer { started.stop() }
-                #expect(PublishProcess.poll { started.stdout.contains("listening on") || !started.process.isRunning }, "\(started.stderr)")
+                #expect(await PublishProcess.poll { started.stdout.contains("listening on") || !started.process.isRunning }, "\(started.stderr)")
                 kill(started.pid, SIGTERM)
-                _ = started.wait()
+                _ = await started.wait()
                 #expect(try PublishLockTests.state(s.out) == left, "\(step.rawValue): repair changed the committed state")
                 try Self.expectWhole(s.out, key: s.key, step: step)
             case .nextVerb:
                 let next = try PublishProcess(s.publisher, ["set", "--rollout", "90", "--reason", "after"] + base, logs: s.out)
-                #expect(next.wait().status == 0, "\(step.rawValue): \(next.stderr)")
+                #expect(await next.wait().status == 0, "\(step.rawValue): \(next.stderr)")
                 let after = try PublishLockTests.state(s.out)
                 #expect(after.revisions?.dropLast() == left.revisions?[...], "\(step.rawValue): history lost a revision")
                 #expect(verb.isNew(after) == committed && after.rollout == 90)
@@ -83,7 +83,7 @@ struct PublishCrashTests {
     }
 
     @Test("a first publish killed at any step leaves no app or a whole one; a server start removes its staging directory")
-    func firstPublishKilled() throws {
+    func firstPublishKilled() async throws {
         let publisher = try #require(F.builtExecutable("offline-publish"), "offline-publish is not built")
         let server = try #require(F.builtExecutable("offline-server"), "offline-server is not built")
         for step in [PublishStep.afterRead, .afterStaging, .beforeCommit, .afterCommit] {
@@ -94,7 +94,7 @@ struct PublishCrashTests {
                 ["publish", "--app", "sample", "--version", "1.0.0", "--source", F.sampleApp("1.0.0"), "--out", out, "--unsigned",
                  "--whitelist", "https://h5.example.com/sample/"],
                 environment: ["OFFLINE_PUBLISH_CRASH_AT": step.rawValue], logs: out)
-            let result = crashed.wait()
+            let result = await crashed.wait()
             #expect(result.signaled, "\(step.rawValue) never reached: \(crashed.stderr)")
             let committed = FileManager.default.fileExists(atPath: "\(out)/sample")
             #expect(committed == (step == .afterCommit), "\(step.rawValue)")
@@ -102,9 +102,9 @@ struct PublishCrashTests {
 
             let started = try PublishProcess(server, ["--dir", out, "--port", "0", "--no-reports"], logs: out)
             defer { started.stop() }
-            #expect(PublishProcess.poll { started.stdout.contains("listening on") || !started.process.isRunning }, "\(started.stderr)")
+            #expect(await PublishProcess.poll { started.stdout.contains("listening on") || !started.process.isRunning }, "\(started.stderr)")
             kill(started.pid, SIGTERM)
-            _ = started.wait()
+            _ = await started.wait()
             let left = try FileManager.default.contentsOfDirectory(atPath: out).filter { $0.hasPrefix(".publish-") }
             #expect(left.isEmpty, "\(step.rawValue): \(left)")
         }

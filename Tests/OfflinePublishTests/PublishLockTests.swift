@@ -39,29 +39,29 @@ struct PublishLockTests {
 
     /// Starts `first` stopped after its read, runs `second` while it is stopped (it
     /// must wait for the lock, saying so), resumes `first`; both must succeed.
-    static func interleave(_ s: (out: String, key: SigningKey, keyFile: String, publisher: String), first: [String], second: [String]) throws {
+    static func interleave(_ s: (out: String, key: SigningKey, keyFile: String, publisher: String), first: [String], second: [String]) async throws {
         let a = try PublishProcess(s.publisher, first, environment: ["OFFLINE_PUBLISH_PAUSE_AT": "after-read"], logs: s.out)
         defer { a.stop() }
-        try #require(a.waitStopped(), "the first verb never reached its pause: \(a.stderr)")
+        try #require(await a.waitStopped(), "the first verb never reached its pause: \(a.stderr)")
         let b = try PublishProcess(s.publisher, second, logs: s.out)
         defer { b.stop() }
         // With a lock the second verb waits and says for whom; without one it just runs.
-        PublishProcess.poll { b.stderr.contains("waiting for") || !b.process.isRunning }
+        await PublishProcess.poll { b.stderr.contains("waiting for") || !b.process.isRunning }
         if b.process.isRunning {
             #expect(b.stderr.contains("pid \(a.pid)"), "the wait names the holder: \(b.stderr)")
         }
         a.resume()
-        let first = a.wait(), second = b.wait()
+        let first = await a.wait(), second = await b.wait()
         #expect(first.status == 0 && !first.signaled, "\(first): \(a.stderr)")
         #expect(second.status == 0 && !second.signaled, "\(second): \(b.stderr)")
     }
 
     @Test("a halt made while a `set` was between its read and its write survives the set, in state, manifest and history")
-    func haltSurvivesStaleSet() throws {
+    func haltSurvivesStaleSet() async throws {
         let s = try Self.staged()
         defer { F.cleanUp(s.out) }
         let base = ["--app", "sample", "--out", s.out, "--key", s.keyFile]
-        try Self.interleave(s, first: ["set", "--rollout", "50"] + base, second: ["stage", "--percent", "0", "--reason", "halt"] + base)
+        try await Self.interleave(s, first: ["set", "--rollout", "50"] + base, second: ["stage", "--percent", "0", "--reason", "halt"] + base)
 
         let state = try Self.state(s.out)
         #expect(state.stage == 0, "the halt was lost: stage \(String(describing: state.stage))")
@@ -74,7 +74,7 @@ struct PublishLockTests {
     }
 
     @Test("a halt by the halt key, stopped between reading the manifest and writing rollout.json while a `set` runs, is still in force after both")
-    func haltKeyHaltSurvivesSet() throws {
+    func haltKeyHaltSurvivesSet() async throws {
         let s = try Self.staged()
         defer { F.cleanUp(s.out) }
         let haltKey = SigningKey.generate(), haltFile = "\(s.out)/halt-key"
@@ -83,7 +83,7 @@ struct PublishLockTests {
             app: "sample", publishDirectory: s.out, appKey: haltKey, halt: true,
             keys: TUFKeys(targets: [s.key], snapshot: [s.key], timestamp: [s.key]), now: Date())
         let base = ["--app", "sample", "--out", s.out]
-        try Self.interleave(
+        try await Self.interleave(
             s, first: ["halt", "--key", haltFile, "--snapshot-key", s.keyFile, "--reason", "rule tripped"] + base,
             second: ["set", "--rollout", "50", "--key", s.keyFile] + base)
 
@@ -99,7 +99,7 @@ struct PublishLockTests {
     }
 
     @Test("a `delegate` run while a `set` is about to commit waits for it: the set commits and signs, and the app's new role lists the set's manifest")
-    func delegateWaitsForVerb() throws {
+    func delegateWaitsForVerb() async throws {
         let s = try Self.staged()
         defer { F.cleanUp(s.out) }
         let appKey = SigningKey.generate(), appFile = "\(s.out)/app-key"
@@ -108,13 +108,13 @@ struct PublishLockTests {
             s.publisher, ["set", "--rollout", "50", "--app", "sample", "--out", s.out, "--key", s.keyFile],
             environment: ["OFFLINE_PUBLISH_PAUSE_AT": "before-commit"], logs: s.out)
         defer { set.stop() }
-        try #require(set.waitStopped(), "the set never reached its pause: \(set.stderr)")
+        try #require(await set.waitStopped(), "the set never reached its pause: \(set.stderr)")
         let delegate = try PublishProcess(
             s.publisher, ["delegate", "--out", s.out, "--app", "sample", "--app-key", appFile, "--key", s.keyFile], logs: s.out)
         defer { delegate.stop() }
-        PublishProcess.poll { delegate.stderr.contains("waiting for") || !delegate.process.isRunning }
+        await PublishProcess.poll { delegate.stderr.contains("waiting for") || !delegate.process.isRunning }
         set.resume()
-        let setResult = set.wait(), delegateResult = delegate.wait()
+        let setResult = await set.wait(), delegateResult = await delegate.wait()
         #expect(setResult.status == 0 && !setResult.signaled, "the set failed after its commit: \(set.stderr)")
         #expect(delegateResult.status == 0, "\(delegate.stderr)")
         #expect(try Self.state(s.out).rollout == 50)
@@ -125,27 +125,27 @@ struct PublishLockTests {
     }
 
     @Test("a `root commit` with a new targets key run while a `set` is about to commit waits for it: the set commits and signs, then the root lands")
-    func rootCommitWaitsForVerb() throws {
+    func rootCommitWaitsForVerb() async throws {
         let s = try Self.staged()
         defer { F.cleanUp(s.out) }
-        let run = { (arguments: [String]) throws in
-            let result = try CLI.runBlocking(arguments, executable: s.publisher)
+        let run = { (arguments: [String]) async throws in
+            let result = try await CLI.run(arguments, executable: s.publisher)
             try #require(result.status == 0, "\(arguments): \(result.stderr)")
         }
         let proposal = "\(s.out)/root-next.json", online = "\(s.out)/online.key"
-        try run(["keygen", "--out", online])
-        try run(["root", "propose", "--out", s.out, "--file", proposal, "--targets-key", online + ".pub"])
-        try run(["root", "sign", "--file", proposal, "--key", s.keyFile])
+        try await run(["keygen", "--out", online])
+        try await run(["root", "propose", "--out", s.out, "--file", proposal, "--targets-key", online + ".pub"])
+        try await run(["root", "sign", "--file", proposal, "--key", s.keyFile])
         let set = try PublishProcess(
             s.publisher, ["set", "--rollout", "50", "--app", "sample", "--out", s.out, "--key", s.keyFile],
             environment: ["OFFLINE_PUBLISH_PAUSE_AT": "before-commit"], logs: s.out)
         defer { set.stop() }
-        try #require(set.waitStopped(), "the set never reached its pause: \(set.stderr)")
+        try #require(await set.waitStopped(), "the set never reached its pause: \(set.stderr)")
         let commit = try PublishProcess(s.publisher, ["root", "commit", "--out", s.out, "--file", proposal], logs: s.out)
         defer { commit.stop() }
-        PublishProcess.poll { commit.stderr.contains("waiting for") || !commit.process.isRunning }
+        await PublishProcess.poll { commit.stderr.contains("waiting for") || !commit.process.isRunning }
         set.resume()
-        let setResult = set.wait(), commitResult = commit.wait()
+        let setResult = await set.wait(), commitResult = await commit.wait()
         #expect(setResult.status == 0 && !setResult.signaled, "the set failed after its commit: \(set.stderr)")
         #expect(commitResult.status == 0, "\(commit.stderr)")
         #expect(try Self.state(s.out).rollout == 50)
@@ -156,11 +156,11 @@ struct PublishLockTests {
     }
 
     @Test("a publish made while a `stage` was between its read and its write keeps its version in state and manifest")
-    func publishSurvivesStaleStage() throws {
+    func publishSurvivesStaleStage() async throws {
         let s = try Self.staged()
         defer { F.cleanUp(s.out) }
         let base = ["--app", "sample", "--out", s.out, "--key", s.keyFile]
-        try Self.interleave(
+        try await Self.interleave(
             s, first: ["stage", "--percent", "40"] + base,
             second: ["publish", "--version", "1.2.0", "--source", F.sampleApp("1.2.0"), "--stage", "5"] + base)
 
@@ -175,13 +175,13 @@ struct PublishLockTests {
     }
 
     @Test("auto-halt's ReleaseEditor.halt waits a bounded time for a held lock, then fails naming the holder, changing nothing")
-    func haltWaitIsBounded() throws {
+    func haltWaitIsBounded() async throws {
         let s = try Self.staged()
         defer { F.cleanUp(s.out) }
         let base = ["--app", "sample", "--out", s.out, "--key", s.keyFile]
         let a = try PublishProcess(s.publisher, ["set", "--rollout", "50"] + base, environment: ["OFFLINE_PUBLISH_PAUSE_AT": "after-read"], logs: s.out)
         defer { a.stop() }
-        try #require(a.waitStopped(), "the set never reached its pause: \(a.stderr)")
+        try #require(await a.waitStopped(), "the set never reached its pause: \(a.stderr)")
         let before = F.tree("\(s.out)/sample")
         do {
             try ReleaseEditor.halt(
@@ -196,11 +196,11 @@ struct PublishLockTests {
         // The CLI's bound: --lock-wait, one line naming the holder, exit 75 (try again later).
         let b = try PublishProcess(s.publisher, ["stage", "--percent", "0", "--lock-wait", "0.3"] + base, logs: s.out)
         defer { b.stop() }
-        let result = b.wait()
+        let result = await b.wait()
         #expect(result.status == 75, "\(result): \(b.stderr)")
         #expect(b.stderr.contains("pid \(a.pid)"), "\(b.stderr)")
         a.resume()
-        #expect(a.wait().status == 0, "\(a.stderr)")
+        #expect(await a.wait().status == 0, "\(a.stderr)")
         #expect(try Self.state(s.out).rollout == 50)
     }
 }

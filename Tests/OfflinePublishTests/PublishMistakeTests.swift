@@ -23,17 +23,17 @@ struct PublishMistakeTests {
     }
 
     @Test("a source with no index.html (or --fallback file) at its root is refused unless --no-entry-page says so")
-    func noEntryPage() throws {
+    func noEntryPage() async throws {
         let publisher = try #require(F.builtExecutable("offline-publish"), "offline-publish is not built")
         let scratch = try F.temporaryDirectory("mistakes")
         defer { F.cleanUp(scratch) }
         let source = try Self.wheelRoot(in: scratch)
-        func publish(_ out: String, _ extra: [String] = []) throws -> (status: Int32, stdout: String, stderr: String) {
-            try F.run(publisher, ["publish", "--app", "netron", "--version", "1.0.0", "--source", source, "--out", out, "--unsigned",
+        func publish(_ out: String, _ extra: [String] = []) async throws -> (status: Int32, stdout: String, stderr: String) {
+            try await F.run(publisher, ["publish", "--app", "netron", "--version", "1.0.0", "--source", source, "--out", out, "--unsigned",
                                   "--whitelist", "https://h5.example.com/netron/"] + extra)
         }
 
-        let refused = try publish("\(scratch)/refused")
+        let refused = try await publish("\(scratch)/refused")
         #expect(refused.status == 64, "\(refused)")
         #expect(refused.stderr.contains("no index.html at its root"), "\(refused.stderr)")
         #expect(refused.stderr.contains("netron-7.0.dist-info/") && refused.stderr.contains("netron/"), "names what it holds: \(refused.stderr)")
@@ -41,16 +41,16 @@ struct PublishMistakeTests {
         #expect(!FileManager.default.fileExists(atPath: "\(scratch)/refused"), "nothing written")
 
         // The entry page named by --fallback is one, wherever it is.
-        let fallback = try publish("\(scratch)/fallback", ["--fallback", "netron/index.html"])
+        let fallback = try await publish("\(scratch)/fallback", ["--fallback", "netron/index.html"])
         #expect(fallback.status == 0, "\(fallback.stderr)")
         // Said explicitly, files without a page publish.
-        let explicit = try publish("\(scratch)/explicit", ["--no-entry-page"])
+        let explicit = try await publish("\(scratch)/explicit", ["--no-entry-page"])
         #expect(explicit.status == 0, "\(explicit.stderr)")
         #expect(try PublishState.load(appDirectory: "\(scratch)/explicit/netron")?.latest == Version("1.0.0"))
     }
 
     @Test("--out naming an app's directory is refused naming the publish directory above it, for publish and every verb")
-    func outIsAppDirectory() throws {
+    func outIsAppDirectory() async throws {
         let publisher = try #require(F.builtExecutable("offline-publish"), "offline-publish is not built")
         let out = try F.temporaryDirectory("mistakes")
         defer { F.cleanUp(out) }
@@ -62,7 +62,7 @@ struct PublishMistakeTests {
             ["stage", "--app", "sample", "--out", app, "--percent", "0"],
             ["set", "--app", "sample", "--out", app, "--rollout", "5"],
         ] {
-            let result = try F.run(publisher, arguments)
+            let result = try await F.run(publisher, arguments)
             #expect(result.status == 64, "\(arguments): \(result)")
             #expect(result.stderr.contains("is the directory of app 'sample'") && result.stderr.contains("--out \(out)"),
                     "\(arguments): \(result.stderr)")

@@ -38,24 +38,25 @@ final class PublishProcess: @unchecked Sendable {
     }
 
     /// Polls `condition` every 20 ms, at most `limit` times (a bound, not a speed
-    /// assumption: it only ends a test that would otherwise hang).
+    /// assumption: it only ends a test that would otherwise hang). It sleeps with
+    /// `Task.sleep`, so no cooperative thread is held while the child works.
     @discardableResult
-    static func poll(limit: Int = 6_000, _ condition: () -> Bool) -> Bool {
+    static func poll(limit: Int = 6_000, _ condition: () -> Bool) async -> Bool {
         for _ in 0..<limit {
             if condition() { return true }
-            usleep(20_000)
+            try? await Task.sleep(for: .milliseconds(20))
         }
         return condition()
     }
 
     /// Waits until the process stopped itself at its pause step (or ended).
-    func waitStopped() -> Bool { Self.poll { state == "T" || !process.isRunning } && process.isRunning }
+    func waitStopped() async -> Bool { await Self.poll { state == "T" || !process.isRunning } && process.isRunning }
 
     func resume() { kill(pid, SIGCONT) }
 
     /// Waits for the exit (bounded by the caller's own bounds on the process).
-    func wait() -> (status: Int32, signaled: Bool) {
-        process.waitUntilExit()
+    func wait() async -> (status: Int32, signaled: Bool) {
+        await process.exited()
         return (process.terminationStatus, process.terminationReason == .uncaughtSignal)
     }
 
@@ -64,7 +65,7 @@ final class PublishProcess: @unchecked Sendable {
         if process.isRunning {
             kill(pid, SIGCONT)
             kill(pid, SIGKILL)
-            process.waitUntilExit()
+            process.waitUntilExit()  // blocking: reaping a SIGKILLed child, a moment
         }
     }
 }

@@ -9,7 +9,7 @@ struct PublishTests {
     typealias F = PublishFixtures
 
     @Test("publishes packages, gzips, patches from the last 3 versions and state")
-    func publishesAllFiles() throws {
+    func publishesAllFiles() async throws {
         let out = try F.temporaryDirectory()
         defer { F.cleanUp(out) }
         let results = try F.publishSample(to: out)
@@ -31,7 +31,7 @@ struct PublishTests {
             #expect(F.sha256(file: zip) == release.sha256)
             #expect(FileSystem.fileSize(zip) == release.size)
             #expect(F.sha256(file: "\(app)/\(release.gzipFile)") == release.gzipSha256)
-            #expect(F.sha256(try F.gunzip("\(app)/\(release.gzipFile)")) == release.sha256)
+            #expect(F.sha256(try await F.gunzip("\(app)/\(release.gzipFile)")) == release.sha256)
         }
         for patch in state.patches {
             #expect(F.sha256(file: "\(app)/\(patch.file)") == patch.sha256)
@@ -44,7 +44,7 @@ struct PublishTests {
     }
 
     @Test("the zip holds exactly the source files, stored, sorted, with fixed timestamps")
-    func zipMatchesSource() throws {
+    func zipMatchesSource() async throws {
         let out = try F.temporaryDirectory()
         defer { F.cleanUp(out) }
         try F.publishSample(["1.2.0"], to: out)
@@ -56,14 +56,14 @@ struct PublishTests {
         #expect(F.tree(extracted) == F.tree(F.sampleApp("1.2.0")))
 
         // Info-ZIP's listing: all stored, names in byte order, 1980-01-01 00:00.
-        let listing = try F.run("/usr/bin/unzip", ["-Z", "-l", zip])
+        let listing = try await F.run("/usr/bin/unzip", ["-Z", "-l", zip])
         #expect(listing.status == 0)
         let rows = listing.stdout.split(separator: "\n").filter { $0.hasPrefix("-rw-r--r--") }
         #expect(rows.count == F.tree(F.sampleApp("1.2.0")).count)
         #expect(rows.allSatisfy { $0.contains(" stor ") && $0.contains("80-Jan-01 00:00") })
         let names = rows.map { String($0.split(separator: " ").last!) }
         #expect(names == names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) })
-        #expect(try F.run("/usr/bin/unzip", ["-tq", zip]).status == 0)
+        #expect(try await F.run("/usr/bin/unzip", ["-tq", zip]).status == 0)
     }
 
     @Test("the static manifest describes the gzip full package, relative to itself, signed")
@@ -130,7 +130,7 @@ struct PublishTests {
     }
 
     @Test("patches apply with Debian's bspatch and with Patcher to the same package")
-    func patchesApply() throws {
+    func patchesApply() async throws {
         let out = try F.temporaryDirectory()
         defer { F.cleanUp(out) }
         try F.publishSample(to: out)
@@ -141,7 +141,7 @@ struct PublishTests {
         for patch in state.patches {
             let old = "\(app)/\(patch.from).zip", file = "\(app)/\(patch.file)"
             let viaDebian = "\(out)/debian-\(patch.from)", viaPatcher = "\(out)/patcher-\(patch.from)"
-            #expect(try F.run("/usr/bin/bspatch", [old, viaDebian, file]).status == 0)
+            #expect(try await F.run("/usr/bin/bspatch", [old, viaDebian, file]).status == 0)
             try Patcher.apply(old: URL(fileURLWithPath: old), patch: URL(fileURLWithPath: file), to: URL(fileURLWithPath: viaPatcher))
             #expect(FileManager.default.contents(atPath: viaDebian) == target)
             #expect(FileManager.default.contents(atPath: viaPatcher) == target)
@@ -257,14 +257,14 @@ struct PublishTests {
     // MARK: Command line
 
     @Test("keygen writes a 0600 key and its .pub; publish signs and refuses bad versions with status 64")
-    func commandLine() throws {
+    func commandLine() async throws {
         guard let publisher = F.builtExecutable("offline-publish") else {
             Issue.record("offline-publish is not built (swift build --build-tests builds it)")
             return
         }
         let out = try F.temporaryDirectory("cli")
         defer { F.cleanUp(out) }
-        let keygen = try F.run(publisher, ["keygen", "--out", "\(out)/key"])
+        let keygen = try await F.run(publisher, ["keygen", "--out", "\(out)/key"])
         #expect(keygen.status == 0)
         let printed = keygen.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let key = try SigningKey(contentsOfFile: "\(out)/key")
@@ -272,10 +272,10 @@ struct PublishTests {
         #expect(try String(contentsOfFile: "\(out)/key.pub", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines) == printed)
         let mode = try FileManager.default.attributesOfItem(atPath: "\(out)/key")[.posixPermissions] as? Int
         #expect(mode == 0o600)
-        #expect(try F.run(publisher, ["keygen", "--out", "\(out)/key"]).status == 64)  // never overwrites silently
+        #expect(try await F.run(publisher, ["keygen", "--out", "\(out)/key"]).status == 64)  // never overwrites silently
 
         let publish = ["publish", "--app", "sample", "--source", F.sampleApp("1.0.0"), "--out", "\(out)/pub"]
-        let ok = try F.run(publisher, publish + ["--version", "1.0.0", "--key", "\(out)/key", "--whitelist", "https://h5.example.com/a/",
+        let ok = try await F.run(publisher, publish + ["--version", "1.0.0", "--key", "\(out)/key", "--whitelist", "https://h5.example.com/a/",
                                              "--whitelist", "https://h5.example.com/b/", "--expires", "2030-01-01T00:00:00Z"])
         #expect(ok.status == 0, "\(ok.stderr)")
         let body = try Data(contentsOf: URL(fileURLWithPath: "\(out)/pub/sample/manifest.json"))
@@ -286,14 +286,14 @@ struct PublishTests {
         #expect(manifest.expires.map(RFC3339.string(from:)) == "2030-01-01T00:00:00Z")
 
         for bad in ["1.x", "1..0", "-1", "v2", "1.0.0.0.0.0.0.0.0", "1234567890"] {
-            let refused = try F.run(publisher, publish + ["--version=\(bad)"])
+            let refused = try await F.run(publisher, publish + ["--version=\(bad)"])
             #expect(refused.status == 64, "\(bad): \(refused.stderr)")
             #expect(refused.stderr.contains("invalid version"))
             #expect(refused.stderr.contains("dotted decimal numbers, 1 to 8 components"), "the format is named: \(refused.stderr)")
         }
-        let same = try F.run(publisher, publish + ["--version", "1.0", "--unsigned"])
+        let same = try await F.run(publisher, publish + ["--version", "1.0", "--unsigned"])
         #expect(same.status == 1 && same.stderr.contains("not greater than the latest published 1.0.0"))
-        #expect(try F.run(publisher, publish + ["--version", "2", "--network-type", "5g"]).status == 64)
-        #expect(try F.run(publisher, publish + ["--version", "2", "--expires", "tomorrow"]).status == 64)
+        #expect(try await F.run(publisher, publish + ["--version", "2", "--network-type", "5g"]).status == 64)
+        #expect(try await F.run(publisher, publish + ["--version", "2", "--expires", "tomorrow"]).status == 64)
     }
 }

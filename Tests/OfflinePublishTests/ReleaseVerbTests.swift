@@ -213,7 +213,7 @@ struct ReleaseVerbTests {
     }
 
     @Test("the CLI verbs: refusals exit 64 naming the value with the directory unchanged; history lists revisions")
-    func cliVerbs() throws {
+    func cliVerbs() async throws {
         guard let publisher = F.builtExecutable("offline-publish") else {
             Issue.record("offline-publish is not built")
             return
@@ -235,14 +235,14 @@ struct ReleaseVerbTests {
             (["publish", "--app", "sample", "--out", out, "--key", keyFile, "--version", "2.0.0", "--source", F.sampleApp("1.3.0"),
               "--stage-schedule", "5@soon"], "'5@soon'"),
         ] {
-            let result = try F.run(publisher, arguments)
+            let result = try await F.run(publisher, arguments)
             #expect(result.status == 64, "\(arguments): \(result.stderr)")
             #expect(result.stderr.contains(text), "\(arguments): \(result.stderr)")
         }
         #expect(F.tree("\(out)/sample") == before)
 
-        #expect(try F.run(publisher, ["stage", "--percent", "25", "--reason", "canary"] + base).status == 0)
-        let history = try F.run(publisher, ["history", "--app", "sample", "--out", out])
+        #expect(try await F.run(publisher, ["stage", "--percent", "25", "--reason", "canary"] + base).status == 0)
+        let history = try await F.run(publisher, ["history", "--app", "sample", "--out", out])
         #expect(history.status == 0)
         #expect(history.stdout.contains("stage 25%") && history.stdout.contains("stage 100% -> 25%: canary"), "\(history.stdout)")
     }

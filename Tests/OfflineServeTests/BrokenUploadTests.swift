@@ -63,7 +63,7 @@ struct BrokenUploadTests {
             #expect(answer.lowercased().contains("\r\nconnection: close\r\n"), "\(answer.prefix(300))")
             #expect(closed, "the server closes after the 400")
             // The origin connection ends without the request's end: never whole, never answered.
-            #expect(origin.wait { !$0.isEmpty && $0.allSatisfy(\.closed) }, "the origin connection was left open")
+            #expect(try await LocalHTTP.onThread { origin.wait { !$0.isEmpty && $0.allSatisfy(\.closed) } }, "the origin connection was left open")
             let recorded = origin.recorded
             #expect(recorded.count == 1)
             for connection in recorded {

@@ -17,12 +17,10 @@ struct BrowserTests {
     static func dumpDOM(_ url: String, flags: [String] = []) async throws -> String {
         let chromium = try #require(chromium)
         let profile = TemporaryDirectory("chromium")
-        let result = try await LocalHTTP.onThread {
-            try run("/usr/bin/timeout", [
-                "300", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)",
-            ] + flags + ["--virtual-time-budget=5000", "--dump-dom", url])
-        }
+        let result = try await run("/usr/bin/timeout", [
+            "300", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)",
+        ] + flags + ["--virtual-time-budget=5000", "--dump-dom", url])
         #expect(result.status == 0, "chromium: \(result.stderr.suffix(2000))")
         return result.stdout
     }

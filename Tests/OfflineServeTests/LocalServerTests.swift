@@ -575,10 +575,10 @@ struct LocalServerTests {
             let response = try await LocalHTTP.request(port: port, "/mall/index.html")
             #expect(response.status == 200 && response.body == F.fixtureBytes("1.0.0", "index.html"))
             kill(running.process.processIdentifier, signal)
-            let result = try await LocalHTTP.onThread { CLI.finishBlocking(running) }
+            let result = await CLI.finish(running)
             #expect(result.status == 0 && !result.signaled, "signal \(signal): \(result.stderr)")
         }
-        let refused = try await LocalHTTP.onThread { try CLI.runBlocking(["serve", "--root", f.root.path, "--host", "0.0.0.0", "--port", "0"]) }
+        let refused = try await CLI.run(["serve", "--root", f.root.path, "--host", "0.0.0.0", "--port", "0"])
         #expect(refused.status == 64)
         #expect(refused.stderr.contains("--allow-remote"))
     }

@@ -43,8 +43,9 @@ final class RecordingOrigin: @unchecked Sendable {
         return connections
     }
 
-    /// Waits (on the calling thread, at most `timeout` seconds) until `done` holds for the
-    /// connections so far; false when it never did.
+    /// Waits (blocking the calling thread, at most `timeout` seconds) until `done` holds for
+    /// the connections so far; false when it never did. Async code calls it on a thread of
+    /// its own (`LocalHTTP.onThread`): the server that closes the connections needs the pool.
     func wait(timeout: TimeInterval = 300, until done: ([Connection]) -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         condition.lock()

@@ -23,9 +23,7 @@ struct ServeBindTests {
                 #expect(error.reason == "cannot serve on 127.0.0.1:\(port): address in use")
                 #expect("\(error)".hasPrefix("serve: "))
             } else {
-                let result = try await LocalHTTP.onThread {
-                    try CLI.runBlocking(["serve", "--root", f.root.path, "--port", String(port), "--device-id", "d"])
-                }
+                let result = try await CLI.run(["serve", "--root", f.root.path, "--port", String(port), "--device-id", "d"])
                 #expect(result.status == 1)
                 #expect(result.stderr == "offline-agent: serve: cannot serve on 127.0.0.1:\(port): address in use\n")
             }
@@ -44,9 +42,7 @@ struct ServeBindTests {
     ])
     func invalidSettings(arguments: [String], message: String) async throws {
         let f = try LocalServerTests.mall()
-        let result = try await LocalHTTP.onThread {
-            try CLI.runBlocking(["serve", "--root", f.root.path, "--port", "0", "--device-id", "d"] + arguments)
-        }
+        let result = try await CLI.run(["serve", "--root", f.root.path, "--port", "0", "--device-id", "d"] + arguments)
         #expect(result.status == 64, "\(arguments): \(result.stderr)")
         #expect(result.stderr == message)
         #expect(!result.stdout.contains("listening"))

@@ -57,7 +57,7 @@ struct ServeEdgeTests {
     func postsAnsweredBeforeTheirBodies() async throws {
         // `return 200` answers as soon as the head is read, often before the page's end of
         // body has reached the exchange: the answer must still find the request complete.
-        let nginx = try Nginx(server: "location / { return 200 'posted $uri'; }")
+        let nginx = try await Nginx(server: "location / { return 200 'posted $uri'; }")
         defer { nginx.stop() }
         try await Self.postSix(through: MirrorOrigin(scheme: "http", host: "127.0.0.1", port: nginx.port)!, count: 40)
     }

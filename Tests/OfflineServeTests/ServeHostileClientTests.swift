@@ -148,7 +148,7 @@ struct ServeHostileClientTests {
         #expect(connected > 1024, "only \(connected) connected")
         #expect(recovered, "serve did not recover")
         kill(process.processIdentifier, SIGTERM)
-        let result = try await LocalHTTP.onThread { CLI.finishBlocking(running) }
+        let result = await CLI.finish(running)
         stopped = true
         #expect(result.status == 0, "\(result.stderr)")
     }

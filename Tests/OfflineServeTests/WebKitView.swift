@@ -65,6 +65,6 @@ final class WebKitView: @unchecked Sendable {
     /// Ends the view: its stdin closes, and it quits.
     func close() async {
         try? input.fileHandleForWriting.close()
-        _ = try? await LocalHTTP.onThread { [process] in process.waitUntilExit() }
+        await process.exited()
     }
 }

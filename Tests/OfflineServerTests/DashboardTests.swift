@@ -20,13 +20,11 @@ struct DashboardTests {
     static func chromium(_ url: String, _ action: String) async throws -> CLI.Result {
         let chromium = try #require(chromium)
         let profile = TemporaryDirectory("chromium")
-        return try await LocalHTTP.onThread {
-            try CLI.runBlocking([
-                "300", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)", "--hide-scrollbars",
-                "--window-size=1100,1000", "--virtual-time-budget=3000", action, url,
-            ], executable: "/usr/bin/timeout")
-        }
+        return try await CLI.run([
+            "300", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", "--no-default-browser-check", "--user-data-dir=\(profile.path)", "--hide-scrollbars",
+            "--window-size=1100,1000", "--virtual-time-budget=3000", action, url,
+        ], executable: "/usr/bin/timeout")
     }
 
     /// Text as an HTML serializer writes it between tags.

@@ -69,10 +69,10 @@ struct FleetAutoHaltTests {
     /// Round 1 installs 1.0.0 everywhere; 2.0.0 is published at stage 60; round 2 syncs it
     /// through servers that corrupt the first downloads and halt; round 3 changes nothing.
     static func run(
-        _ fleet: Fleet, servers makeServers: (_ extra: [String]) throws -> [OfflineServerProcess]
+        _ fleet: Fleet, servers makeServers: (_ extra: [String]) async throws -> [OfflineServerProcess]
     ) async throws {
         try publish(fleet, "1.0.0", source: "1.0.0", stage: nil)
-        var servers = try makeServers([])
+        var servers = try await makeServers([])
         let first = try await syncAll(fleet, servers)
         for server in servers { await server.stop() }
         for result in first {
@@ -84,7 +84,7 @@ struct FleetAutoHaltTests {
         // The first patch and full downloads of each server are corrupted: a device that got
         // both fails its update (hash-mismatch) and stays on 1.0.0.
         let perServer = 12 / max(1, servers.count)
-        servers = try makeServers([
+        servers = try await makeServers([
             "--auto-halt", rules, "--fault", "corrupt=patch*\(perServer)", "--fault", "corrupt=package*\(perServer)",
         ])
         do {
@@ -150,7 +150,7 @@ struct FleetAutoHaltTests {
         let fleet = try Self.makeFleet("fleet-halt-sqlite")
         defer { PublishFixtures.cleanUp(URL(fileURLWithPath: fleet.dir).deletingLastPathComponent().path) }
         try await Self.run(fleet) { extra in
-            [try OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath, "--open-collector"] + extra)]
+            [try await OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath, "--open-collector"] + extra)]
         }
     }
 
@@ -160,12 +160,14 @@ struct FleetAutoHaltTests {
     func postgres() async throws {
         let fleet = try Self.makeFleet("fleet-halt-postgres")
         defer { PublishFixtures.cleanUp(URL(fileURLWithPath: fleet.dir).deletingLastPathComponent().path) }
-        let database = try PostgresTestDatabase("fleet")
+        let database = try await PostgresTestDatabase("fleet")
         defer { database.drop() }
         try await Self.run(fleet) { extra in
-            try (0..<2).map { _ in
-                try OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath, "--open-collector", "--reports-db", database.url] + extra)
+            var servers: [OfflineServerProcess] = []
+            for _ in 0..<2 {
+                servers.append(try await OfflineServerProcess(arguments: ["--dir", fleet.dir, "--key", fleet.keyPath, "--open-collector", "--reports-db", database.url] + extra))
             }
+            return servers
         }
     }
 }

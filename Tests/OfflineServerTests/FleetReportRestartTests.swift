@@ -23,7 +23,7 @@ struct FleetReportRestartTests {
 
         // The default database: under the state directory, outside the publish directory.
         let state = TemporaryDirectory("fleet-state")
-        let first = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector"], environment: ["XDG_STATE_HOME": state.path])
+        let first = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector"], environment: ["XDG_STATE_HOME": state.path])
         let stats: String, metrics: String
         do {
             #expect(try await C.post(first.baseURL, body).receipt?.accepted == 3)
@@ -58,7 +58,7 @@ struct FleetReportRestartTests {
         // --no-reports: both routes 404, nothing created.
         let off = try PublishFixtures.temporaryDirectory("fleet-off")
         defer { PublishFixtures.cleanUp(off) }
-        let third = try OfflineServerProcess(arguments: ["--dir", off, "--no-reports"])
+        let third = try await OfflineServerProcess(arguments: ["--dir", off, "--no-reports"])
         let refused = try await C.post(third.baseURL, body)
         await third.stop()
         #expect(refused.status == 404)
@@ -71,7 +71,7 @@ struct FleetReportRestartTests {
         let dir = try PublishFixtures.temporaryDirectory(label)
         try C.publishFleet(dir)
         let legacy = dir + "/.offline-server/reports.sqlite"
-        let before = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", legacy])
+        let before = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", legacy])
         #expect(try await C.post(before.baseURL, try C.body([C.event("updated", ["via": "full"])])).receipt?.accepted == 1)
         await before.stop()
         return (dir, legacy)
@@ -84,8 +84,8 @@ struct FleetReportRestartTests {
         let state = TemporaryDirectory("fleet-legacy-state")
         let location = ReportDatabaseLocation.defaultPath(directory: dir, environment: ["XDG_STATE_HOME": state.path])
         #expect(location.path == legacy && location.warning?.contains("--reports-db") == true)
-        let after = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector"], environment: ["XDG_STATE_HOME": state.path])
-        defer { after.stopBlocking() }
+        let after = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector"], environment: ["XDG_STATE_HOME": state.path])
+        defer { after.stopInBackground() }
         #expect(try await C.stats(after.baseURL)["events"] as? Int == 1, "the history stays")
         #expect(!FileManager.default.fileExists(atPath: state.path + "/offline-server"))
     }
@@ -116,15 +116,15 @@ struct FleetReportRestartTests {
         let (dir, _) = try await Self.legacyDatabase("fleet-legacy-secret")
         defer { PublishFixtures.cleanUp(dir) }
         let state = TemporaryDirectory("fleet-legacy-secret-state")
-        let postgres = PostgresTestDatabase.isAvailable ? try PostgresTestDatabase("legacysecret") : nil
+        let postgres = PostgresTestDatabase.isAvailable ? try await PostgresTestDatabase("legacysecret") : nil
         defer { postgres?.drop() }
         // The old place's database, then PostgreSQL while that database is still there.
         var runs: [[String]] = [[]]
         if let postgres { runs.append(["--reports-db", postgres.url]) }
         for database in runs {
-            let server = try OfflineServerProcess(
+            let server = try await OfflineServerProcess(
                 arguments: ["--dir", dir, "--report-token", ReportEnrolmentTests.token] + database, environment: ["XDG_STATE_HOME": state.path])
-            defer { server.stopBlocking() }
+            defer { server.stopInBackground() }
             let device = "kiosk-\(database.count)"
             let authorization = try await ReportEnrolmentTests.enrol(server.baseURL, device)
             let sent = try await C.post(server.baseURL, try C.body([C.event("updated", device: device, ["via": "full"])]), headers: ["Authorization: \(authorization)"])

@@ -43,11 +43,11 @@ struct PostgresCollectorTests {
         let dir = try PublishFixtures.temporaryDirectory("pg-collector")
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
-        let database = try PostgresTestDatabase("collector")
+        let database = try await PostgresTestDatabase("collector")
         defer { database.drop() }
-        let a = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
-        let b = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
-        let lite = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
+        let a = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
+        let b = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
+        let lite = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
         do {
             let body = try C.body(Self.events())
             let unique = Self.events().count - 1
@@ -82,17 +82,12 @@ struct PostgresCollectorTests {
         for server in [a, b, lite] { await server.stop() }
 
         // Restarted (migrations again) and a third server: still one run of each migration.
-        let again = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
+        let again = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", database.url])
         let count = try await C.stats(again.baseURL)["events"] as? Int
         await again.stop()
         #expect(count == Self.events().count - 1)
-        let output = Pipe(), process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
-        process.arguments = [database.url, "-qAtc", "SELECT name FROM offline_server_migrations ORDER BY name"]
-        process.standardOutput = output
-        try process.run()
-        let names = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        let names = try await CLI.run(
+            [database.url, "-qAtc", "SELECT name FROM offline_server_migrations ORDER BY name"], executable: "/usr/bin/psql").stdout
         #expect(names == "v1\nv3\nv4\nv5\nv6\nv7\nv8\nv9\n", "each migration once")
     }
 

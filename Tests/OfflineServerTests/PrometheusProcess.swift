@@ -78,8 +78,9 @@ final class PrometheusProcess: @unchecked Sendable {
         return seen
     }
 
+    /// SIGTERM without waiting for the exit (the reaper thread sees it): called from `defer`,
+    /// which cannot await, and nothing after needs Prometheus gone.
     func stop() {
         if process.isRunning { process.terminate() }
-        process.waitUntilExit()
     }
 }

@@ -80,7 +80,7 @@ struct ReferenceServerTests {
                 #expect(Int64(full.count) == manifest.fullSize && F.sha256(full) == manifest.fullSha256)
                 let gz = "\(served.out)/full-\(base).gz"
                 try full.write(to: URL(fileURLWithPath: gz))
-                #expect(F.sha256(try F.gunzip(gz)) == manifest.packageSha256)
+                #expect(F.sha256(try await F.gunzip(gz)) == manifest.packageSha256)
             }
             for current in ["", "0.9.0", "1.3.0", "2.0"] {
                 let (manifest, url, _) = try await manifest(served, served.url("/manifest?app=sample&current=\(current)"))
@@ -276,12 +276,15 @@ struct ReferenceServerTests {
         process.standardError = FileHandle.nullDevice
         try process.run()
         defer { if process.isRunning { process.terminate() } }
-        // The first line, read without waiting for the pipe to close.
-        var line = Data()
-        while line.last != UInt8(ascii: "\n") {
-            let byte = stdout.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
-            if byte.isEmpty { break }
-            line += byte
+        // The first line, read without waiting for the pipe to close (on a thread of its own).
+        let line = try await LocalHTTP.onThread { () -> Data in
+            var line = Data()
+            while line.last != UInt8(ascii: "\n") {
+                let byte = stdout.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
+                if byte.isEmpty { break }
+                line += byte
+            }
+            return line
         }
         let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(text.hasPrefix("listening on 127.0.0.1:"))
@@ -290,7 +293,7 @@ struct ReferenceServerTests {
         #expect(response.status == 200)
         #expect(try Manifest.decode(response.body).isPatch)
         process.terminate()  // SIGTERM: graceful shutdown
-        process.waitUntilExit()
+        await process.exited()
         #expect(process.terminationReason == .exit)
     }
 }

@@ -77,7 +77,7 @@ struct ReportAccessTests {
         let config = dir + "/server.json"
         try Data(#"{"reportToken": "\#(token)"}"#.utf8).write(to: URL(fileURLWithPath: config))
         for arguments in [["--report-token", token], ["--config", config]] {
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/\(arguments[0]).sqlite"] + arguments)
+            let server = try await OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/\(arguments[0]).sqlite"] + arguments)
             do {
                 let body = try C.body([C.event("updated", ["via": "full"])])
                 for headers in [[], ["Authorization: Bearer wrong"], ["Authorization: Bearer \(token)x"], ["Authorization: Basic \(token)"]] {

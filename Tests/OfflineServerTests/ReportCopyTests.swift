@@ -10,14 +10,8 @@ import Testing
 struct ReportCopyTests {
     typealias C = FleetReportClient
 
-    static func psql(_ url: String, _ sql: String) throws -> String {
-        let output = Pipe(), process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
-        process.arguments = [url, "-qAtc", sql]
-        process.standardOutput = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+    static func psql(_ url: String, _ sql: String) async throws -> String {
+        let text = try await CLI.run([url, "-qAtc", sql], executable: "/usr/bin/psql").stdout
         return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
@@ -56,7 +50,7 @@ struct ReportCopyTests {
         }
         await server.stop()
 
-        let database = try PostgresTestDatabase("copyreports")
+        let database = try await PostgresTestDatabase("copyreports")
         defer { database.drop() }
         let executable = try #require(PublishFixtures.builtExecutable("offline-server"))
         let first = try await CLI.run(["copy-reports", "--from", sqlite, "--to", database.url], executable: executable)
@@ -64,7 +58,7 @@ struct ReportCopyTests {
         let again = try await CLI.run(["copy-reports", "--from", sqlite, "--to", database.url], executable: executable)
         #expect(again.status == 0 && again.stdout == "copied 0, duplicates 12, refused 0, enrolled ids 0\n", "\(again.stdout) \(again.stderr)")
         // Five batches, five receipt times; the one credential-sent event still marked.
-        #expect(try Self.psql(database.url, "SELECT COUNT(DISTINCT receivedMillis), COUNT(*) FILTER (WHERE authenticated) FROM events") == "5|1")
+        #expect(try await Self.psql(database.url, "SELECT COUNT(DISTINCT receivedMillis), COUNT(*) FILTER (WHERE authenticated) FROM events") == "5|1")
 
         var onPostgres = ReferenceServer.Configuration(directory: dir, port: 0, reportsDatabase: database.url)
         onPostgres.reportToken = ReportEnrolmentTests.token

@@ -16,7 +16,7 @@ struct ReportCountersTests {
     static let published: Set<String> = ["1.0.0", "2.0.0", "2.1.0"]
 
     /// The raw rows: events (numbers as text) and fallbacks with their event's app.
-    static func rows(_ store: String) throws -> (events: [[String: String?]], fallbacks: [[String: String?]]) {
+    static func rows(_ store: String) async throws -> (events: [[String: String?]], fallbacks: [[String: String?]]) {
         let output: String
         if store.hasPrefix("postgres") {
             let text = { (column: String) in "'\(column)', \(column)::text" }
@@ -26,7 +26,7 @@ struct ReportCountersTests {
                     'fallbacks', COALESCE((SELECT json_agg(json_build_object('app', e.app, 'reason', f.reason, 'count', f.count::text))
                         FROM fallbacks f JOIN events e ON e.seq = f.eventSeq), '[]'))
                 """
-            let result = try CLI.runBlocking([store, "-v", "ON_ERROR_STOP=1", "-qAtc", sql], executable: "/usr/bin/psql")
+            let result = try await CLI.run([store, "-v", "ON_ERROR_STOP=1", "-qAtc", sql], executable: "/usr/bin/psql")
             try #require(result.status == 0, "\(result.stderr)")
             output = result.stdout
         } else {
@@ -42,7 +42,7 @@ struct ReportCountersTests {
                     "fallbacks": rows("SELECT e.app, f.reason, f.count FROM fallbacks f JOIN events e ON e.seq = f.eventSeq"),
                 }))
                 """
-            let result = try CLI.runBlocking(["-c", script, store], executable: "/usr/bin/python3")
+            let result = try await CLI.run(["-c", script, store], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
             output = result.stdout
         }
@@ -60,8 +60,8 @@ struct ReportCountersTests {
 
     /// Series (`name{label=value,…}`, labels sorted) → value, as the rules give them from
     /// the rows; series whose value is 0 are left out (`/metrics` shows none).
-    static func recount(_ store: String) throws -> [String: Double] {
-        let (events, fallbacks) = try rows(store)
+    static func recount(_ store: String) async throws -> [String: Double] {
+        let (events, fallbacks) = try await rows(store)
         var counts: [String: Int64] = [:]
         var usage: [String: (hits: Int64, all: Int64)] = [:]
         func bump(_ name: String, _ labels: [String: String], _ by: Int64) {
@@ -120,7 +120,7 @@ struct ReportCountersTests {
     }
 
     static func expectRecount(_ base: String, _ store: String, _ when: String) async throws {
-        let shown = try await shown(base), expected = try recount(store)
+        let shown = try await shown(base), expected = try await recount(store)
         #expect(!expected.isEmpty)
         for key in Set(shown.keys).union(expected.keys).sorted() where shown[key] != expected[key] {
             Issue.record("\(when): \(key) shows \(shown[key].map { "\($0)" } ?? "nothing"), the events count \(expected[key].map { "\($0)" } ?? "nothing")")
@@ -130,7 +130,7 @@ struct ReportCountersTests {
     /// What a server of the previous schema left: events it let in with 2^63 − 1 (an update
     /// via patch, usage, a failure with a code no device sends, a fallback), and no
     /// counter sums; its fallback sums (which `/metrics` reads too) saturated as it kept them.
-    static func olderServerHistory(_ store: String) throws {
+    static func olderServerHistory(_ store: String) async throws {
         let max = Int64.max
         let insert = """
             INSERT INTO events (id, time, timeMillis, device, app, event, version, via, errorCode, bytes, fullSize, durationMs,
@@ -146,11 +146,11 @@ struct ReportCountersTests {
             DROP TABLE report_counters;
             """
         if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, insert + "DELETE FROM offline_server_migrations WHERE name = 'v6';")
+            try await PostgresTestDatabase.psql(store, insert + "DELETE FROM offline_server_migrations WHERE name = 'v6';")
         } else {
             let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.executescript(sys.argv[2]); "
                 + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier = 'v6'\"); db.commit()"
-            let result = try CLI.runBlocking(["-c", script, store, insert], executable: "/usr/bin/python3")
+            let result = try await CLI.run(["-c", script, store, insert], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
         }
     }
@@ -174,7 +174,7 @@ struct ReportCountersTests {
             try await Self.expectRecount(server.baseURL, store, "after ingestion")
             try await Self.expectRollbacksAgree(server.baseURL)
         }
-        try Self.olderServerHistory(store)
+        try await Self.olderServerHistory(store)
         try await C.withServer(database: store) { server in
             try await Self.expectRecount(server.baseURL, store, "a database of the previous schema, at start")
             let shown = try await Self.shown(server.baseURL)
@@ -200,7 +200,7 @@ struct ReportCountersTests {
 
     @Test("PostgreSQL: the same", .enabled(if: PostgresTestDatabase.isAvailable, "\(PostgresTestDatabase.server.skipReason ?? "")"))
     func postgres() async throws {
-        let database = try PostgresTestDatabase("counters")
+        let database = try await PostgresTestDatabase("counters")
         defer { database.drop() }
         try await check(store: database.url)
     }

@@ -59,7 +59,7 @@ struct ReportEnrolmentTests {
         defer { PublishFixtures.cleanUp(dir) }
         let key = SigningKey.generate()
         try AutoHaltTests.publishStaged(dir, key: key, stage: 40)
-        let postgres = kind == "postgres" ? try PostgresTestDatabase("enrolhalt") : nil
+        let postgres = kind == "postgres" ? try await PostgresTestDatabase("enrolhalt") : nil
         defer { postgres?.drop() }
         let database = postgres?.url ?? dir + "/reports.sqlite"
         let inside = AutoHaltTests.devices("in", inStage: true, stage: 40, count: 40)
@@ -124,7 +124,7 @@ struct ReportEnrolmentTests {
         defer { PublishFixtures.cleanUp(dir) }
         let key = SigningKey.generate()
         try AutoHaltTests.publishStaged(dir, key: key, stage: 40)
-        let postgres = kind == "postgres" ? try PostgresTestDatabase("enrolkelvin") : nil
+        let postgres = kind == "postgres" ? try await PostgresTestDatabase("enrolkelvin") : nil
         defer { postgres?.drop() }
         var configuration = Self.configuration(dir, database: postgres?.url ?? dir + "/reports.sqlite", key: key)
         configuration.requireEnrolment = true
@@ -166,12 +166,12 @@ struct ReportEnrolmentTests {
     }
 
     /// SQL run on the reports database `store` (SQLite path or PostgreSQL URL).
-    static func sql(_ store: String, _ script: String) throws {
+    static func sql(_ store: String, _ script: String) async throws {
         if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, script)
+            try await PostgresTestDatabase.psql(store, script)
         } else {
             let code = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.executescript(sys.argv[2]); db.commit()"
-            let result = try CLI.runBlocking(["-c", code, store, script], executable: "/usr/bin/python3")
+            let result = try await CLI.run(["-c", code, store, script], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
         }
     }
@@ -182,7 +182,7 @@ struct ReportEnrolmentTests {
         let dir = try PublishFixtures.temporaryDirectory("enrol-once")
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
-        let postgres = kind == "postgres" ? try PostgresTestDatabase("enrol_once") : nil
+        let postgres = kind == "postgres" ? try await PostgresTestDatabase("enrol_once") : nil
         defer { postgres?.drop() }
         let database = postgres?.url ?? dir + "/reports.sqlite"
         let configuration = Self.configuration(dir, database: database)
@@ -214,7 +214,7 @@ struct ReportEnrolmentTests {
         _ = try await Self.enrol(first.baseURL, "kiosk-c")
         await first.stop()
         let record = postgres == nil ? "DELETE FROM grdb_migrations WHERE identifier = 'v9';" : "DELETE FROM offline_server_migrations WHERE name = 'v9';"
-        try Self.sql(database, "DROP TABLE enrolled_devices;" + record)
+        try await Self.sql(database, "DROP TABLE enrolled_devices;" + record)
         let upgraded = try await ReferenceServer(configuration: configuration).start()
         defer { Task { await upgraded.stop() } }
         let again = try await Self.request(upgraded.baseURL + "/enrol", headers: ["Authorization: Bearer \(Self.token)"], body: Data(#"{"device":"kiosk-a"}"#.utf8))
@@ -400,6 +400,29 @@ struct ReportEnrolmentTests {
         #expect(next - asked > 20, "Retry-After not honoured: \(next - asked) s")
     }
 
+    @Test("a collector that answers 409 to the enrolment and 401 to the token gets one POST /enrol in that flush, not a second; the event stays queued")
+    func enrolledAlreadyAsksOnce() async throws {
+        // Enrolment required, this id enrolled before (its credential lost): every /enrol is
+        // 409, every report without a credential 401. The 401 must not enrol again.
+        let collector = try ScriptedServer { request in request.path == "/enrol" ? .status(409) : .status(401) }
+        defer { collector.stop() }
+        let dir = try PublishFixtures.temporaryDirectory("enrol-409")
+        defer { PublishFixtures.cleanUp(dir) }
+        let root = dir + "/device"
+        let url = URL(string: collector.baseURL + "/report")!
+        let queue = ReportQueue(root: root, url: url, maxEvents: 1000)
+        let device = try DeviceID.load(root: root)
+        try queue.append([ReportEvent(time: Date(), device: device, app: "fleet", event: .updated, version: "2.0.0", via: "full")])
+        try queue.remember(token: Self.token)
+        var settings = ReportSettings()
+        settings.deadline = .seconds(60)  // a bound on a hang: two shared cores
+        let sender = ReportSender(root: root, settings: settings, network: NetworkSettings(), clock: { Date() }, pool: BlockingPool())
+        let flush = await sender.flush()
+        #expect(flush.delivered == 0 && flush.failed == [url.absoluteString] && queue.pending() == 1)
+        #expect(collector.requests.map(\.path) == ["/enrol", "/report"], "\(collector.requests.map(\.path))")
+        #expect(queue.credential() == nil)
+    }
+
     @Test("offline-server: a collector without a token is refused at start unless --open-collector; the secret is made 0600 beside the database; --require-enrolment needs the token")
     func openCollectorIsExplicit() async throws {
         let dir = try PublishFixtures.temporaryDirectory("open-collector")
@@ -413,16 +436,16 @@ struct ReportEnrolmentTests {
         let enrolOnly = try await CLI.run(["--dir", dir, "--port", "0", "--require-enrolment"], executable: executable)
         #expect(enrolOnly.status == 64 && enrolOnly.stderr.contains("needs --report-token"), "\(enrolOnly.stderr)")
         // No collector asked for: it serves, reports off.
-        let plain = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/open.sqlite", "--open-collector"])
+        let plain = try await OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", dir + "/open.sqlite", "--open-collector"])
         let body = try C.body([C.event("updated", ["via": "full"])])
         #expect(try await C.post(plain.baseURL, body).receipt?.accepted == 1)
         await plain.stop()
-        let quiet = try OfflineServerProcess(arguments: ["--dir", dir])
+        let quiet = try await OfflineServerProcess(arguments: ["--dir", dir])
         #expect(try await C.post(quiet.baseURL, body).status == 404)
         await quiet.stop()
         // Outside the publish directory, as a secret inside it is warned about.
         let db = TemporaryDirectory("enrol-secret-db")
-        let enrolling = try OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", db.file("reports.sqlite"), "--report-token", Self.token])
+        let enrolling = try await OfflineServerProcess(arguments: ["--dir", dir, "--reports-db", db.file("reports.sqlite"), "--report-token", Self.token])
         let secret = db.file("collector-secret")
         let mode = try #require(try FileManager.default.attributesOfItem(atPath: secret)[.posixPermissions] as? Int)
         #expect(mode & 0o777 == 0o600)

@@ -16,10 +16,10 @@ struct ReportHostileInputTests {
     static let huge = Int64.max
 
     /// A fresh store of each kind the machine can run: SQLite always, PostgreSQL when available.
-    static func stores(_ label: String, in dir: String) throws -> [(name: String, url: String, drop: () -> Void)] {
+    static func stores(_ label: String, in dir: String) async throws -> [(name: String, url: String, drop: () -> Void)] {
         var stores: [(name: String, url: String, drop: () -> Void)] = [("SQLite", dir + "/reports.sqlite", {})]
         if PostgresTestDatabase.isAvailable {
-            let database = try PostgresTestDatabase(label)
+            let database = try await PostgresTestDatabase(label)
             stores.append(("PostgreSQL", database.url, { database.drop() }))
         }
         return stores
@@ -30,7 +30,7 @@ struct ReportHostileInputTests {
         let dir = try PublishFixtures.temporaryDirectory("hostile-\(label)")
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
-        for store in try stores(label, in: dir) {
+        for store in try await stores(label, in: dir) {
             defer { store.drop() }
             try await body(dir, (store.name, store.url))
         }
@@ -39,8 +39,8 @@ struct ReportHostileInputTests {
     /// `body` for each store with an `offline-server` process on it, stopped after.
     static func onEachServer(_ label: String, _ body: (_ store: (name: String, url: String), _ server: OfflineServerProcess) async throws -> Void) async throws {
         try await onEachStore(label) { dir, store in
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
-            defer { server.stopBlocking() }
+            let server = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
+            defer { server.stopInBackground() }
             try await body(store, server)
         }
     }
@@ -89,7 +89,7 @@ struct ReportHostileInputTests {
     /// What an older server left after accepting 2^63 − 1: huge events and fallbacks, on
     /// SQLite a running sum its `+` overflowed into a REAL, and no `/metrics` counter sums
     /// (a start fills them from the events, `ReportCounters`).
-    static func poison(_ store: String) throws {
+    static func poison(_ store: String) async throws {
         let max = Int64.max
         let events = (0..<2).map { i in
             "('poison\(i)xxxx', '2026-11-22T21:30:00Z', 0, 'evil', 'fleet', 'usage', '2.0.0', \(max), \(max), \(max), \(max), 60, 0)"
@@ -101,7 +101,7 @@ struct ReportHostileInputTests {
             DROP TABLE report_counters;
             """
         if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, insert + """
+            try await PostgresTestDatabase.psql(store, insert + """
                 UPDATE version_totals SET bytes = \(max), offlineHits = \(max), events = \(max) WHERE app = 'fleet';
                 UPDATE fallback_totals SET count = \(max) WHERE app = 'fleet';
                 DELETE FROM offline_server_migrations WHERE name = 'v6';
@@ -116,7 +116,7 @@ struct ReportHostileInputTests {
                 db.execute("DELETE FROM grdb_migrations WHERE identifier = 'v6'")
                 db.commit()
                 """
-            let result = try CLI.runBlocking(["-c", script, store, insert], executable: "/usr/bin/python3")
+            let result = try await CLI.run(["-c", script, store, insert], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
         }
     }
@@ -124,14 +124,14 @@ struct ReportHostileInputTests {
     @Test("a database an older server poisoned with 2^63 − 1 opens, serves, saturates and keeps taking real reports")
     func poisonedDatabase() async throws {
         try await Self.onEachStore("poison") { dir, store in
-            let first = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
+            let first = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
             let usage = C.event("usage", device: "d1", ["offlineHits": 5, "fallbacks": ["missing-file": 2]])
             #expect(try await C.post(first.baseURL, try C.body([usage])).receipt?.accepted == 1, "\(store.name)")
             await first.stop()
-            try Self.poison(store.url)
+            try await Self.poison(store.url)
 
-            let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
-            defer { server.stopBlocking() }
+            let server = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", store.url])
+            defer { server.stopInBackground() }
             try await Self.expectServing(server, store.name)
             // A real report of the poisoned app and version is stored (PostgreSQL answered 503 for ever).
             let real = C.event("usage", device: "d2", ["offlineHits": 1, "fallbacks": ["missing-file": 1], "bytes": 100])
@@ -220,8 +220,8 @@ struct ReportHostileInputTests {
         let dir = try PublishFixtures.temporaryDirectory("hostile-dashboard")
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
-        let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
-        defer { server.stopBlocking() }
+        let server = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
+        defer { server.stopInBackground() }
         // Each of these is one grapheme cluster that starts with a markup character.
         let names = ["x\"\u{200D} data-evil=\"1", "y\"\u{0301} style=\"display:none", "<\u{20DD}b>bold", "z'\u{200D} onclick='a", "&\u{200D}amp;"]
         let events = names.enumerated().flatMap { index, name in
@@ -322,8 +322,8 @@ struct ReportHostileInputTests {
         let dir = try PublishFixtures.temporaryDirectory("hostile-bounded")
         defer { PublishFixtures.cleanUp(dir) }
         try C.publishFleet(dir)
-        let server = try OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
-        defer { server.stopBlocking() }
+        let server = try await OfflineServerProcess(arguments: ["--dir", dir, "--open-collector", "--reports-db", dir + "/reports.sqlite"])
+        defer { server.stopInBackground() }
         #expect(try await C.post(server.baseURL, try C.body([C.event("updated", device: "real", version: "2.1.0", ["via": "full"])])).status == 200)
         for batch in 0..<4 {
             // 50 versions a batch, all newer than the publish directory's latest (2.1.0).

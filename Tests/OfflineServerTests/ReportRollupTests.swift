@@ -162,15 +162,15 @@ struct ReportRollupTests {
     }
 
     /// A database of `store` with its running sums dropped, as a server before them left it.
-    static func forgetSums(_ store: String) throws {
+    static func forgetSums(_ store: String) async throws {
         let tables = ["version_totals", "failure_causes", "fallback_totals", "devices", "version_moves"]
         if store.hasPrefix("postgres") {
-            try PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name IN ('v3', 'v4', 'v7', 'v8');")
+            try await PostgresTestDatabase.psql(store, tables.map { "DROP TABLE \($0);" }.joined() + "DELETE FROM offline_server_migrations WHERE name IN ('v3', 'v4', 'v7', 'v8');")
         } else {
             let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
                 + tables.map { "db.execute('DROP TABLE \($0)'); " }.joined()
                 + "db.execute(\"DELETE FROM grdb_migrations WHERE identifier IN ('v3', 'v4', 'v7', 'v8')\"); db.commit()"
-            let result = try CLI.runBlocking(["-c", script, store], executable: "/usr/bin/python3")
+            let result = try await CLI.run(["-c", script, store], executable: "/usr/bin/python3")
             try #require(result.status == 0, "\(result.stderr)")
         }
     }
@@ -211,7 +211,7 @@ struct ReportRollupTests {
                 .map { "\($0["version"] as! String)=\($0["devices"] as! Int)" }
             #expect(dashboard.filter { !$0.hasSuffix("=0") } == devices.sorted())
         }
-        try Self.forgetSums(store)
+        try await Self.forgetSums(store)
         try await C.withServer(database: store) { server in
             let stats = try await C.statsText(server.baseURL), chart = try await Self.chart(server.baseURL)
             #expect(stats == before, "filled from the events at start")
@@ -240,7 +240,7 @@ struct ReportRollupTests {
     @Test("PostgreSQL: the same", .enabled(if: PostgresTestDatabase.isAvailable, "\(PostgresTestDatabase.server.skipReason ?? "")"),
           arguments: [UInt64(1), 2])
     func postgres(seed: UInt64) async throws {
-        let database = try PostgresTestDatabase("rollup")
+        let database = try await PostgresTestDatabase("rollup")
         defer { database.drop() }
         try await check(store: database.url, seed: seed)
     }
@@ -281,7 +281,7 @@ struct ReportRollupTests {
         // A database whose positions an older server placed by the devices' clocks: `v8` recounts them.
         let wrong = "UPDATE devices SET version = CASE WHEN device = 'future' THEN '1.1.0' ELSE '1.0.0' END WHERE app = 'fleet';"
         let record = store.hasPrefix("postgres") ? "DELETE FROM offline_server_migrations WHERE name = 'v8';" : "DELETE FROM grdb_migrations WHERE identifier = 'v8';"
-        try ReportEnrolmentTests.sql(store, wrong + record)
+        try await ReportEnrolmentTests.sql(store, wrong + record)
         try await C.withServer(database: store) { server in try await expect(server.baseURL, "after v8") }
     }
 
@@ -294,7 +294,7 @@ struct ReportRollupTests {
 
     @Test("PostgreSQL: the same", .enabled(if: PostgresTestDatabase.isAvailable, "\(PostgresTestDatabase.server.skipReason ?? "")"))
     func postgresClocks() async throws {
-        let database = try PostgresTestDatabase("rollup_clocks")
+        let database = try await PostgresTestDatabase("rollup_clocks")
         defer { database.drop() }
         try await clocks(store: database.url)
     }

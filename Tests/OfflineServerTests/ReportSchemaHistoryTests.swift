@@ -87,7 +87,7 @@ struct ReportSchemaHistoryTests {
     /// Runs `sql` on the SQLite database at `path` (created if absent), and returns what
     /// the script prints for `query` (rows as lines, columns joined by `|`).
     @discardableResult
-    static func sqlite(_ path: String, _ sql: String, query: String = "SELECT 1 WHERE 0") throws -> String {
+    static func sqlite(_ path: String, _ sql: String, query: String = "SELECT 1 WHERE 0") async throws -> String {
         let file = path + ".sql"
         try sql.write(toFile: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: file) }
@@ -99,18 +99,18 @@ struct ReportSchemaHistoryTests {
             for row in db.execute(sys.argv[3]):
                 print("|".join("" if v is None else str(v) for v in row))
             """
-        let result = try CLI.runBlocking(["-c", code, path, file, query], executable: "/usr/bin/python3")
+        let result = try await CLI.run(["-c", code, path, file, query], executable: "/usr/bin/python3")
         try #require(result.status == 0, "\(result.stderr)")
         return result.stdout
     }
 
     /// Runs `sql` (a script, then `query`) with `psql` on the database at `url`.
     @discardableResult
-    static func psql(_ url: String, _ sql: String, query: String = "SELECT 1 WHERE false") throws -> String {
+    static func psql(_ url: String, _ sql: String, query: String = "SELECT 1 WHERE false") async throws -> String {
         let file = NSTemporaryDirectory() + "history-\(UUID().uuidString).sql"
         try (sql + "\n" + query + ";\n").write(toFile: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: file) }
-        let result = try CLI.runBlocking([url, "-v", "ON_ERROR_STOP=1", "-qAt", "-f", file], executable: "/usr/bin/psql")
+        let result = try await CLI.run([url, "-v", "ON_ERROR_STOP=1", "-qAt", "-f", file], executable: "/usr/bin/psql")
         try #require(result.status == 0, "\(result.stderr)")
         return result.stdout
     }
@@ -148,13 +148,13 @@ struct ReportSchemaHistoryTests {
         defer { PublishFixtures.cleanUp(dir) }
         let path = dir + "/reports.sqlite"
         let record = { (name: String) in "INSERT INTO grdb_migrations (identifier) VALUES ('\(name)');" }
-        try Self.sqlite(path, "CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);\n"
+        try await Self.sqlite(path, "CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);\n"
             + Self.script(ReportSchemaHistory.sqlite, through: last, record: record, withEvents: true))
         try await Self.checkFigures(path, "SQLite at \(last)")
-        let records = try Self.sqlite(path, "", query: "SELECT identifier FROM grdb_migrations ORDER BY identifier")
+        let records = try await Self.sqlite(path, "", query: "SELECT identifier FROM grdb_migrations ORDER BY identifier")
         #expect(records == (Self.all + Self.added).map { $0 + "\n" }.joined(), "each step recorded once")
         if last >= "v4" {
-            let sentinel = try Self.sqlite(path, "", query: "SELECT rolledBack FROM version_totals WHERE app = 'sentinel'")
+            let sentinel = try await Self.sqlite(path, "", query: "SELECT rolledBack FROM version_totals WHERE app = 'sentinel'")
             #expect(sentinel == "7\n", "no step the database had ran again")
         }
     }
@@ -163,23 +163,23 @@ struct ReportSchemaHistoryTests {
           .enabled(if: PostgresTestDatabase.isAvailable, "\(PostgresTestDatabase.server.skipReason ?? "")"),
           arguments: ["v1", "v3", "v4", "v5", "v6", "v7"])
     func postgres(last: String) async throws {
-        let database = try PostgresTestDatabase("history")
+        let database = try await PostgresTestDatabase("history")
         defer { database.drop() }
         let record = { (name: String) in
             "INSERT INTO offline_server_migrations (name, appliedAt) VALUES ('\(name)', '2001-01-01T00:00:00Z');"
         }
-        try Self.psql(database.url, """
+        try await Self.psql(database.url, """
             CREATE TABLE offline_server_migrations (name TEXT PRIMARY KEY, appliedAt TIMESTAMPTZ NOT NULL DEFAULT now());
             """ + Self.script(ReportSchemaHistory.postgres, through: last, record: record, withEvents: true))
         try await Self.checkFigures(database.url, "PostgreSQL at \(last)")
-        let records = try Self.psql(database.url, "", query: """
+        let records = try await Self.psql(database.url, "", query: """
             SELECT name || ' ' || (appliedAt < '2002-01-01') FROM offline_server_migrations ORDER BY name
             """)
         let had = ReportSchemaHistory.postgres.map(\.name).prefix { $0 <= last }
         let expected = (ReportSchemaHistory.postgres.map(\.name) + Self.added).map { "\($0) \(had.contains($0) ? "true" : "false")\n" }.joined()
         #expect(records == expected, "each step recorded once, the older records kept")
         if last >= "v4" {
-            let sentinel = try Self.psql(database.url, "", query: "SELECT rolledBack FROM version_totals WHERE app = 'sentinel'")
+            let sentinel = try await Self.psql(database.url, "", query: "SELECT rolledBack FROM version_totals WHERE app = 'sentinel'")
             #expect(sentinel == "7\n", "no step the database had ran again")
         }
     }
@@ -207,21 +207,21 @@ struct ReportSchemaHistoryTests {
         let dir = try PublishFixtures.temporaryDirectory("history-new")
         defer { PublishFixtures.cleanUp(dir) }
         let old = dir + "/old.sqlite", new = dir + "/new.sqlite"
-        try Self.sqlite(old, "CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);\n"
+        try await Self.sqlite(old, "CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);\n"
             + Self.script(ReportSchemaHistory.sqlite, through: "v7", record: { _ in "" }, withEvents: false))
         try await C.withServer(database: new) { _ in }
-        let before = try Self.sqlite(old, "", query: Self.sqliteShape), after = try Self.sqlite(new, "", query: Self.sqliteShape)
+        let before = try await Self.sqlite(old, "", query: Self.sqliteShape), after = try await Self.sqlite(new, "", query: Self.sqliteShape)
         #expect(before.split(separator: "\n").count > 40)
         #expect(Self.older(after) == before)
         #expect(after.contains("enrolled_devices|"))
         guard PostgresTestDatabase.isAvailable else { return }
-        let older = try PostgresTestDatabase("history_old"), newer = try PostgresTestDatabase("history_new")
+        let older = try await PostgresTestDatabase("history_old"), newer = try await PostgresTestDatabase("history_new")
         defer { older.drop(); newer.drop() }
-        try Self.psql(older.url, """
+        try await Self.psql(older.url, """
             CREATE TABLE offline_server_migrations (name TEXT PRIMARY KEY, appliedAt TIMESTAMPTZ NOT NULL DEFAULT now());
             """ + Self.script(ReportSchemaHistory.postgres, through: "v7", record: { _ in "" }, withEvents: false))
         try await C.withServer(database: newer.url) { _ in }
-        let shown = try Self.psql(newer.url, "", query: Self.postgresShape), made = try Self.psql(older.url, "", query: Self.postgresShape)
+        let shown = try await Self.psql(newer.url, "", query: Self.postgresShape), made = try await Self.psql(older.url, "", query: Self.postgresShape)
         #expect(made.split(separator: "\n").count > 40)
         #expect(Self.older(shown) == made)
         #expect(shown.contains("enrolled_devices|"))

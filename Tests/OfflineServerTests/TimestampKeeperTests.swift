@@ -106,7 +106,7 @@ struct TimestampKeeperTests {
         current = try Self.timestamp(out)
 
         // A device whose clock reads 2 h on (the first timestamp would have expired) updates.
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports"])
         let deviceClock = Clock(now.addingTimeInterval(2 * 3_600))
         var configuration = AgentConfiguration()
         configuration.clock = { deviceClock.now }
@@ -195,7 +195,7 @@ struct TimestampKeeperTests {
         try stamp.write(to: stampFile)
         try release.write(to: releaseFile)
         let old = try Self.timestamp(out)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--timestamp-key", stampFile, "--timestamp-expires", "1d"])
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--timestamp-key", stampFile, "--timestamp-expires", "1d"])
         let fresh = try Self.timestamp(out)
         #expect(fresh.metadata.version == old.metadata.version + 1 && fresh.snapshot.version == old.snapshot.version)
         #expect(fresh.metadata.expires > Date().addingTimeInterval(23 * 3_600))
@@ -204,7 +204,7 @@ struct TimestampKeeperTests {
         let left = old.metadata.expires.timeIntervalSinceNow + 1
         if left > 0 { try await Task.sleep(for: .milliseconds(Int64(left * 1000))) }
         if PythonTUF.missing == nil {
-            let seen = try #require(CLI.json(try PythonTUF.run("ngclient.py", [server.baseURL, "\(out)/metadata/1.root.json", dir.file("ngclient"), "mall"])))
+            let seen = try #require(CLI.json(try await PythonTUF.run("ngclient.py", [server.baseURL, "\(out)/metadata/1.root.json", dir.file("ngclient"), "mall"])))
             #expect(seen["version"] as? String == "1.0.0" && seen["timestamp"] as? Int == Int(fresh.metadata.version), "\(seen)")
         }
         let sync = ["sync", "--root", dir.file("device"), "--app", "mall", "--manifest", "\(server.baseURL)/mall/manifest.json",
@@ -233,8 +233,8 @@ struct TimestampKeeperTests {
         let stampFile = dir.file("stamp.key")
         try stamp.write(to: stampFile)
         let root = try Self.latestRoot(out)
-        let server = try OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--timestamp-key", stampFile, "--timestamp-expires", "2s"])
-        defer { server.stopBlocking() }
+        let server = try await OfflineServerProcess(arguments: ["--dir", out, "--no-reports", "--timestamp-key", stampFile, "--timestamp-expires", "2s"])
+        defer { server.stopInBackground() }
         // Bounded: two more signings within 30 s (one about every second is expected).
         let start = try Self.timestamp(out)
         let deadline = ContinuousClock.now + .seconds(30)

@@ -70,13 +70,15 @@ package enum CLI {
         }
     }
 
-    /// `run` for code already on a thread of its own (`LocalHTTP.onThread`) or not async.
-    package static func runBlocking(
-        _ arguments: [String], environment: [String: String] = [:], executable: String = binary
-    ) throws -> Result {
-        finishBlocking(try start(arguments, environment: environment, executable: executable))
+    /// SIGTERM, then the rest (its output read, its exit) on a thread of its own: for a
+    /// `defer` or `deinit`, which cannot await and must not hold a cooperative thread.
+    package static func terminateInBackground(_ running: Running) {
+        if running.process.isRunning { running.process.terminate() }
+        Thread.detachNewThread { _ = finishBlocking(running) }
     }
 
+    /// `finish`, blocking the calling thread: only for a thread of its own (`finish`,
+    /// `LocalHTTP.onThread`), never on the cooperative pool.
     package static func finishBlocking(_ running: Running) -> Result {
         // A thread of its own, not Dispatch: blocking a global queue can starve in-process servers.
         let box = Box()

@@ -34,6 +34,8 @@ package final class ChildProcess: @unchecked Sendable {
     private let condition = NSCondition()
     /// The wait status once the child is reaped (guarded by `condition`).
     private var waitStatus: Int32?
+    /// Async waiters resumed by the reaper (guarded by `condition`).
+    private var exitWaiters: [CheckedContinuation<Void, Never>] = []
 
     package init() {}
 
@@ -91,8 +93,11 @@ package final class ChildProcess: @unchecked Sendable {
         condition.lock()
         // Reaped elsewhere (never done by these tests): recorded as exit status 255.
         waitStatus = result == pid ? status : 255 << 8
+        let waiters = exitWaiters
+        exitWaiters = []
         condition.broadcast()
         condition.unlock()
+        for waiter in waiters { waiter.resume() }
     }
 
     /// True from `run()` until the child has ended and been reaped.
@@ -102,7 +107,24 @@ package final class ChildProcess: @unchecked Sendable {
         return processIdentifier != 0 && waitStatus == nil
     }
 
-    /// Blocks the calling thread until the child has ended (at once if it never ran).
+    /// Waits until the child has ended (at once if it never ran) without holding a thread:
+    /// the reaper resumes it. Async tests wait this way; `waitUntilExit` would block one
+    /// of the cooperative pool's threads (two on a 2-core machine) for the child's whole run.
+    package func exited() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            condition.lock()
+            guard processIdentifier != 0, waitStatus == nil else {
+                condition.unlock()
+                continuation.resume()
+                return
+            }
+            exitWaiters.append(continuation)
+            condition.unlock()
+        }
+    }
+
+    /// Blocks the calling thread until the child has ended (at once if it never ran): for
+    /// code on a thread of its own; async code awaits `exited()`.
     package func waitUntilExit() {
         guard processIdentifier != 0 else { return }
         condition.lock()

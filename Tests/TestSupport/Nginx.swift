@@ -44,7 +44,7 @@ package final class Nginx: @unchecked Sendable {
     /// Starts nginx with `server` as the body of its one `server {}` block (the
     /// `listen` line is added) and `http` as extra `http {}` directives, `{prefix}` in
     /// either standing for the temporary prefix; returns once it accepts connections. A port taken between choosing and binding is retried.
-    package init(server: String, http: String = "") throws {
+    package init(server: String, http: String = "") async throws {
         var lastError = "nginx did not start"
         for _ in 0..<3 {
             let prefix = NSTemporaryDirectory() + "offline-nginx-\(UUID().uuidString)"
@@ -61,31 +61,35 @@ package final class Nginx: @unchecked Sendable {
             process.standardError = FileHandle.nullDevice
             try process.run()
             // A bound on an nginx that never listens, not a speed (a loaded machine starts slowly).
-            if Self.waitForListening(port: port, process: process, within: 120) {
+            if await Self.waitForListening(port: port, process: process, within: 120) {
                 self.prefix = prefix
                 self.port = port
                 self.process = process
                 return
             }
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+            await process.exited()
             lastError = "nginx did not start: " + ((try? String(contentsOfFile: "\(prefix)/error.log", encoding: .utf8)) ?? "no error log")
             try? FileManager.default.removeItem(atPath: prefix)
         }
         throw LocalHTTP.Failure(description: lastError)
     }
 
-    /// Kills nginx (master and workers: the workers leave with their master) and removes its prefix.
+    /// Kills nginx (master and workers: the workers leave with their master) and removes its
+    /// prefix, on a thread of its own: it is called from `defer` and `deinit`, which cannot
+    /// await, and its wait (up to 5 s) must not hold a cooperative thread.
     package func stop() {
-        if process.isRunning {
-            // SIGTERM is nginx's fast shutdown; SIGKILL if it lingers.
-            kill(process.processIdentifier, SIGTERM)
-            let deadline = Date().addingTimeInterval(5)
-            while process.isRunning, Date() < deadline { usleep(20_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        Thread.detachNewThread { [process, prefix] in
+            if process.isRunning {
+                // SIGTERM is nginx's fast shutdown; SIGKILL if it lingers.
+                kill(process.processIdentifier, SIGTERM)
+                let deadline = Date().addingTimeInterval(5)
+                while process.isRunning, Date() < deadline { usleep(20_000) }
+                if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            }
+            process.waitUntilExit()
+            try? FileManager.default.removeItem(atPath: prefix)
         }
-        process.waitUntilExit()
-        try? FileManager.default.removeItem(atPath: prefix)
     }
 
     /// The access log so far (nginx writes each line when its request ends).
@@ -157,14 +161,15 @@ package final class Nginx: @unchecked Sendable {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    private static func waitForListening(port: Int, process: ChildProcess, within seconds: Double) -> Bool {
+    private static func waitForListening(port: Int, process: ChildProcess, within seconds: Double) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline, process.isRunning {
+            // A loopback connect is answered (or refused) at once by the kernel.
             if let fd = try? LocalHTTP.connect(port: port) {
                 close(fd)
                 return true
             }
-            usleep(50_000)
+            try? await Task.sleep(for: .milliseconds(50))
         }
         return false
     }

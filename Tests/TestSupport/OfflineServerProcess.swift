@@ -24,7 +24,7 @@ package final class OfflineServerProcess: @unchecked Sendable {
     package static let startTimeout: TimeInterval = 300
 
     /// Starts the built `offline-server` with `arguments`, on `port` (0: one the kernel picks).
-    package init(arguments: [String], port: Int = 0, environment: [String: String] = [:]) throws {
+    package init(arguments: [String], port: Int = 0, environment: [String: String] = [:]) async throws {
         guard let executable = PublishFixtures.builtExecutable("offline-server") else {
             throw OfflineAgentError(.usage, "offline-server is not built (swift build --build-tests builds it)")
         }
@@ -40,24 +40,28 @@ package final class OfflineServerProcess: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         try process.run()
         // The first line says where it listens; a server that dies ends the read with EOF.
-        // Read on a thread of its own so a server that hangs before it is bounded.
-        let line = LineBox()
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            var bytes = Data()
-            while true {
-                let byte = stdout.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
-                if byte.isEmpty || byte == Data("\n".utf8) { break }
-                bytes += byte
+        // Read on a thread of its own so a server that hangs before it is bounded, and
+        // waited for on another (not on the cooperative pool: a start can take seconds).
+        let (timedOut, line) = try await LocalHTTP.onThread { () -> (Bool, String) in
+            let line = LineBox()
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                var bytes = Data()
+                while true {
+                    let byte = stdout.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
+                    if byte.isEmpty || byte == Data("\n".utf8) { break }
+                    bytes += byte
+                }
+                line.text = String(decoding: bytes, as: UTF8.self)
+                done.signal()
             }
-            line.text = String(decoding: bytes, as: UTF8.self)
-            done.signal()
+            let timedOut = done.wait(timeout: .now() + Self.startTimeout) == .timedOut
+            return (timedOut, timedOut ? "" : line.text)
         }
-        let timedOut = done.wait(timeout: .now() + Self.startTimeout) == .timedOut
-        let text = timedOut ? "(no answer in \(Int(Self.startTimeout)) s)" : line.text
+        let text = timedOut ? "(no answer in \(Int(Self.startTimeout)) s)" : line
         guard !timedOut, text.hasPrefix("listening on "), let bound = Int(text.split(separator: ":").last ?? "") else {
             if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+            await process.exited()
             throw OfflineAgentError(.serve, "offline-server did not start: '\(text)' (exit \(process.terminationStatus))")
         }
         self.port = bound
@@ -75,26 +79,22 @@ package final class OfflineServerProcess: @unchecked Sendable {
         await signalAndWait(SIGKILL)
     }
 
-    /// `stop()` for a `defer` or other synchronous code: blocks the caller until the exit.
-    package func stopBlocking() {
+    /// `stop()` for a `defer`: SIGTERM without waiting for the exit (the reaper thread
+    /// sees it), as nothing after the test needs the server gone; waiting in synchronous
+    /// code would hold one of the cooperative pool's threads.
+    package func stopInBackground() {
         if process.isRunning { process.terminate() }
-        process.waitUntilExit()
     }
 
     /// A new process with the same arguments (the same directory and database) once this
     /// one has ended; on the same port when `samePort`, else on a new one.
     package func restarted(samePort: Bool = false) async throws -> OfflineServerProcess {
         await stop()
-        return try OfflineServerProcess(arguments: arguments, port: samePort ? port : 0, environment: environment)
+        return try await OfflineServerProcess(arguments: arguments, port: samePort ? port : 0, environment: environment)
     }
 
     private func signalAndWait(_ signal: Int32) async {
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            Thread.detachNewThread {
-                if self.process.isRunning { Glibc.kill(self.process.processIdentifier, signal) }
-                self.process.waitUntilExit()
-                done.resume()
-            }
-        }
+        if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+        await process.exited()
     }
 }

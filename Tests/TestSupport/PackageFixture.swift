@@ -19,7 +19,7 @@ package final class PackageFixture: @unchecked Sendable {
             process.arguments = ["zip", "-q", "-0", "-X", "-D", package(version)] + files
             process.currentDirectoryURL = URL(fileURLWithPath: source)
             try process.run()
-            process.waitUntilExit()
+            process.waitUntilExit()  // blocking: zip -0 of a 70 KB fixture version, a moment
             precondition(process.terminationStatus == 0, "zip failed")
         }
     }
@@ -31,7 +31,7 @@ package final class PackageFixture: @unchecked Sendable {
     package func patch(from old: String, to new: String) throws -> [UInt8] {
         let path = directory.file("\(old)-\(new).bsdiff")
         if !FileManager.default.fileExists(atPath: path) {
-            let result = try run("bsdiff", [package(old), package(new), path])
+            let result = try runOnThisThread("bsdiff", [package(old), package(new), path])  // blocking: two 70 KB fixture zips, once, a moment
             precondition(result.status == 0, "bsdiff failed: \(result.stderr)")
         }
         return [UInt8](FileManager.default.contents(atPath: path)!)
@@ -42,7 +42,7 @@ package final class PackageFixture: @unchecked Sendable {
     package static func gzip(_ bytes: [UInt8]) throws -> [UInt8] {
         let scratch = TemporaryDirectory("gz")
         try Data(bytes).write(to: URL(fileURLWithPath: scratch.file("f")))
-        let result = try run("gzip", ["-n", "-9", scratch.file("f")])
+        let result = try runOnThisThread("gzip", ["-n", "-9", scratch.file("f")])  // blocking: a 70 KB fixture zip, a moment
         precondition(result.status == 0)
         return [UInt8](FileManager.default.contents(atPath: scratch.file("f.gz"))!)
     }
@@ -100,10 +100,10 @@ package final class Origin: @unchecked Sendable {
         }
     }
 
-    /// Blocks until a request for `path` arrived (at most 5 minutes: a request that never
-    /// comes, not a slow one).
-    package func waitForRequest(_ path: String) {
-        for _ in 0..<15_000 where requests(for: path).isEmpty { usleep(20_000) }
+    /// Waits until a request for `path` arrived (at most 5 minutes: a request that never
+    /// comes, not a slow one), sleeping with `Task.sleep`: no cooperative thread is held.
+    package func waitForRequest(_ path: String) async {
+        for _ in 0..<15_000 where requests(for: path).isEmpty { try? await Task.sleep(for: .milliseconds(20)) }
     }
 
     package var requests: [ScriptedServer.Request] { server.requests }

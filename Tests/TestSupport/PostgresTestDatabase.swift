@@ -31,33 +31,32 @@ package struct PostgresTestDatabase: Sendable {
     private let name: String
 
     /// Creates database `offline_test_<label>_<random>` on the server.
-    package init(_ label: String) throws {
+    package init(_ label: String) async throws {
         guard let server = Self.server.url else { throw Unavailable(reason: Self.server.skipReason ?? "") }
         serverURL = server
         name = "offline_test_\(label)_\(UUID().uuidString.prefix(8).lowercased())"
-        try Self.psql(server, "CREATE DATABASE \(name)")
+        try await Self.psql(server, "CREATE DATABASE \(name)")
         guard var components = URLComponents(string: server) else { throw Unavailable(reason: "\(Self.variable) is not a URL") }
         components.path = "/" + name
         url = components.string!
     }
 
-    /// Drops the database (the servers using it must have stopped).
+    /// Drops the database (the servers using it must have stopped). Called from `defer`,
+    /// so it starts `psql` and does not wait for it: the drop needs nothing of this
+    /// process, and waiting would hold a cooperative thread.
     package func drop() {
-        try? Self.psql(serverURL, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        let process = ChildProcess()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+        process.arguments = [serverURL, "-v", "ON_ERROR_STOP=1", "-qAtc", "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"]
+        process.standardOutput = nil
+        process.standardError = nil
+        try? process.run()
     }
 
     /// Runs one statement with `psql`; throws with its output when it fails.
-    package static func psql(_ url: String, _ sql: String) throws {
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
-        process.arguments = [url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw Unavailable(reason: "psql '\(sql)': \(text)") }
+    package static func psql(_ url: String, _ sql: String) async throws {
+        let result = try await CLI.run([url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql], executable: "/usr/bin/psql")
+        guard result.status == 0 else { throw Unavailable(reason: "psql '\(sql)': \(result.stdout)\(result.stderr)") }
     }
 
     package struct Unavailable: Error, CustomStringConvertible {

@@ -11,7 +11,7 @@ package final class PrivateBus: @unchecked Sendable {
     package let address: String
     private let process: ChildProcess
 
-    package init(policy: String? = nil) throws {
+    package init(policy: String? = nil) async throws {
         // Others reach the socket through the directory (mkdtemp makes it 0700).
         chmod(directory.path, 0o755)
         let rules = policy == nil
@@ -46,21 +46,25 @@ package final class PrivateBus: @unchecked Sendable {
         try process.run()
         self.process = process
         // The address line comes once the socket listens; EOF if the daemon refused its config.
-        var bytes: [UInt8] = []
-        // The address ends with its 32-hex-digit guid (a newline follows, or not, by version).
-        func complete() -> Bool {
-            guard let guid = String(decoding: bytes, as: UTF8.self).range(of: "guid=") else { return false }
-            return String(decoding: bytes, as: UTF8.self)[guid.upperBound...].prefix(while: \.isHexDigit).count >= 32
-        }
-        while bytes.last != UInt8(ascii: "\n"), !complete() {
-            let chunk = out.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)
-            if chunk.isEmpty { break }
-            bytes += chunk
+        // Read on a thread of its own, not on the cooperative pool.
+        let bytes = try await LocalHTTP.onThread { () -> [UInt8] in
+            var bytes: [UInt8] = []
+            // The address ends with its 32-hex-digit guid (a newline follows, or not, by version).
+            func complete() -> Bool {
+                guard let guid = String(decoding: bytes, as: UTF8.self).range(of: "guid=") else { return false }
+                return String(decoding: bytes, as: UTF8.self)[guid.upperBound...].prefix(while: \.isHexDigit).count >= 32
+            }
+            while bytes.last != UInt8(ascii: "\n"), !complete() {
+                let chunk = out.fileHandleForReading.readSomeRetryingInterrupts(limit: 1)  // blocking: LocalHTTP.onThread
+                if chunk.isEmpty { break }
+                bytes += chunk
+            }
+            return bytes
         }
         address = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard address.hasPrefix("unix:") else {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            await process.exited()
             throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "dbus-daemon did not start"])
         }
     }
@@ -68,6 +72,6 @@ package final class PrivateBus: @unchecked Sendable {
     deinit {
         // SIGKILL: a session dbus-daemon may outlive SIGTERM, and nothing of it is kept.
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        process.waitUntilExit()  // blocking: reaping a SIGKILLed daemon, a moment
     }
 }

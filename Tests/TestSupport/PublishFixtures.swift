@@ -67,30 +67,22 @@ package enum PublishFixtures {
 
     /// Runs a program, returning its exit status, stdout and stderr.
     @discardableResult
-    package static func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = out.fileHandleForReading.readAllRetryingInterrupts()
-        let stderr = err.fileHandleForReading.readAllRetryingInterrupts()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+    package static func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let result = try await CLI.run(arguments, executable: executable)
+        return (result.status, result.stdout, result.stderr)
     }
 
     /// `gzip -dc`: the decompressed bytes of a gzip file.
-    package static func gunzip(_ path: String) throws -> Data {
+    package static func gunzip(_ path: String) async throws -> Data {
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/gzip")
         process.arguments = ["-dc", path]
         let out = Pipe()
         process.standardOutput = out
         try process.run()
-        let data = out.fileHandleForReading.readAllRetryingInterrupts()
-        process.waitUntilExit()
+        // Binary output: read here, on a thread of its own, not through CLI's text result.
+        let data = try await LocalHTTP.onThread { out.fileHandleForReading.readAllRetryingInterrupts() }
+        await process.exited()
         guard process.terminationStatus == 0 else { throw OfflineAgentError(.publish, "gzip -dc failed", path: path) }
         return data
     }

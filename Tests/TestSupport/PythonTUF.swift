@@ -24,8 +24,8 @@ package enum PythonTUF {
     /// Runs `fixtures/tuf/<script>` with `arguments`; returns its stdout, throws with
     /// its stderr when it fails.
     @discardableResult
-    package static func run(_ script: String, _ arguments: [String]) throws -> String {
-        let result = try TestSupport.run(python, ["\(Repo.fixtures)/tuf/\(script)"] + arguments)
+    package static func run(_ script: String, _ arguments: [String]) async throws -> String {
+        let result = try await TestSupport.run(python, ["\(Repo.fixtures)/tuf/\(script)"] + arguments)
         guard result.status == 0 else {
             throw Failure(description: "\(script) \(arguments.joined(separator: " ")) exited \(result.status): \(result.stderr)")
         }

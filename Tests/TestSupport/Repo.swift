@@ -16,9 +16,16 @@ package enum Repo {
     package static var fixtures: String { "\(root)/fixtures" }
 }
 
-/// Runs a program to completion and returns its status and output.
+/// Runs a program to completion and returns its status and output. The waits (the
+/// pipes, the exit) run on a thread of their own, not on the cooperative pool.
 @discardableResult
-package func run(_ executable: String, _ arguments: [String], cwd: String? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
+package func run(_ executable: String, _ arguments: [String], cwd: String? = nil) async throws -> (status: Int32, stdout: String, stderr: String) {
+    try await LocalHTTP.onThread { try runOnThisThread(executable, arguments, cwd: cwd) }
+}
+
+/// `run`'s body, blocking the calling thread: for `run`'s own thread, and for the fixture
+/// builds in synchronous initialisers (`PackageFixture`: a few `zip -0` of small trees).
+package func runOnThisThread(_ executable: String, _ arguments: [String], cwd: String? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
     let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
     process.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
