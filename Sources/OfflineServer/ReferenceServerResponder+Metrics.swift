@@ -11,7 +11,7 @@ extension ReferenceServerResponder {
     func counted(_ response: Response, for request: Request) -> Response {
         let code = Int(response.status.code)
         if code >= 400 { metrics.recordError(code: code) }
-        let segments = request.uri.path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        let segments = request.uri.path.pathSegments.dropFirst()
         let kind: ReferenceServerFileKind
         switch segments.count {
         case 1 where segments.first == "manifest", 2 where segments.last == "manifest":

@@ -46,6 +46,8 @@ struct CookieTests {
         // A server cannot keep a cookie for more than 400 days (RFC 6265bis).
         #expect(Self.parse("a=1; Max-Age=999999999")?.expires == Self.now.addingTimeInterval(400 * 86_400))
         #expect(Self.parse("a=")?.value == "")
+        // A `;` that a prepended mark (U+0600) joins still ends the attribute, as in browsers.
+        #expect(Self.parse("a=1; x=\u{600}; HttpOnly")?.httpOnly == true)
     }
 
     @Test("headers that set no cookie", arguments: [

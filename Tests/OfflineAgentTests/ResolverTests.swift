@@ -81,6 +81,19 @@ struct ResolverTests {
         #expect(f.resolve("https://h5.example.com/mall/\(rest)") == .network(.missingFile, app: "mall"))
     }
 
+    @Test("a file named like a directory above it resolves: only the last component must be a file")
+    func fileNamedLikeItsDirectory() throws {
+        let f = Fixture()
+        try f.add("mall", version: "1.0", whitelist: ["https://h5.example.com/mall/"], files: ["docs/api/docs": "leaf", "a/b/a": "leaf"])
+        for rest in ["docs/api/docs", "a/b/a"] {
+            guard case .file(let file) = f.resolve("https://h5.example.com/mall/\(rest)") else {
+                Issue.record("\(rest) did not resolve to its file")
+                continue
+            }
+            #expect(file.relativePath == rest)
+        }
+    }
+
     @Test("the longest matching prefix of the app's whitelist wins")
     func longestPrefix() throws {
         let f = Fixture()

@@ -248,6 +248,9 @@ struct OriginProxyTests {
         ("https://h5.example.com", "__Host-s=1; Secure; Path=/; SameSite=None", "__Host-s=1; Secure; Path=/; SameSite=None"),
         ("https://h5.example.com", "x=a=b;c", "x=a=b;c"),
         ("https://h5.example.com", "plain=1", "plain=1"),
+        // A `;` that a prepended mark (U+0600) joins is still a `;` to the browser: the Domain after it is seen.
+        ("https://h5.example.com", "a=1; Path=/\u{600}; Domain=com.localhost", "a=1; Path=/\u{600}"),
+        ("https://h5.example.com", "a=1; Path=/\u{600}; Domain=example.com", "a=1; Path=/\u{600}; Domain=example.com.localhost"),
     ])
     func setCookieRules(origin: String, cookie: String, expected: String) throws {
         let origin = try #require(MirrorOrigin(url: URL(string: origin)!))

@@ -1,4 +1,5 @@
 import Foundation
+@testable import OfflineServer
 import TestSupport
 import Testing
 
@@ -89,6 +90,24 @@ struct PostgresCollectorTests {
         let names = try await CLI.run(
             [database.url, "-qAtc", "SELECT name FROM offline_server_migrations ORDER BY name"], executable: "/usr/bin/psql").stdout
         #expect(names == "v1\nv3\nv4\nv5\nv6\nv7\nv8\nv9\n", "each migration once")
+    }
+
+    @Test("report text reads back from PostgreSQL's array literal as sent: quotes and backslashes joined to a combining or prepended mark, NULL, empty")
+    func arrayLiteralRoundTrip() async throws {
+        let database = try await PostgresTestDatabase("arrayliteral")
+        defer { database.drop() }
+        // A `"` that a combining mark follows is one Character with it: a Character search
+        // missed it and the element ended early (the batch failed, or fields shifted).
+        let values: [String?] = ["a\"\u{301}b", "c\\\u{301}", "\u{600}\"", "\"\u{301},\"y", nil, "", "plain, {x}"]
+        let literal = PostgresReportStore.arrayLiteral(values)
+        let dir = try PublishFixtures.temporaryDirectory("pg-array")
+        defer { PublishFixtures.cleanUp(dir) }
+        try "SELECT coalesce(x, '<null>') FROM unnest(:'lit'::text[]) WITH ORDINALITY AS t(x, n) ORDER BY n;\n"
+            .write(toFile: dir + "/q.sql", atomically: true, encoding: .utf8)
+        let result = try await CLI.run([database.url, "-qAt", "-v", "lit=\(literal)", "-f", dir + "/q.sql"], executable: "/usr/bin/psql")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+                == values.map { $0 ?? "<null>" }, "\(literal)")
     }
 
     @Test("a database it cannot use stops the start with one line naming the cause: no TLS for sslmode=require, a wrong password, no such database")

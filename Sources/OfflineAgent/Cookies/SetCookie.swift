@@ -15,9 +15,10 @@ enum SetCookie {
     /// the header must be ignored entirely.
     static func parse(_ header: String, from url: URL, now: Date, suffixes: PublicSuffixList = .system) -> Cookie? {
         guard let request = CookieURL(url) else { return nil }
-        let parts = header.split(separator: ";", omittingEmptySubsequences: false)
+        // On the byte `;` and `=`, as browsers parse it (`split(onByte:)`).
+        let parts = header.split(onByte: UInt8(ascii: ";"))
         let pair = parts[0]
-        guard let equals = pair.firstIndex(of: "=") else { return nil }
+        guard let equals = pair.firstIndex(ofByte: UInt8(ascii: "=")) else { return nil }
         let name = trim(pair[..<equals]), value = trim(pair[pair.index(after: equals)...])
         guard !name.isEmpty, name.utf8.count + value.utf8.count <= maxNameValueBytes,
               Cookie.isAllowedText(name), Cookie.isAllowedText(value) else { return nil }
@@ -27,7 +28,7 @@ enum SetCookie {
         // The last occurrence of an attribute wins (§5.3 step 3, "last attribute").
         for attribute in parts.dropFirst() {
             let key: String, raw: Substring
-            if let eq = attribute.firstIndex(of: "=") {
+            if let eq = attribute.firstIndex(ofByte: UInt8(ascii: "=")) {
                 key = trim(attribute[..<eq]).lowercased()
                 raw = attribute[attribute.index(after: eq)...]
             } else {

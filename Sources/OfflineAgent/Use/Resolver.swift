@@ -102,13 +102,14 @@ public struct Resolver: Sendable {
         guard components.allSatisfy({ !$0.isEmpty && !$0.isDotSegment }) else { return nil }
         // lstat every component: the extractor never makes symlinks, so any found is hostile.
         var path = directory
-        for component in components {
+        for (position, component) in components.enumerated() {
             path += "/\(component)"
             var st = stat()
             guard lstat(path, &st) == 0 else { return nil }
             let type = st.st_mode & S_IFMT
             if type == S_IFLNK { return nil }
-            if component == components.last! { guard type == S_IFREG else { return nil } }
+            // The last by position: a directory may share the file's name (`docs/api/docs`).
+            if position == components.count - 1 { guard type == S_IFREG else { return nil } }
         }
         return path
     }

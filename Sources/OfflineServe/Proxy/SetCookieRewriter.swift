@@ -21,13 +21,14 @@ import OfflineHTTP
 /// cookies on it, so a login made through the mirror survives a reload.
 enum SetCookieRewriter {
     static func rewrite(_ value: String, origin: MirrorOrigin, suffixes: PublicSuffixList = .system) -> String {
-        var parts = value.split(separator: ";", omittingEmptySubsequences: false).map(String.init)
+        // On the byte `;` and `=`, as the browser parses it (`split(onByte:)`).
+        var parts = value.split(onByte: UInt8(ascii: ";")).map(String.init)
         guard parts.count > 1 else { return value }
         var changed = false
         var index = 1
         while index < parts.count {
-            let attribute = parts[index].trimmingWhitespace()
-            guard let equals = attribute.firstIndex(of: "="),
+            let attribute = Substring(parts[index].trimmingWhitespace())
+            guard let equals = attribute.firstIndex(ofByte: UInt8(ascii: "=")),
                   attribute[..<equals].trimmingWhitespace().lowercased() == "domain" else {
                 index += 1
                 continue

@@ -15,7 +15,7 @@ public enum ServerFaultScope: String, Sendable, CaseIterable {
     /// can always read the counts) and for paths that are none of the four kinds, which
     /// only `any` reaches.
     static func of(path: String) -> ServerFaultScope? {
-        let segments = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        let segments = path.pathSegments.dropFirst()
         switch segments.count {
         case 1 where segments.first == "manifest", 2 where segments.last == "manifest":
             return .manifest

@@ -390,11 +390,25 @@ final class PostgresReportStore: ReportStorage {
 
     /// `values` as the text of a PostgreSQL array, nil as `NULL` (PostgresNIO binds no
     /// array of optionals); every element quoted, `"` and `\` escaped, so any text reads back as sent.
+    /// Escaped byte by byte: a search for `"` among Characters misses one that a combining
+    /// mark follows, and that quote would end the element early.
     static func arrayLiteral(_ values: [String?]) -> String {
-        "{" + values.map { value in
-            guard let value else { return "NULL" }
-            return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-        }.joined(separator: ",") + "}"
+        var literal: [UInt8] = [UInt8(ascii: "{")]
+        for (index, value) in values.enumerated() {
+            if index > 0 { literal.append(UInt8(ascii: ",")) }
+            guard let value else {
+                literal.append(contentsOf: "NULL".utf8)
+                continue
+            }
+            literal.append(UInt8(ascii: "\""))
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { literal.append(UInt8(ascii: "\\")) }
+                literal.append(byte)
+            }
+            literal.append(UInt8(ascii: "\""))
+        }
+        literal.append(UInt8(ascii: "}"))
+        return String(decoding: literal, as: UTF8.self)
     }
 
     /// `sql` (`ReportSQL`, `?` placeholders) as PostgreSQL reads it, with `binds` in order.
