@@ -53,9 +53,9 @@ src=Sources/OfflineAgent
     -o "$out/splitter"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzManifest.swift \
     $src/Check/{Manifest,Manifest+Stage,ManifestFields,ManifestPatch,ManifestStageStep,StrictJSON,Version,AppName,RFC3339,SHA256Hex}.swift $src/Support/OfflineAgentError.swift \
-    $src/Support/{WebAddress,UTCTime}.swift \
+    $src/Support/{WebAddress,UTCTime,String+ByteSplitting}.swift \
     -o "$out/manifest"
 "$swiftc" "${swiftflags[@]}" fuzz/swift/FuzzSetCookie.swift \
     $src/Cookies/{SetCookie,CookieDate,Cookie,Cookie+WellFormed,CookieURL,PublicSuffixList}.swift \
-    $src/Support/{WebAddress,UTCTime}.swift -o "$out/setcookie"
+    $src/Support/{WebAddress,UTCTime,String+ByteSplitting}.swift -o "$out/setcookie"
 echo "fuzz targets built in $out with $cc and $swiftc"
