@@ -20,6 +20,8 @@ struct KeptDownloadTests {
         var changed = false
         /// The kept bytes were recorded as coming from another URL (the manifest moved the file).
         var moved = false
+        /// The `.part.json` record is empty: it is written unflushed, and a power cut may leave it so.
+        var emptyRecord = false
         /// The `Range` header each request for the file must carry (nil: none); empty: no request.
         var ranges: @Sendable (Int) -> [String?]
         var testDescription: String { label }
@@ -53,6 +55,8 @@ struct KeptDownloadTests {
              moved: true, ranges: { _ in [] }),
         Case(label: "unhashed, every byte, from the URL the file had before: fetched whole once", offer: unhashedGzip,
              moved: true, ranges: { _ in [nil] }),
+        Case(label: "unhashed, every byte, its record emptied by a power cut: fetched whole once", offer: unhashedGzip,
+             emptyRecord: true, ranges: { _ in [nil] }),
         Case(label: "unhashed, every byte in the .part: only the last byte is asked for", offer: unhashedGzip,
              ranges: { size in ["bytes=\(size - 1)-"] }),
         Case(label: "unhashed, renamed but not decoded yet: only the last byte is asked for", offer: unhashedGzip, renamed: true,
@@ -76,7 +80,7 @@ struct KeptDownloadTests {
         // The validator the downloader recorded from the answer it streamed.
         let tag = "\"\(PackageFixture.sha256(planted).prefix(16))\""
         let info = ["url": h.origin.fileURL(c.moved ? "old/location" : String(file.dropFirst("/files/".count))), "validator": tag]
-        try JSONEncoder().encode(info).write(to: URL(fileURLWithPath: "\(dir)/\(key).part.json"))
+        try (c.emptyRecord ? Data() : JSONEncoder().encode(info)).write(to: URL(fileURLWithPath: "\(dir)/\(key).part.json"))
 
         let report = await h.sync()
         #expect(report.result == .updated, "\(report.error?.description ?? "")")

@@ -170,11 +170,10 @@ package struct ReportSender: Sendable {
         return (response, answer)
     }
 
-    /// Asks the collector beside `queue`'s URL for `device`'s credential with the fleet
-    /// token and records it; nil when the collector gives none (no enrolment there: the
-    /// token is sent as before) or it cannot be recorded.
-    /// Asks `POST /enrol` for this device's credential; sets `enrolledAlready` on `409` (the
-    /// id was enrolled before: a device reset or replaced, or the answer lost on the way).
+    /// Asks the collector beside `queue`'s URL (`POST /enrol`) for `device`'s credential with
+    /// the fleet token and records it; nil when the collector gives none (no enrolment there:
+    /// the token is sent as before) or it cannot be recorded. Sets `enrolledAlready` on `409`
+    /// (the id was enrolled before: a device reset or replaced, or the answer lost on the way).
     private func enrol(
         _ queue: ReportQueue, device: String, token: String, fetcher: HTTPFetcher, enrolledAlready: inout Bool
     ) async -> ReportCredential? {
